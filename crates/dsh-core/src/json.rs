@@ -1,0 +1,86 @@
+//! JSON the way a JavaScript peer writes it: integral numbers without a decimal point.
+
+use serde::Serializer;
+use serde_json::{Number, Value};
+
+/// The largest integer a JSON number carries exactly (2^53 − 1).
+pub const MAX_SAFE_INTEGER: f64 = 9_007_199_254_740_991.0;
+
+/// `n` as a JSON value: an integer when integral and exactly representable, else a float.
+/// Non-finite values become `null`, as `JSON.stringify` does.
+pub fn js_number(n: f64) -> Value {
+    if n.is_finite() && n.fract() == 0.0 && n.abs() <= MAX_SAFE_INTEGER {
+        Value::Number(Number::from(n as i64))
+    } else {
+        Number::from_f64(n).map(Value::Number).unwrap_or(Value::Null)
+    }
+}
+
+/// `n` in its shortest JS text form (`100`, not `100.0`; `0.5`).
+pub fn js_number_text(n: f64) -> String {
+    match js_number(n) {
+        Value::Number(num) => num.to_string(),
+        _ if n.is_nan() => "NaN".to_owned(),
+        _ if n > 0.0 => "Infinity".to_owned(),
+        _ => "-Infinity".to_owned(),
+    }
+}
+
+/// A JSON value's text as `JSON.stringify` would print it (numbers in JS form).
+pub fn js_json_text(value: &Value) -> String {
+    match value {
+        Value::Number(n) => match n.as_f64() {
+            Some(f) if !n.is_i64() && !n.is_u64() => js_number_text(f),
+            _ => n.to_string(),
+        },
+        other => other.to_string(),
+    }
+}
+
+/// serde `serialize_with` for `f64` fields that must look like JS numbers.
+pub fn serialize_js_f64<S: Serializer>(n: &f64, s: S) -> Result<S::Ok, S::Error> {
+    match js_number(*n) {
+        Value::Number(num) => {
+            if let Some(i) = num.as_i64() {
+                s.serialize_i64(i)
+            } else {
+                s.serialize_f64(*n)
+            }
+        }
+        _ => s.serialize_none(),
+    }
+}
+
+/// Rewrites every integral float inside `value` as an integer, so values built from `f64`
+/// fields serialize like JS.
+pub fn normalize_numbers(value: &mut Value) {
+    match value {
+        Value::Number(n) => {
+            if !n.is_i64() && !n.is_u64() {
+                if let Some(f) = n.as_f64() {
+                    *value = js_number(f);
+                }
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(normalize_numbers),
+        Value::Object(map) => map.values_mut().for_each(normalize_numbers),
+        _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn integral_floats_print_as_integers() {
+        assert_eq!(js_number(100.0).to_string(), "100");
+        assert_eq!(js_number_text(100.0), "100");
+        assert_eq!(js_number_text(0.5), "0.5");
+        assert_eq!(js_number_text(-1.0), "-1");
+        let mut v = json!({"a": 10000.0, "b": [1.5, 2.0]});
+        normalize_numbers(&mut v);
+        assert_eq!(v.to_string(), r#"{"a":10000,"b":[1.5,2]}"#);
+    }
+}

@@ -1,0 +1,19 @@
+//! The shell executor seam (a **definition** crate).
+//!
+//! Defines what a bash executor is ([`ShellExecutor`]) and the values that cross it:
+//! [`ShellExecRequest`] → [`ShellExecSpec`] → [`ShellRunResult`] for foreground runs and
+//! [`ShellProcess`] for background handles; the shared exit-marker parser
+//! [`parse_exit_status`]. It does not know how processes are spawned (that is a provider's
+//! job) nor who calls it (the bash tool, a host).
+
+mod exec;
+mod exit_status;
+
+pub use exec::{
+    CollectedOutput, ProcessStatus, ShellError, ShellExecRequest, ShellExecSpec, ShellExecutor,
+    ShellProcess, ShellProcessRead, ShellRunResult, ShellSandboxInfo, SHELL_SERVICE,
+};
+pub use exit_status::{parse_exit_status, ExitStatus};
+
+/// Every managed variable starts with this prefix; inherited ones are scrubbed.
+pub const DSH_ENV_PREFIX: &str = "DSH_";
