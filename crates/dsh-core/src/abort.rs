@@ -168,9 +168,7 @@ impl Deadline {
 
     /// True when this deadline's own timer was the first cause.
     pub fn timed_out(&self) -> bool {
-        self.signal
-            .reason()
-            .is_some_and(|r| r.code.as_deref() == Some(self.code.as_str()))
+        self.signal.reason().is_some_and(|r| r.code.as_deref() == Some(self.code.as_str()))
     }
 
     /// True when the fused signal fired for any other cause (the caller, a foreign deadline).

@@ -55,11 +55,9 @@ pub fn serialize_js_f64<S: Serializer>(n: &f64, s: S) -> Result<S::Ok, S::Error>
 /// fields serialize like JS.
 pub fn normalize_numbers(value: &mut Value) {
     match value {
-        Value::Number(n) => {
-            if !n.is_i64() && !n.is_u64() {
-                if let Some(f) = n.as_f64() {
-                    *value = js_number(f);
-                }
+        Value::Number(n) if !n.is_i64() && !n.is_u64() => {
+            if let Some(f) = n.as_f64() {
+                *value = js_number(f);
             }
         }
         Value::Array(items) => items.iter_mut().for_each(normalize_numbers),

@@ -2,12 +2,34 @@
 //!
 //! A [`Context`] of named services, plugins that stay pending until their injected services
 //! exist, sessions and agents with append-only event logs, the tool registry with its argument
-//! validation and execution pipeline, and ordered prompt sections. It knows no shell, no
-//! sandbox backend and no host protocol.
+//! validation and execution pipeline, ordered prompt sections, and the approval seam. It knows
+//! no shell, no sandbox backend and no host protocol.
 
 pub mod abort;
+pub mod agent;
+pub mod approval;
+pub mod context;
 pub mod error;
+pub mod home;
 pub mod json;
+pub mod persistence;
+pub mod plugins;
+pub mod prompt;
+pub mod session;
+pub mod tools;
 
 pub use abort::{AbortReason, AbortSignal, Deadline, DeadlineRangeError, MAX_TIMER_DELAY_MS};
+pub use agent::{AGENTS, Agent, AgentMessage, AgentStatus, Agents, Delivery};
+pub use approval::{APPROVAL, ApprovalOutcome, ApprovalRequest, ApprovalService};
+pub use context::{
+    Context, Disposer, Effect, Factory, Plugin, PluginError, PluginFactory, PluginScope, PluginStatus,
+    ServiceKey, WeakContext,
+};
 pub use error::{ErrorInfo, ToolError};
+pub use persistence::{JsonlPersistence, SESSION_PERSISTENCE, SessionPersistence};
+pub use prompt::{PromptSection, SYSTEM_PROMPT, SystemPrompt};
+pub use session::{Session, SessionEvent, SessionHeader, SessionLocator};
+pub use tools::{
+    ContentBlock, Decision, PostDecision, Schema, TOOLS, Tool, ToolCall, ToolExec, ToolParams, ToolRegistry,
+    ToolResult, ToolSchema,
+};

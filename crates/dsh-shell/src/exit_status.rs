@@ -19,10 +19,11 @@ pub fn parse_exit_status(text: &str) -> ExitStatus {
         }
         if let Some(idx) = stripped.rfind("\n[exit code: ") {
             let digits = &stripped[idx + "\n[exit code: ".len()..];
-            if !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) {
-                if let Ok(exit_code) = digits.parse::<i64>() {
-                    return ExitStatus::Exited { body: text[..idx].to_owned(), exit_code };
-                }
+            if !digits.is_empty()
+                && digits.bytes().all(|b| b.is_ascii_digit())
+                && let Ok(exit_code) = digits.parse::<i64>()
+            {
+                return ExitStatus::Exited { body: text[..idx].to_owned(), exit_code };
             }
         }
     }

@@ -10,10 +10,10 @@ mod exec;
 mod exit_status;
 
 pub use exec::{
-    CollectedOutput, ProcessStatus, ShellError, ShellExecRequest, ShellExecSpec, ShellExecutor,
-    ShellProcess, ShellProcessRead, ShellRunResult, ShellSandboxInfo, SHELL_SERVICE,
+    CollectedOutput, ProcessStatus, SHELL_SERVICE, ShellError, ShellExecRequest, ShellExecSpec,
+    ShellExecutor, ShellProcess, ShellProcessRead, ShellRunResult, ShellSandboxInfo,
 };
-pub use exit_status::{parse_exit_status, ExitStatus};
+pub use exit_status::{ExitStatus, parse_exit_status};
 
 /// Every managed variable starts with this prefix; inherited ones are scrubbed.
 pub const DSH_ENV_PREFIX: &str = "DSH_";

@@ -1,0 +1,587 @@
+//! The composition context: named services, plugins that wait for their injected services,
+//! and effect-scoped disposal.
+//!
+//! A plugin declares the service keys it needs (`INJECT`). Loaded while one is missing it stays
+//! **pending**; it applies the moment the last one appears. Everything it registers while
+//! applying (services, tools, prompt sections, listeners, contributors) is recorded as an effect
+//! and disposed in reverse order when the plugin, or any service it injects, unloads — which
+//! puts it back to pending.
+
+use std::any::Any;
+use std::collections::HashMap;
+use std::fmt;
+use std::marker::PhantomData;
+use std::sync::{Arc, Weak};
+
+use futures::future::BoxFuture;
+use parking_lot::Mutex;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+/// A typed service key: the wire name and the handle type stored under it.
+pub struct ServiceKey<T> {
+    name: &'static str,
+    _type: PhantomData<fn() -> T>,
+}
+
+impl<T> ServiceKey<T> {
+    pub const fn new(name: &'static str) -> Self {
+        Self { name, _type: PhantomData }
+    }
+    pub const fn name(&self) -> &'static str {
+        self.name
+    }
+}
+
+impl<T> Clone for ServiceKey<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T> Copy for ServiceKey<T> {}
+
+impl<T> fmt::Debug for ServiceKey<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "ServiceKey({})", self.name)
+    }
+}
+
+/// Errors of composition: loading, applying and providing.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PluginError {
+    /// A second provider for a service key.
+    #[error(
+        "service \"{key}\" is already provided by plugin \"{provider}\"; plugin \"{plugin}\" cannot provide it too"
+    )]
+    DuplicateService { key: String, provider: String, plugin: String },
+    /// A configuration the plugin refuses (exact contract message).
+    #[error("{0}")]
+    Config(String),
+    /// `apply` failed (exact contract message where the contract has one).
+    #[error("{0}")]
+    Apply(String),
+    /// No plugin under that name.
+    #[error("unknown plugin \"{0}\"")]
+    UnknownPlugin(String),
+    /// The plugin is already loaded.
+    #[error("plugin \"{0}\" is already loaded")]
+    AlreadyLoaded(String),
+    /// The plugin is not loaded.
+    #[error("plugin \"{0}\" is not loaded")]
+    NotLoaded(String),
+}
+
+/// An undo action recorded by a plugin; async so teardown can await processes.
+pub type Effect = Box<dyn FnOnce() -> BoxFuture<'static, ()> + Send>;
+
+/// A handle that undoes one registration. Dropping it does nothing: disposal is explicit.
+#[must_use = "a registration stays until its disposer runs; hand it to PluginScope::add"]
+pub struct Disposer(Option<Effect>);
+
+impl Disposer {
+    /// A disposer running a synchronous action.
+    pub fn new(f: impl FnOnce() + Send + 'static) -> Self {
+        Self(Some(Box::new(move || {
+            f();
+            Box::pin(async {})
+        })))
+    }
+
+    /// A disposer running an async action.
+    pub fn new_async<F>(f: impl FnOnce() -> F + Send + 'static) -> Self
+    where
+        F: std::future::Future<Output = ()> + Send + 'static,
+    {
+        Self(Some(Box::new(move || Box::pin(f()))))
+    }
+
+    /// A disposer that does nothing.
+    pub fn noop() -> Self {
+        Self(None)
+    }
+
+    /// Runs the undo action now.
+    pub async fn dispose(mut self) {
+        if let Some(f) = self.0.take() {
+            f().await;
+        }
+    }
+
+    fn into_effect(mut self) -> Option<Effect> {
+        self.0.take()
+    }
+}
+
+impl fmt::Debug for Disposer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Disposer")
+    }
+}
+
+/// The seed's plugin contract: `NAME`, `INJECT`, a typed `Config`, and `apply`.
+pub trait Plugin: Send + Sync + 'static {
+    /// The package name (`@deepseek-ai/dsh-tool-bash`).
+    const NAME: &'static str;
+    /// The short name used in compositions and config tables (`tool-bash`).
+    const SHORT_NAME: &'static str;
+    /// Service keys that must all exist before `apply` runs.
+    const INJECT: &'static [&'static str];
+    /// Typed configuration: defaults for absent keys, unknown keys refused.
+    type Config: DeserializeOwned + schemars::JsonSchema + Default + Clone + Send + Sync + 'static;
+
+    /// Load-time validation with the contract's messages.
+    fn validate(_config: &Self::Config) -> Result<(), String> {
+        Ok(())
+    }
+
+    /// Registers the plugin's effects into `scope`.
+    fn apply(scope: &mut PluginScope, config: Self::Config) -> Result<(), PluginError>;
+}
+
+/// A plugin with its type erased, so compositions can name plugins at run time.
+pub trait PluginFactory: Send + Sync {
+    fn name(&self) -> &'static str;
+    fn short_name(&self) -> &'static str;
+    fn inject(&self) -> &'static [&'static str];
+    /// JSON Schema of the config.
+    fn config_schema(&self) -> Value;
+    /// Parses and validates a config (`null` → defaults).
+    fn parse_config(&self, value: Value) -> Result<Arc<dyn Any + Send + Sync>, PluginError>;
+    fn apply(&self, scope: &mut PluginScope, config: &(dyn Any + Send + Sync)) -> Result<(), PluginError>;
+}
+
+/// The erased form of a typed [`Plugin`].
+pub struct Factory<P: Plugin>(PhantomData<fn() -> P>);
+
+impl<P: Plugin> Factory<P> {
+    pub const fn new() -> Self {
+        Self(PhantomData)
+    }
+}
+
+impl<P: Plugin> Default for Factory<P> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<P: Plugin> PluginFactory for Factory<P> {
+    fn name(&self) -> &'static str {
+        P::NAME
+    }
+    fn short_name(&self) -> &'static str {
+        P::SHORT_NAME
+    }
+    fn inject(&self) -> &'static [&'static str] {
+        P::INJECT
+    }
+    fn config_schema(&self) -> Value {
+        serde_json::to_value(schemars::schema_for!(P::Config)).unwrap_or(Value::Null)
+    }
+    fn parse_config(&self, value: Value) -> Result<Arc<dyn Any + Send + Sync>, PluginError> {
+        let config: P::Config = if value.is_null() {
+            P::Config::default()
+        } else {
+            serde_json::from_value(value)
+                .map_err(|e| PluginError::Config(format!("{}: {e}", P::SHORT_NAME)))?
+        };
+        P::validate(&config).map_err(PluginError::Config)?;
+        Ok(Arc::new(config))
+    }
+    fn apply(&self, scope: &mut PluginScope, config: &(dyn Any + Send + Sync)) -> Result<(), PluginError> {
+        let config = config
+            .downcast_ref::<P::Config>()
+            .ok_or_else(|| PluginError::Config(format!("{}: config of the wrong type", P::SHORT_NAME)))?
+            .clone();
+        P::apply(scope, config)
+    }
+}
+
+/// Where a plugin records its effects while applying.
+pub struct PluginScope {
+    ctx: Context,
+    plugin: String,
+    effects: Vec<Effect>,
+    provided: Vec<String>,
+}
+
+impl PluginScope {
+    /// The context the plugin is applied into.
+    pub fn ctx(&self) -> &Context {
+        &self.ctx
+    }
+
+    /// The applying plugin's short name.
+    pub fn plugin_name(&self) -> &str {
+        &self.plugin
+    }
+
+    /// A service, which must exist (it is injected).
+    pub fn get<T: Clone + Send + Sync + 'static>(&self, key: ServiceKey<T>) -> Option<T> {
+        self.ctx.get(key)
+    }
+
+    /// Provides a service under `key`; removed when this plugin is disposed.
+    pub fn provide<T: Clone + Send + Sync + 'static>(
+        &mut self,
+        key: ServiceKey<T>,
+        value: T,
+    ) -> Result<(), PluginError> {
+        self.ctx.insert_service(key.name(), Arc::new(value), &self.plugin)?;
+        self.provided.push(key.name().to_owned());
+        Ok(())
+    }
+
+    /// Records an effect to undo on disposal.
+    pub fn add(&mut self, disposer: Disposer) {
+        if let Some(effect) = disposer.into_effect() {
+            self.effects.push(effect);
+        }
+    }
+
+    /// Records a synchronous undo action.
+    pub fn on_dispose(&mut self, f: impl FnOnce() + Send + 'static) {
+        self.add(Disposer::new(f));
+    }
+}
+
+struct ServiceEntry {
+    value: Arc<dyn Any + Send + Sync>,
+    provider: String,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum RowState {
+    Pending,
+    Applied,
+}
+
+struct PluginRow {
+    factory: Arc<dyn PluginFactory>,
+    config: Arc<dyn Any + Send + Sync>,
+    state: RowState,
+    effects: Vec<Effect>,
+    provided: Vec<String>,
+}
+
+#[derive(Default)]
+struct State {
+    services: HashMap<String, ServiceEntry>,
+    rows: Vec<PluginRow>,
+}
+
+struct Inner {
+    state: Mutex<State>,
+    /// Serializes load/unload so cascades never interleave.
+    lifecycle: tokio::sync::Mutex<()>,
+}
+
+/// A composition: services by key plus the plugin rows that provide and consume them.
+#[derive(Clone)]
+pub struct Context {
+    inner: Arc<Inner>,
+}
+
+/// A non-owning handle to a [`Context`], for services that look others up at call time
+/// without keeping the composition alive.
+#[derive(Clone)]
+pub struct WeakContext(Weak<Inner>);
+
+impl WeakContext {
+    pub fn upgrade(&self) -> Option<Context> {
+        self.0.upgrade().map(|inner| Context { inner })
+    }
+
+    /// Looks a service up if the context still exists.
+    pub fn get<T: Clone + Send + Sync + 'static>(&self, key: ServiceKey<T>) -> Option<T> {
+        self.upgrade().and_then(|ctx| ctx.get(key))
+    }
+}
+
+impl Default for Context {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// A plugin's state as [`Context::plugins`] reports it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PluginStatus {
+    pub name: &'static str,
+    pub short_name: &'static str,
+    pub applied: bool,
+    /// Injected keys that are still missing.
+    pub missing: Vec<String>,
+}
+
+impl Context {
+    pub fn new() -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                state: Mutex::new(State::default()),
+                lifecycle: tokio::sync::Mutex::new(()),
+            }),
+        }
+    }
+
+    pub fn downgrade(&self) -> WeakContext {
+        WeakContext(Arc::downgrade(&self.inner))
+    }
+
+    /// The service under `key`, if provided.
+    pub fn get<T: Clone + Send + Sync + 'static>(&self, key: ServiceKey<T>) -> Option<T> {
+        let state = self.inner.state.lock();
+        state.services.get(key.name()).and_then(|e| e.value.downcast_ref::<T>().cloned())
+    }
+
+    /// Whether a service key is present.
+    pub fn has(&self, key: &str) -> bool {
+        self.inner.state.lock().services.contains_key(key)
+    }
+
+    /// Provides a service from outside any plugin (hosts, tests). Applies waiting plugins.
+    pub fn provide<T: Clone + Send + Sync + 'static>(
+        &self,
+        key: ServiceKey<T>,
+        value: T,
+    ) -> Result<(), PluginError> {
+        self.insert_service(key.name(), Arc::new(value), "<host>")?;
+        self.apply_ready()
+    }
+
+    fn insert_service(
+        &self,
+        key: &str,
+        value: Arc<dyn Any + Send + Sync>,
+        provider: &str,
+    ) -> Result<(), PluginError> {
+        let mut state = self.inner.state.lock();
+        if let Some(existing) = state.services.get(key) {
+            return Err(PluginError::DuplicateService {
+                key: key.to_owned(),
+                provider: existing.provider.clone(),
+                plugin: provider.to_owned(),
+            });
+        }
+        state.services.insert(key.to_owned(), ServiceEntry { value, provider: provider.to_owned() });
+        Ok(())
+    }
+
+    /// Loads a typed plugin with its config.
+    pub fn load<P: Plugin>(&self, config: P::Config) -> Result<(), PluginError> {
+        P::validate(&config).map_err(PluginError::Config)?;
+        self.load_erased(Arc::new(Factory::<P>::new()), Arc::new(config))
+    }
+
+    /// Loads a typed plugin with its default config.
+    pub fn load_default<P: Plugin>(&self) -> Result<(), PluginError> {
+        self.load::<P>(P::Config::default())
+    }
+
+    /// Loads a plugin from a factory and an already parsed config.
+    pub fn load_erased(
+        &self,
+        factory: Arc<dyn PluginFactory>,
+        config: Arc<dyn Any + Send + Sync>,
+    ) -> Result<(), PluginError> {
+        {
+            let mut state = self.inner.state.lock();
+            if state.rows.iter().any(|r| r.factory.name() == factory.name()) {
+                return Err(PluginError::AlreadyLoaded(factory.short_name().to_owned()));
+            }
+            state.rows.push(PluginRow {
+                factory,
+                config,
+                state: RowState::Pending,
+                effects: Vec::new(),
+                provided: Vec::new(),
+            });
+        }
+        self.apply_ready()
+    }
+
+    /// Applies every pending plugin whose injected services all exist, until none is left.
+    /// A plugin whose `apply` fails is removed and the error returned (after the others applied).
+    fn apply_ready(&self) -> Result<(), PluginError> {
+        let mut first_error = None;
+        loop {
+            let next = {
+                let state = self.inner.state.lock();
+                state
+                    .rows
+                    .iter()
+                    .find(|r| {
+                        r.state == RowState::Pending
+                            && r.factory.inject().iter().all(|k| state.services.contains_key(*k))
+                    })
+                    .map(|r| (r.factory.clone(), r.config.clone()))
+            };
+            let Some((factory, config)) = next else { break };
+            let mut scope = PluginScope {
+                ctx: self.clone(),
+                plugin: factory.short_name().to_owned(),
+                effects: Vec::new(),
+                provided: Vec::new(),
+            };
+            let outcome = factory.apply(&mut scope, config.as_ref());
+            let PluginScope { effects, provided, .. } = scope;
+            match outcome {
+                Ok(()) => {
+                    let mut state = self.inner.state.lock();
+                    if let Some(row) = state.rows.iter_mut().find(|r| r.factory.name() == factory.name()) {
+                        row.state = RowState::Applied;
+                        row.effects = effects;
+                        row.provided = provided;
+                    }
+                }
+                Err(err) => {
+                    // Undo whatever the failed apply registered, then drop the row.
+                    {
+                        let mut state = self.inner.state.lock();
+                        for key in &provided {
+                            state.services.remove(key);
+                        }
+                        state.rows.retain(|r| r.factory.name() != factory.name());
+                    }
+                    for effect in effects.into_iter().rev() {
+                        spawn_or_block(effect());
+                    }
+                    first_error.get_or_insert(err);
+                }
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+
+    /// Unloads a plugin by package or short name: disposes its effects in reverse order, then
+    /// every plugin that injected a service it provided goes back to pending.
+    pub async fn unload(&self, name: &str) -> Result<(), PluginError> {
+        let _guard = self.inner.lifecycle.lock().await;
+        let exists = {
+            let state = self.inner.state.lock();
+            state.rows.iter().any(|r| r.factory.name() == name || r.factory.short_name() == name)
+        };
+        if !exists {
+            return Err(PluginError::NotLoaded(name.to_owned()));
+        }
+        self.deactivate(name).await;
+        let mut state = self.inner.state.lock();
+        state.rows.retain(|r| r.factory.name() != name && r.factory.short_name() != name);
+        Ok(())
+    }
+
+    /// Removes a host-provided service, disposing dependants back to pending.
+    pub async fn withdraw(&self, key: &str) {
+        let _guard = self.inner.lifecycle.lock().await;
+        self.inner.state.lock().services.remove(key);
+        self.deactivate_dependants(&[key.to_owned()]).await;
+    }
+
+    /// Disposes an applied plugin (and, first, its dependants), leaving it pending.
+    fn deactivate<'a>(&'a self, name: &'a str) -> BoxFuture<'a, ()> {
+        Box::pin(async move {
+            let provided = {
+                let state = self.inner.state.lock();
+                match state.rows.iter().find(|r| {
+                    (r.factory.name() == name || r.factory.short_name() == name)
+                        && r.state == RowState::Applied
+                }) {
+                    Some(row) => row.provided.clone(),
+                    None => return,
+                }
+            };
+            // Dependants go first: they registered on top of this plugin's services.
+            self.deactivate_dependants(&provided).await;
+            let effects = {
+                let mut state = self.inner.state.lock();
+                let Some(row) = state.rows.iter_mut().find(|r| {
+                    (r.factory.name() == name || r.factory.short_name() == name)
+                        && r.state == RowState::Applied
+                }) else {
+                    return;
+                };
+                row.state = RowState::Pending;
+                row.provided.clear();
+                let effects = std::mem::take(&mut row.effects);
+                for key in &provided {
+                    state.services.remove(key);
+                }
+                effects
+            };
+            for effect in effects.into_iter().rev() {
+                effect().await;
+            }
+        })
+    }
+
+    async fn deactivate_dependants(&self, keys: &[String]) {
+        if keys.is_empty() {
+            return;
+        }
+        let dependants: Vec<&'static str> = {
+            let state = self.inner.state.lock();
+            state
+                .rows
+                .iter()
+                .rev()
+                .filter(|r| {
+                    r.state == RowState::Applied
+                        && r.factory.inject().iter().any(|k| keys.iter().any(|p| p == k))
+                })
+                .map(|r| r.factory.name())
+                .collect()
+        };
+        for name in dependants {
+            self.deactivate(name).await;
+        }
+    }
+
+    /// Disposes every plugin in reverse load order and drops all services.
+    pub async fn dispose(&self) {
+        let _guard = self.inner.lifecycle.lock().await;
+        loop {
+            let last_applied = {
+                let state = self.inner.state.lock();
+                state.rows.iter().rev().find(|r| r.state == RowState::Applied).map(|r| r.factory.name())
+            };
+            let Some(name) = last_applied else { break };
+            self.deactivate(name).await;
+            let mut state = self.inner.state.lock();
+            state.rows.retain(|r| r.factory.name() != name);
+        }
+        let mut state = self.inner.state.lock();
+        state.rows.clear();
+        state.services.clear();
+    }
+
+    /// Every loaded plugin with its state, in load order.
+    pub fn plugins(&self) -> Vec<PluginStatus> {
+        let state = self.inner.state.lock();
+        state
+            .rows
+            .iter()
+            .map(|r| PluginStatus {
+                name: r.factory.name(),
+                short_name: r.factory.short_name(),
+                applied: r.state == RowState::Applied,
+                missing: r
+                    .factory
+                    .inject()
+                    .iter()
+                    .filter(|k| !state.services.contains_key(**k))
+                    .map(|k| (*k).to_owned())
+                    .collect(),
+            })
+            .collect()
+    }
+}
+
+/// Runs an undo future from synchronous code: on the current runtime when there is one.
+fn spawn_or_block(fut: BoxFuture<'static, ()>) {
+    match tokio::runtime::Handle::try_current() {
+        Ok(handle) => {
+            handle.spawn(fut);
+        }
+        Err(_) => futures::executor::block_on(fut),
+    }
+}

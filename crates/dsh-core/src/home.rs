@@ -1,0 +1,75 @@
+//! Where the harness keeps its files (`DSH_HOME`).
+
+use std::path::{Component, Path, PathBuf};
+
+/// The user's home directory (`$HOME`), falling back to `/`.
+pub fn user_home() -> PathBuf {
+    std::env::var_os("HOME")
+        .filter(|h| !h.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/"))
+}
+
+/// Resolves the harness home: `configured` if given, else a non-blank `ambient` value, else
+/// `<home>/.dsh`; a leading `~`/`~/` expands to the user home; relative values resolve against
+/// the process cwd. Always absolute and lexically normalized.
+pub fn resolve_dsh_home(configured: Option<&str>, ambient: Option<&str>) -> PathBuf {
+    let chosen =
+        configured.map(str::to_owned).or_else(|| ambient.filter(|v| !v.trim().is_empty()).map(str::to_owned));
+    let Some(raw) = chosen else {
+        return user_home().join(".dsh");
+    };
+    let expanded = if raw == "~" {
+        user_home()
+    } else if let Some(rest) = raw.strip_prefix("~/") {
+        user_home().join(rest)
+    } else {
+        PathBuf::from(raw)
+    };
+    absolutize(&expanded)
+}
+
+/// `path` made absolute against the process cwd and lexically normalized (no symlinks resolved).
+pub fn absolutize(path: &Path) -> PathBuf {
+    let joined = if path.is_absolute() {
+        path.to_path_buf()
+    } else {
+        std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/")).join(path)
+    };
+    normalize_lexically(&joined)
+}
+
+/// Resolves `.` and `..` components without touching the filesystem.
+pub fn normalize_lexically(path: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for component in path.components() {
+        match component {
+            Component::CurDir => {}
+            Component::ParentDir => {
+                if !out.pop() && !path.is_absolute() {
+                    out.push("..");
+                }
+            }
+            other => out.push(other.as_os_str()),
+        }
+    }
+    if out.as_os_str().is_empty() {
+        out.push(if path.is_absolute() { "/" } else { "." });
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn normalizes() {
+        assert_eq!(normalize_lexically(Path::new("/usr/./bin/../lib")), PathBuf::from("/usr/lib"));
+        assert_eq!(normalize_lexically(Path::new("/..")), PathBuf::from("/"));
+        assert_eq!(resolve_dsh_home(Some("/h/dsh"), Some("/x")), PathBuf::from("/h/dsh"));
+        assert_eq!(resolve_dsh_home(None, Some("/x/")), PathBuf::from("/x"));
+        assert_eq!(resolve_dsh_home(None, Some("  ")), user_home().join(".dsh"));
+        assert_eq!(resolve_dsh_home(Some("~/d"), None), user_home().join("d"));
+    }
+}

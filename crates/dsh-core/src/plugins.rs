@@ -1,0 +1,143 @@
+//! The core's own plugins: the tool registry, the system prompt, the agents registry and
+//! JSONL session persistence.
+
+use std::sync::Arc;
+
+use schemars::JsonSchema;
+use serde::Deserialize;
+
+use crate::agent::{AGENTS, Agents};
+use crate::context::{Plugin, PluginError, PluginScope};
+use crate::persistence::{JsonlPersistence, SESSION_PERSISTENCE, SessionPersistence};
+use crate::prompt::{SYSTEM_PROMPT, SystemPrompt};
+use crate::tools::{TOOLS, ToolRegistry};
+
+/// Provides `tools`.
+pub struct ToolsPlugin;
+
+/// Config of the tool registry.
+#[derive(Clone, Debug, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ToolsConfig {
+    /// `native` only (Code Mode is not part of this build).
+    #[serde(default = "native")]
+    pub mode: String,
+}
+
+fn native() -> String {
+    "native".to_owned()
+}
+
+impl Default for ToolsConfig {
+    fn default() -> Self {
+        Self { mode: native() }
+    }
+}
+
+impl Plugin for ToolsPlugin {
+    const NAME: &'static str = "@deepseek-ai/dsh-tools";
+    const SHORT_NAME: &'static str = "tools";
+    const INJECT: &'static [&'static str] = &[];
+    type Config = ToolsConfig;
+
+    fn validate(config: &ToolsConfig) -> Result<(), String> {
+        if config.mode == "native" {
+            Ok(())
+        } else {
+            Err(format!("tools: mode must be \"native\" (got \"{}\")", config.mode))
+        }
+    }
+
+    fn apply(scope: &mut PluginScope, _config: ToolsConfig) -> Result<(), PluginError> {
+        let registry = ToolRegistry::new(scope.ctx().downgrade());
+        scope.provide(TOOLS, registry)
+    }
+}
+
+/// Provides `systemPrompt`.
+pub struct SystemPromptPlugin;
+
+/// Config of the system prompt.
+#[derive(Clone, Debug, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct SystemPromptConfig {
+    pub include_harness_identity: bool,
+    pub include_runtime_context: bool,
+    pub persona: String,
+}
+
+impl Default for SystemPromptConfig {
+    fn default() -> Self {
+        Self { include_harness_identity: true, include_runtime_context: true, persona: String::new() }
+    }
+}
+
+impl Plugin for SystemPromptPlugin {
+    const NAME: &'static str = "@deepseek-ai/dsh-system-prompt";
+    const SHORT_NAME: &'static str = "system-prompt";
+    const INJECT: &'static [&'static str] = &[];
+    type Config = SystemPromptConfig;
+
+    fn apply(scope: &mut PluginScope, config: SystemPromptConfig) -> Result<(), PluginError> {
+        let prompt = SystemPrompt::new(
+            config.include_harness_identity,
+            config.include_runtime_context,
+            &config.persona,
+        );
+        scope.provide(SYSTEM_PROMPT, prompt)
+    }
+}
+
+/// Provides `agents`; disposing it ends every live agent's lifecycle.
+pub struct AgentsPlugin;
+
+/// The agents registry has no settings.
+#[derive(Clone, Debug, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NoConfig {}
+
+impl Plugin for AgentsPlugin {
+    const NAME: &'static str = "@deepseek-ai/dsh-agent";
+    const SHORT_NAME: &'static str = "agent";
+    const INJECT: &'static [&'static str] = &[];
+    type Config = NoConfig;
+
+    fn apply(scope: &mut PluginScope, _config: NoConfig) -> Result<(), PluginError> {
+        let agents = Agents::new();
+        scope.provide(AGENTS, Arc::clone(&agents))?;
+        scope.add(crate::context::Disposer::new_async(move || async move { agents.dispose_all().await }));
+        Ok(())
+    }
+}
+
+/// Provides `sessionPersistence`: one JSONL file per session under `<DSH_HOME>/sessions`.
+pub struct SessionJsonlPlugin;
+
+/// Config of JSONL persistence.
+#[derive(Clone, Debug, Default, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SessionJsonlConfig {
+    /// Directory of the session files; default `<DSH_HOME>/sessions`.
+    pub root: Option<String>,
+    /// Harness home used for the default root; default as `DSH_HOME` resolution.
+    pub dsh_home: Option<String>,
+}
+
+impl Plugin for SessionJsonlPlugin {
+    const NAME: &'static str = "@deepseek-ai/dsh-session-jsonl";
+    const SHORT_NAME: &'static str = "session-jsonl";
+    const INJECT: &'static [&'static str] = &[];
+    type Config = SessionJsonlConfig;
+
+    fn apply(scope: &mut PluginScope, config: SessionJsonlConfig) -> Result<(), PluginError> {
+        let root = match config.root {
+            Some(root) => crate::home::absolutize(std::path::Path::new(&root)),
+            None => {
+                let ambient = std::env::var("DSH_HOME").ok();
+                crate::home::resolve_dsh_home(config.dsh_home.as_deref(), ambient.as_deref()).join("sessions")
+            }
+        };
+        let backend: Arc<dyn SessionPersistence> = Arc::new(JsonlPersistence::new(root));
+        scope.provide(SESSION_PERSISTENCE, backend)
+    }
+}

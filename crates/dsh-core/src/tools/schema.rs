@@ -1,0 +1,375 @@
+//! The parameter schema DSL, its JSON Schema projection, and validation with the contract's
+//! exact violation texts.
+
+use serde_json::{Map, Value, json};
+
+/// What a schema node accepts.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Kind {
+    String,
+    Number,
+    Integer,
+    Boolean,
+    Null,
+    Array(Box<Schema>),
+    /// An explicit object: declared properties, required names, and whether other keys pass.
+    Object {
+        properties: Vec<(String, Schema)>,
+        required: Vec<String>,
+        additional: bool,
+    },
+    /// Exactly one branch must match.
+    OneOf(Vec<Schema>),
+    /// Anything.
+    Any,
+}
+
+/// One schema node with its annotations.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Schema {
+    pub kind: Kind,
+    pub nullable: bool,
+    pub description: Option<String>,
+    pub title: Option<String>,
+    pub enum_values: Option<Vec<Value>>,
+    pub const_value: Option<Value>,
+}
+
+impl Schema {
+    fn of(kind: Kind) -> Self {
+        Self { kind, nullable: false, description: None, title: None, enum_values: None, const_value: None }
+    }
+    pub fn string() -> Self {
+        Self::of(Kind::String)
+    }
+    pub fn number() -> Self {
+        Self::of(Kind::Number)
+    }
+    pub fn integer() -> Self {
+        Self::of(Kind::Integer)
+    }
+    pub fn boolean() -> Self {
+        Self::of(Kind::Boolean)
+    }
+    pub fn null() -> Self {
+        Self::of(Kind::Null)
+    }
+    pub fn any() -> Self {
+        Self::of(Kind::Any)
+    }
+    pub fn array(items: Schema) -> Self {
+        Self::of(Kind::Array(Box::new(items)))
+    }
+    /// An object; `properties` are `(name, schema, required)` in declaration order.
+    pub fn object(properties: Vec<(&str, Schema, bool)>, additional: bool) -> Self {
+        let required = properties.iter().filter(|p| p.2).map(|p| p.0.to_owned()).collect();
+        let properties = properties.into_iter().map(|(n, s, _)| (n.to_owned(), s)).collect();
+        Self::of(Kind::Object { properties, required, additional })
+    }
+    pub fn one_of(branches: Vec<Schema>) -> Self {
+        Self::of(Kind::OneOf(branches))
+    }
+    pub fn describe(mut self, text: impl Into<String>) -> Self {
+        self.description = Some(text.into());
+        self
+    }
+    pub fn title(mut self, text: impl Into<String>) -> Self {
+        self.title = Some(text.into());
+        self
+    }
+    pub fn enumerated(mut self, values: Vec<Value>) -> Self {
+        self.enum_values = Some(values);
+        self
+    }
+    pub fn constant(mut self, value: Value) -> Self {
+        self.const_value = Some(value);
+        self
+    }
+    /// Also accepts `null`.
+    pub fn or_null(mut self) -> Self {
+        self.nullable = true;
+        self
+    }
+
+    /// The JSON Schema projection.
+    pub fn to_json(&self) -> Value {
+        let mut out = Map::new();
+        let type_name = match &self.kind {
+            Kind::String => Some("string"),
+            Kind::Number => Some("number"),
+            Kind::Integer => Some("integer"),
+            Kind::Boolean => Some("boolean"),
+            Kind::Null => Some("null"),
+            Kind::Array(_) => Some("array"),
+            Kind::Object { .. } => Some("object"),
+            Kind::OneOf(_) | Kind::Any => None,
+        };
+        if let Some(t) = type_name {
+            if self.nullable {
+                out.insert("type".into(), json!([t, "null"]));
+            } else {
+                out.insert("type".into(), json!(t));
+            }
+        }
+        if let Some(title) = &self.title {
+            out.insert("title".into(), json!(title));
+        }
+        if let Some(d) = &self.description {
+            out.insert("description".into(), json!(d));
+        }
+        match &self.kind {
+            Kind::Array(items) => {
+                out.insert("items".into(), items.to_json());
+            }
+            Kind::Object { properties, required, additional } => {
+                out.insert("properties".into(), properties_json(properties));
+                if !required.is_empty() {
+                    out.insert("required".into(), json!(required));
+                }
+                out.insert("additionalProperties".into(), json!(additional));
+            }
+            Kind::OneOf(branches) => {
+                out.insert("oneOf".into(), Value::Array(branches.iter().map(Schema::to_json).collect()));
+            }
+            _ => {}
+        }
+        if let Some(values) = &self.enum_values {
+            out.insert("enum".into(), Value::Array(values.clone()));
+        }
+        if let Some(c) = &self.const_value {
+            out.insert("const".into(), c.clone());
+        }
+        Value::Object(out)
+    }
+}
+
+fn properties_json(properties: &[(String, Schema)]) -> Value {
+    let mut map = Map::new();
+    for (name, schema) in properties {
+        map.insert(name.clone(), schema.to_json());
+    }
+    Value::Object(map)
+}
+
+/// A tool's parameters: an **open** root object (no `additionalProperties` key; unknown keys
+/// pass validation and are ignored by tools).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ToolParams {
+    properties: Vec<(String, Schema)>,
+    required: Vec<String>,
+}
+
+impl ToolParams {
+    pub fn new() -> Self {
+        Self::default()
+    }
+    pub fn required(mut self, name: &str, schema: Schema) -> Self {
+        self.properties.push((name.to_owned(), schema));
+        self.required.push(name.to_owned());
+        self
+    }
+    pub fn optional(mut self, name: &str, schema: Schema) -> Self {
+        self.properties.push((name.to_owned(), schema));
+        self
+    }
+    /// Property names in declaration order.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.properties.iter().map(|(n, _)| n.as_str())
+    }
+
+    /// `{type:'object', properties, required?}`; `required` omitted when empty.
+    pub fn to_json(&self) -> Value {
+        let mut out = Map::new();
+        out.insert("type".into(), json!("object"));
+        out.insert("properties".into(), properties_json(&self.properties));
+        if !self.required.is_empty() {
+            out.insert("required".into(), json!(self.required));
+        }
+        Value::Object(out)
+    }
+
+    /// Violations in walk order; empty when the arguments are valid.
+    pub fn validate(&self, args: &Value) -> Vec<String> {
+        let mut out = Vec::new();
+        let Some(map) = args.as_object() else {
+            out.push("\"arguments\" must be an object".to_owned());
+            return out;
+        };
+        validate_members(&self.properties, &self.required, true, map, "", &mut out);
+        out
+    }
+
+    /// True when `args` passes validation (presenters soft-validate with this).
+    pub fn accepts(&self, args: &Value) -> bool {
+        self.validate(args).is_empty()
+    }
+}
+
+fn join_path(parent: &str, name: &str) -> String {
+    if parent.is_empty() { name.to_owned() } else { format!("{parent}.{name}") }
+}
+
+fn validate_members(
+    properties: &[(String, Schema)],
+    required: &[String],
+    additional: bool,
+    map: &Map<String, Value>,
+    path: &str,
+    out: &mut Vec<String>,
+) {
+    for name in required {
+        if !map.contains_key(name) {
+            out.push(format!("missing required property \"{}\"", join_path(path, name)));
+        }
+    }
+    for (name, schema) in properties {
+        if let Some(value) = map.get(name) {
+            validate_value(schema, value, &join_path(path, name), out);
+        }
+    }
+    if !additional {
+        for key in map.keys() {
+            if !properties.iter().any(|(n, _)| n == key) {
+                out.push(format!(
+                    "\"{}\" is not a declared property (additionalProperties: false)",
+                    join_path(path, key)
+                ));
+            }
+        }
+    }
+}
+
+/// Validates `value` against `schema` at `path`, appending violations to `out`.
+pub fn validate_value(schema: &Schema, value: &Value, path: &str, out: &mut Vec<String>) {
+    if schema.nullable && value.is_null() {
+        return;
+    }
+    let type_ok = match &schema.kind {
+        Kind::String => check(value.is_string(), path, "a string", out),
+        Kind::Number => check(value.is_number(), path, "a number", out),
+        Kind::Integer => check(
+            value.as_f64().is_some_and(|f| f.fract() == 0.0) || value.is_i64() || value.is_u64(),
+            path,
+            "an integer",
+            out,
+        ),
+        Kind::Boolean => check(value.is_boolean(), path, "a boolean", out),
+        Kind::Null => check(value.is_null(), path, "null", out),
+        Kind::Array(items) => match value.as_array() {
+            Some(values) => {
+                for (i, item) in values.iter().enumerate() {
+                    validate_value(items, item, &format!("{path}[{i}]"), out);
+                }
+                true
+            }
+            None => check(false, path, "an array", out),
+        },
+        Kind::Object { properties, required, additional } => match value.as_object() {
+            Some(map) => {
+                validate_members(properties, required, *additional, map, path, out);
+                true
+            }
+            None => check(false, path, "an object", out),
+        },
+        Kind::OneOf(branches) => {
+            let matched = branches
+                .iter()
+                .filter(|b| {
+                    let mut scratch = Vec::new();
+                    validate_value(b, value, path, &mut scratch);
+                    scratch.is_empty()
+                })
+                .count();
+            if matched != 1 {
+                out.push(format!("\"{path}\" must match exactly one oneOf branch (matched {matched})"));
+            }
+            matched == 1
+        }
+        Kind::Any => true,
+    };
+    if !type_ok {
+        return;
+    }
+    if let Some(values) = &schema.enum_values
+        && !values.contains(value)
+    {
+        out.push(format!("\"{path}\" must be one of {}", Value::Array(values.clone())));
+    }
+    if let Some(c) = &schema.const_value
+        && c != value
+    {
+        out.push(format!("\"{path}\" must be {c}"));
+    }
+}
+
+fn check(ok: bool, path: &str, what: &str, out: &mut Vec<String>) -> bool {
+    if !ok {
+        out.push(format!("\"{path}\" must be {what}"));
+    }
+    ok
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn params() -> ToolParams {
+        ToolParams::new()
+            .required("command", Schema::string().describe("c"))
+            .required("description", Schema::string())
+            .optional("timeoutMs", Schema::number())
+            .optional("mode", Schema::string().enumerated(vec![json!("a"), json!("b")]))
+    }
+
+    #[test]
+    fn projection_is_open_and_ordered() {
+        assert_eq!(
+            params().to_json().to_string(),
+            r#"{"type":"object","properties":{"command":{"type":"string","description":"c"},"description":{"type":"string"},"timeoutMs":{"type":"number"},"mode":{"type":"string","enum":["a","b"]}},"required":["command","description"]}"#
+        );
+        assert_eq!(ToolParams::new().to_json().to_string(), r#"{"type":"object","properties":{}}"#);
+    }
+
+    #[test]
+    fn violations_in_walk_order() {
+        let p = params();
+        assert_eq!(
+            p.validate(&json!({})),
+            vec!["missing required property \"command\"", "missing required property \"description\""]
+        );
+        assert_eq!(
+            p.validate(&json!({"command": null, "description": "d"})),
+            vec!["\"command\" must be a string"]
+        );
+        assert_eq!(
+            p.validate(
+                &json!({"command": "x", "description": "d", "timeoutMs": "soon", "mode": "c", "extra": 1})
+            ),
+            vec!["\"timeoutMs\" must be a number", "\"mode\" must be one of [\"a\",\"b\"]"]
+        );
+        assert_eq!(p.validate(&json!([1])), vec!["\"arguments\" must be an object"]);
+    }
+
+    #[test]
+    fn nested_paths_closed_objects_one_of_and_const() {
+        let s = Schema::object(
+            vec![
+                ("a", Schema::array(Schema::integer()), true),
+                ("k", Schema::string().constant(json!("x")), false),
+                ("u", Schema::one_of(vec![Schema::string(), Schema::number()]), false),
+            ],
+            false,
+        );
+        let mut out = Vec::new();
+        validate_value(&s, &json!({"a": [1, 1.5], "k": "y", "u": true, "z": 0}), "o", &mut out);
+        assert_eq!(
+            out,
+            vec![
+                "\"o.a[1]\" must be an integer",
+                "\"o.k\" must be \"x\"",
+                "\"o.u\" must match exactly one oneOf branch (matched 0)",
+                "\"o.z\" is not a declared property (additionalProperties: false)",
+            ]
+        );
+    }
+}
