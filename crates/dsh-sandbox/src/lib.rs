@@ -6,5 +6,7 @@
 //! tool or any host.
 
 mod mode;
+mod policy;
 
 pub use mode::{SandboxEnforcement, SandboxExecutionPolicy, SandboxMode, SandboxUnavailableError};
+pub use policy::{SANDBOX_POLICY, SandboxPolicyService, StandingPolicy};
