@@ -9,8 +9,11 @@ use dsh_sandbox::{SandboxEnforcement, SandboxExecutionPolicy, SandboxMode, Sandb
 use futures::future::BoxFuture;
 use serde::Serialize;
 
-/// The service key an executor registers under.
+/// The service key name an executor registers under.
 pub const SHELL_SERVICE: &str = "shell";
+
+/// The typed service key of the mounted executor.
+pub const SHELL: dsh_core::ServiceKey<Arc<dyn ShellExecutor>> = dsh_core::ServiceKey::new(SHELL_SERVICE);
 
 /// A caller's request; everything but `command` is optional and filled by `resolve`.
 #[derive(Clone, Debug, Default)]
