@@ -10,7 +10,7 @@ mod exec;
 mod exit_status;
 
 pub use exec::{
-    CollectedOutput, ProcessStatus, SHELL_SERVICE, ShellError, ShellExecRequest, ShellExecSpec,
+    CollectedOutput, ProcessStatus, SHELL, SHELL_SERVICE, ShellError, ShellExecRequest, ShellExecSpec,
     ShellExecutor, ShellProcess, ShellProcessRead, ShellRunResult, ShellSandboxInfo,
 };
 pub use exit_status::{ExitStatus, parse_exit_status};
