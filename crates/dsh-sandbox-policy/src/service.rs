@@ -1,0 +1,243 @@
+//! The local policy service and its plugin.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use dsh_core::home::absolutize;
+use dsh_core::{Agent, Plugin, PluginError, PluginScope, SYSTEM_PROMPT, Session};
+use dsh_sandbox::{
+    SANDBOX_POLICY, SandboxExecutionPolicy, SandboxMode, SandboxPolicyService, StandingPolicy,
+};
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+/// The session event that records a mode switch.
+pub const SANDBOX_MODE_EVENT: &str = "sandbox/mode";
+
+/// Config: deployment default mode and fallback workspace root.
+#[derive(Clone, Debug, Default, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SandboxPolicyConfig {
+    /// `read-only` (default), `workspace-write` or `danger-full-access`.
+    pub mode: Option<String>,
+    /// Root for agent-less or cwd-less calls; default the harness cwd.
+    pub workspace_root: Option<String>,
+}
+
+/// Canonical form of a root: the filesystem realpath (so `link/..` resolves physically, like
+/// `chdir`), else the spelling made absolute and lexically normalized.
+pub fn canonical_root(path: &Path) -> PathBuf {
+    std::fs::canonicalize(path).unwrap_or_else(|_| absolutize(path))
+}
+
+/// The policy service over session logs.
+#[derive(Debug)]
+pub struct LocalSandboxPolicy {
+    default_mode: SandboxMode,
+    root: PathBuf,
+}
+
+impl LocalSandboxPolicy {
+    /// Builds the service; an unknown mode is refused.
+    pub fn new(config: &SandboxPolicyConfig) -> Result<Self, String> {
+        let default_mode = match config.mode.as_deref() {
+            None => SandboxMode::ReadOnly,
+            Some(m) => SandboxMode::parse(m).ok_or_else(|| {
+                format!(
+                    "sandbox-policy: mode must be one of \"read-only\", \"workspace-write\", \"danger-full-access\" (got \"{m}\")"
+                )
+            })?,
+        };
+        let root = match &config.workspace_root {
+            Some(root) => canonical_root(Path::new(root)),
+            None => canonical_root(&std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"))),
+        };
+        Ok(Self { default_mode, root })
+    }
+
+    /// The configured fallback root (canonical).
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    fn recorded_mode(session: &Session) -> Option<String> {
+        session.last_event(SANDBOX_MODE_EVENT).map(|e| match e.data.get("mode") {
+            Some(Value::String(s)) => s.clone(),
+            Some(other) => other.to_string(),
+            None => "undefined".to_owned(),
+        })
+    }
+
+    /// The `sandbox:policy` runtime context text for a standing mode.
+    pub fn context_text(standing: &StandingPolicy) -> String {
+        match SandboxMode::parse(&standing.mode_label) {
+            Some(SandboxMode::WorkspaceWrite) => format!(
+                "Current DSH file policy: workspace-write. Any available operation enforced by the DSH file sandbox may modify files under the session workspace: {}. Some platform temporary areas may also be writable.",
+                json!(standing.policy.workspace_root.to_string_lossy())
+            ),
+            Some(SandboxMode::DangerFullAccess) => "Current DSH file policy: danger-full-access. The DSH file sandbox does not restrict file modifications by available operations.".to_owned(),
+            _ => "Current DSH file policy: read-only. Any available operation enforced by the DSH file sandbox cannot modify files in the standing mode. Do not refuse a required modification from this policy alone: try an available tool normally and follow any denial and escalation guidance it returns.".to_owned(),
+        }
+    }
+}
+
+impl SandboxPolicyService for LocalSandboxPolicy {
+    fn default_mode(&self) -> SandboxMode {
+        self.default_mode
+    }
+
+    fn resolve(&self, session: Option<&Session>, approved: Option<SandboxMode>) -> StandingPolicy {
+        let mode_label = approved
+            .map(|m| m.as_str().to_owned())
+            .or_else(|| session.and_then(Self::recorded_mode))
+            .unwrap_or_else(|| self.default_mode.as_str().to_owned());
+        let mode = SandboxMode::parse(&mode_label).unwrap_or(SandboxMode::ReadOnly);
+        let workspace_root = session
+            .and_then(|s| s.header().cwd.as_deref())
+            .map(canonical_root)
+            .unwrap_or_else(|| self.root.clone());
+        StandingPolicy {
+            mode_label,
+            policy: SandboxExecutionPolicy {
+                mode,
+                workspace_root,
+                session_id: session.map(|s| s.id().to_owned()),
+            },
+        }
+    }
+
+    fn set_sandbox_mode(&self, session: &Session, mode: SandboxMode) -> Result<(), String> {
+        session.append(SANDBOX_MODE_EVENT, json!({ "mode": mode.as_str() })).map(|_| ())
+    }
+}
+
+/// Loads the policy service and its `sandbox:policy` runtime context (order 110).
+pub struct SandboxPolicyPlugin;
+
+impl Plugin for SandboxPolicyPlugin {
+    const NAME: &'static str = "@deepseek-ai/dsh-sandbox-policy";
+    const SHORT_NAME: &'static str = "sandbox-policy";
+    const INJECT: &'static [&'static str] = &["systemPrompt"];
+    type Config = SandboxPolicyConfig;
+
+    fn validate(config: &SandboxPolicyConfig) -> Result<(), String> {
+        LocalSandboxPolicy::new(config).map(|_| ())
+    }
+
+    fn apply(scope: &mut PluginScope, config: SandboxPolicyConfig) -> Result<(), PluginError> {
+        let service = Arc::new(LocalSandboxPolicy::new(&config).map_err(PluginError::Config)?);
+        let prompt =
+            scope.get(SYSTEM_PROMPT).ok_or_else(|| PluginError::Apply("systemPrompt missing".into()))?;
+        let for_context = Arc::clone(&service);
+        let context = prompt
+            .register_context(
+                "sandbox:policy",
+                110.0,
+                Arc::new(move |agent: Option<&Arc<Agent>>| match agent {
+                    None => String::new(),
+                    Some(agent) => {
+                        LocalSandboxPolicy::context_text(&for_context.resolve(Some(agent.session()), None))
+                    }
+                }),
+            )
+            .map_err(|e| PluginError::Apply(e.to_string()))?;
+        scope.add(context);
+        let service: Arc<dyn SandboxPolicyService> = service;
+        scope.provide(SANDBOX_POLICY, service)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dsh_core::SessionHeader;
+
+    fn session(id: &str, cwd: Option<&str>) -> Arc<Session> {
+        Session::new(SessionHeader { id: id.into(), cwd: cwd.map(PathBuf::from) })
+    }
+
+    #[test]
+    fn sb_09_policy_resolution() {
+        let default = LocalSandboxPolicy::new(&SandboxPolicyConfig::default()).expect("ok");
+        let standing = default.resolve(None, None);
+        assert_eq!(standing.mode_label, "read-only");
+        assert_eq!(
+            standing.policy,
+            SandboxExecutionPolicy {
+                mode: SandboxMode::ReadOnly,
+                workspace_root: canonical_root(&std::env::current_dir().expect("cwd")),
+                session_id: None
+            }
+        );
+
+        let p = LocalSandboxPolicy::new(&SandboxPolicyConfig {
+            mode: Some("workspace-write".into()),
+            workspace_root: Some("/fallback".into()),
+        })
+        .expect("ok");
+        let s1 = session("s1", Some("/projects/a"));
+        assert_eq!(
+            p.resolve(Some(&s1), None).policy,
+            SandboxExecutionPolicy {
+                mode: SandboxMode::WorkspaceWrite,
+                workspace_root: PathBuf::from("/projects/a"),
+                session_id: Some("s1".into())
+            }
+        );
+        let no_cwd = session("s2", None);
+        assert_eq!(p.resolve(Some(&no_cwd), None).policy.workspace_root, PathBuf::from("/fallback"));
+
+        let approved = session("s3", Some("/projects/approved"));
+        p.set_sandbox_mode(&approved, SandboxMode::ReadOnly).expect("append");
+        assert_eq!(approved.events().len(), 1);
+        assert_eq!(approved.events()[0].kind, "sandbox/mode");
+        assert_eq!(p.resolve(Some(&approved), None).mode_label, "read-only");
+        let granted = p.resolve(Some(&approved), Some(SandboxMode::DangerFullAccess));
+        assert_eq!(granted.policy.mode, SandboxMode::DangerFullAccess);
+        assert_eq!(granted.policy.workspace_root, PathBuf::from("/projects/approved"));
+        assert_eq!(granted.policy.session_id.as_deref(), Some("s3"));
+
+        let bogus = session("s4", None);
+        bogus.append(SANDBOX_MODE_EVENT, json!({"mode": "unknown-mode"})).expect("append");
+        let standing = p.resolve(Some(&bogus), None);
+        assert_eq!(standing.mode_label, "unknown-mode");
+        assert_eq!(standing.policy.mode, SandboxMode::ReadOnly, "malformed modes execute fail-safe");
+
+        let err = LocalSandboxPolicy::new(&SandboxPolicyConfig {
+            mode: Some("bogus".into()),
+            workspace_root: None,
+        })
+        .expect_err("bogus mode");
+        assert!(err.contains("bogus"), "{err}");
+    }
+
+    #[test]
+    fn sb_09_link_dotdot_resolves_physically() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let r = std::fs::canonicalize(tmp.path()).expect("canon");
+        std::fs::create_dir_all(r.join("physical/child")).expect("mkdir");
+        std::fs::create_dir_all(r.join("lexical")).expect("mkdir");
+        std::os::unix::fs::symlink(r.join("physical/child"), r.join("lexical/link")).expect("link");
+        let p = LocalSandboxPolicy::new(&SandboxPolicyConfig::default()).expect("ok");
+        let s = session("s", Some(r.join("lexical/link/..").to_str().expect("utf8")));
+        assert_eq!(p.resolve(Some(&s), None).policy.workspace_root, r.join("physical"));
+    }
+
+    #[test]
+    fn a5_context_texts() {
+        let p =
+            LocalSandboxPolicy::new(&SandboxPolicyConfig { mode: None, workspace_root: Some("/ws".into()) })
+                .expect("ok");
+        let s = session("s", None);
+        assert!(
+            LocalSandboxPolicy::context_text(&p.resolve(Some(&s), None))
+                .starts_with("Current DSH file policy: read-only. Any available")
+        );
+        let ww = p.resolve(Some(&s), Some(SandboxMode::WorkspaceWrite));
+        assert_eq!(
+            LocalSandboxPolicy::context_text(&ww),
+            "Current DSH file policy: workspace-write. Any available operation enforced by the DSH file sandbox may modify files under the session workspace: \"/ws\". Some platform temporary areas may also be writable."
+        );
+    }
+}
