@@ -1,1 +1,15 @@
-//! Placeholder.
+//! The user-approval service (a **provider** of `approval`).
+//!
+//! One-shot approval requests: turn-enclosed `approval/asked` + `approval/decided` audit events,
+//! the `ask`/`never` policy (session events outrank config), an answerer waterfall that hosts
+//! fill (a fixed answer for scripts, a terminal prompt, MCP elicitation), and cancellation.
+//! Nothing is remembered between requests. It knows nothing about sandboxes or the bash tool.
+
+mod answerers;
+mod hub;
+
+pub use answerers::{fixed_answerer, tty_answerer};
+pub use hub::{
+    APPROVAL_HUB, Answer, AnswerFn, ApprovalConfig, ApprovalHub, ApprovalPlugin, ApprovalPolicy,
+    ApprovalQuestion,
+};

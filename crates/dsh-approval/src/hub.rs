@@ -1,0 +1,247 @@
+//! The approval hub: policy, audit, answerer waterfall.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use dsh_core::{
+    APPROVAL, Agent, AgentMessage, ApprovalOutcome, ApprovalRequest, ApprovalService, Disposer, Plugin,
+    PluginError, PluginScope, SYSTEM_PROMPT, ServiceKey, Session,
+};
+use futures::future::BoxFuture;
+use parking_lot::Mutex;
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::{Map, Value, json};
+
+/// The approval policy: ask answerers, or reject everything without asking.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ApprovalPolicy {
+    Ask,
+    Never,
+}
+
+impl ApprovalPolicy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ApprovalPolicy::Ask => "ask",
+            ApprovalPolicy::Never => "never",
+        }
+    }
+
+    /// Parses `ask`/`never` with the contract's message for anything else.
+    pub fn parse(s: &str) -> Result<Self, String> {
+        match s {
+            "ask" => Ok(ApprovalPolicy::Ask),
+            "never" => Ok(ApprovalPolicy::Never),
+            _ => Err("approval policy must be one of \"ask\" or \"never\"".to_owned()),
+        }
+    }
+}
+
+/// What an answerer sees.
+#[derive(Clone, Debug)]
+pub struct ApprovalQuestion {
+    /// The audit id of this request.
+    pub id: String,
+    pub agent: Arc<Agent>,
+    pub tool_name: String,
+    pub call_id: Option<String>,
+    pub reason: Option<String>,
+}
+
+/// An answerer's reply.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Answer {
+    /// An outcome (validated against the vocabulary; anything else counts as `unavailable`).
+    Outcome(String),
+    /// Delegate to the next answerer.
+    Pass,
+    /// The answerer failed (counts as `unavailable`).
+    Failed(String),
+}
+
+/// An answerer in the waterfall.
+pub type AnswerFn = Arc<dyn Fn(ApprovalQuestion) -> BoxFuture<'static, Answer> + Send + Sync>;
+
+struct AnswererEntry {
+    id: u64,
+    /// Only requests of this agent id reach a scoped answerer.
+    scope: Option<String>,
+    answer: AnswerFn,
+}
+
+/// Service key of the hub (answerer registration, policy switches).
+pub const APPROVAL_HUB: ServiceKey<Arc<ApprovalHub>> = ServiceKey::new("approvalHub");
+
+const OUTSIDE_TURN: &str = "approval.request() outside an open turn: the approval/asked + approval/decided audit pair must be turn-enclosed (a bare event between turns is crash-tail garbage on reload). Ask from inside the turn that needs the decision.";
+
+/// The approval service.
+pub struct ApprovalHub {
+    policy: ApprovalPolicy,
+    next: AtomicU64,
+    answerers: Arc<Mutex<Vec<AnswererEntry>>>,
+}
+
+impl ApprovalHub {
+    pub fn new(policy: ApprovalPolicy) -> Arc<Self> {
+        Arc::new(Self { policy, next: AtomicU64::new(1), answerers: Arc::new(Mutex::new(Vec::new())) })
+    }
+
+    /// Adds an answerer (first or last in the waterfall), optionally scoped to one agent id.
+    pub fn register_answerer(&self, scope: Option<String>, answer: AnswerFn, prepend: bool) -> Disposer {
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        {
+            let mut list = self.answerers.lock();
+            let entry = AnswererEntry { id, scope, answer };
+            if prepend { list.insert(0, entry) } else { list.push(entry) }
+        }
+        let answerers = Arc::clone(&self.answerers);
+        Disposer::new(move || answerers.lock().retain(|e| e.id != id))
+    }
+
+    /// The session's last `approval/policy` event, else the configured policy.
+    pub fn effective_policy(&self, session: &Session) -> ApprovalPolicy {
+        session
+            .last_event("approval/policy")
+            .and_then(|e| {
+                e.data.get("policy").and_then(Value::as_str).and_then(|p| ApprovalPolicy::parse(p).ok())
+            })
+            .unwrap_or(self.policy)
+    }
+
+    /// Switches the session's policy (one `approval/policy` event) and tells the agent.
+    pub fn set_approval_policy(&self, agent: &Agent, policy: &str) -> Result<(), String> {
+        let next = ApprovalPolicy::parse(policy)?;
+        let prev = self.effective_policy(agent.session());
+        agent.session().append("approval/policy", json!({ "policy": next.as_str() }))?;
+        if prev != next {
+            agent.inject(AgentMessage::user(format!(
+                "The approval policy changed from \"{}\" to \"{}\" (changed by the user).",
+                prev.as_str(),
+                next.as_str()
+            )));
+        }
+        Ok(())
+    }
+
+    /// The `approval:policy` runtime context text for a session.
+    pub fn context_text(&self, session: &Session) -> String {
+        match self.effective_policy(session) {
+            ApprovalPolicy::Ask => "Approval policy: ask. Operations that require approval may ask through the configured answerers; without an available answerer, the request fails closed.".to_owned(),
+            ApprovalPolicy::Never => "Approval prompts are disabled in this session: actions that require approval are rejected automatically — do not request sandbox escalation (do not set `sandbox_permissions`).".to_owned(),
+        }
+    }
+
+    async fn ask_answerers(&self, question: ApprovalQuestion) -> ApprovalOutcome {
+        let answerers: Vec<AnswerFn> = self
+            .answerers
+            .lock()
+            .iter()
+            .filter(|e| e.scope.as_deref().is_none_or(|s| s == question.agent.id()))
+            .map(|e| Arc::clone(&e.answer))
+            .collect();
+        for answer in answerers {
+            match answer(question.clone()).await {
+                Answer::Pass => continue,
+                Answer::Failed(_) => return ApprovalOutcome::Unavailable,
+                Answer::Outcome(raw) => {
+                    return ApprovalOutcome::parse(&raw).unwrap_or(ApprovalOutcome::Unavailable);
+                }
+            }
+        }
+        ApprovalOutcome::Unavailable
+    }
+}
+
+#[async_trait::async_trait]
+impl ApprovalService for ApprovalHub {
+    async fn request(&self, request: ApprovalRequest) -> Result<ApprovalOutcome, String> {
+        let session = Arc::clone(request.agent.session());
+        if !session.in_open_turn() {
+            return Err(OUTSIDE_TURN.to_owned());
+        }
+        let id = uuid::Uuid::new_v4().to_string();
+        let mut asked = Map::new();
+        asked.insert("id".into(), json!(id));
+        asked.insert("toolName".into(), json!(request.tool_name));
+        if let Some(call_id) = &request.call_id {
+            asked.insert("callId".into(), json!(call_id));
+        }
+        if let Some(reason) = &request.reason {
+            asked.insert("reason".into(), json!(reason));
+        }
+        session.append("approval/asked", Value::Object(asked))?;
+        let outcome = if request.signal.as_ref().is_some_and(|s| s.is_aborted()) {
+            ApprovalOutcome::Cancelled
+        } else if self.effective_policy(&session) == ApprovalPolicy::Never {
+            ApprovalOutcome::Rejected
+        } else {
+            let question = ApprovalQuestion {
+                id: id.clone(),
+                agent: Arc::clone(&request.agent),
+                tool_name: request.tool_name.clone(),
+                call_id: request.call_id.clone(),
+                reason: request.reason.clone(),
+            };
+            match &request.signal {
+                Some(signal) => {
+                    tokio::select! {
+                        outcome = self.ask_answerers(question) => outcome,
+                        _ = signal.aborted() => ApprovalOutcome::Cancelled,
+                    }
+                }
+                None => self.ask_answerers(question).await,
+            }
+        };
+        session.append("approval/decided", json!({ "id": id, "outcome": outcome.as_str() }))?;
+        Ok(outcome)
+    }
+}
+
+/// Config of the approval service.
+#[derive(Clone, Debug, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct ApprovalConfig {
+    /// `ask` (default) or `never`.
+    pub policy: String,
+}
+
+impl Default for ApprovalConfig {
+    fn default() -> Self {
+        Self { policy: "ask".to_owned() }
+    }
+}
+
+/// Provides `approval` (and the hub) and the `approval:policy` context (order 115).
+pub struct ApprovalPlugin;
+
+impl Plugin for ApprovalPlugin {
+    const NAME: &'static str = "@deepseek-ai/dsh-user-approval";
+    const SHORT_NAME: &'static str = "approval";
+    const INJECT: &'static [&'static str] = &["systemPrompt"];
+    type Config = ApprovalConfig;
+
+    fn validate(config: &ApprovalConfig) -> Result<(), String> {
+        ApprovalPolicy::parse(&config.policy).map(|_| ())
+    }
+
+    fn apply(scope: &mut PluginScope, config: ApprovalConfig) -> Result<(), PluginError> {
+        let hub = ApprovalHub::new(ApprovalPolicy::parse(&config.policy).map_err(PluginError::Config)?);
+        let prompt =
+            scope.get(SYSTEM_PROMPT).ok_or_else(|| PluginError::Apply("systemPrompt missing".into()))?;
+        let for_context = Arc::clone(&hub);
+        let context = prompt
+            .register_context(
+                "approval:policy",
+                115.0,
+                Arc::new(move |agent: Option<&Arc<Agent>>| {
+                    agent.map(|a| for_context.context_text(a.session())).unwrap_or_default()
+                }),
+            )
+            .map_err(|e| PluginError::Apply(e.to_string()))?;
+        scope.add(context);
+        scope.provide(APPROVAL_HUB, Arc::clone(&hub))?;
+        let service: Arc<dyn ApprovalService> = hub;
+        scope.provide(APPROVAL, service)
+    }
+}
