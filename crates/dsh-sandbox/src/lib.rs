@@ -5,8 +5,25 @@
 //! It knows nothing about how a provider confines (Landlock, bubblewrap) nor about the bash
 //! tool or any host.
 
+mod attribution;
+mod classify;
+mod confined;
+mod escalation;
 mod mode;
 mod policy;
+mod report;
 
+pub use attribution::{SpawnFailure, SpawnStage, is_runner_spawn_failure};
+pub use classify::{classify_runner_failure, matches_signature};
+pub use confined::{
+    ChildConfinement, ConfinedCommand, PreExecHook, RunnerFailureRule, SANDBOX, SANDBOX_SERVICE,
+    SandboxProvider,
+};
+pub use escalation::{
+    ESCALATION_HINT, ESCALATION_TARGETS, EscalationError, EscalationOutcome, check_widening, denial_marker,
+    escalation_reason, map_escalation_outcome, parse_escalation_outcome, runner_failed_marker, wider_modes,
+    writable_roots,
+};
 pub use mode::{SandboxEnforcement, SandboxExecutionPolicy, SandboxMode, SandboxUnavailableError};
 pub use policy::{SANDBOX_POLICY, SandboxPolicyService, StandingPolicy};
+pub use report::{ProviderReport, RunnerReport};

@@ -1,0 +1,225 @@
+//! What a provider hands back: the confined launch and the data that classifies its outcome.
+
+use std::fmt::Debug;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use crate::attribution::{SpawnFailure, SpawnStage, is_runner_spawn_failure};
+use crate::mode::{SandboxEnforcement, SandboxExecutionPolicy, SandboxUnavailableError};
+use crate::report::ProviderReport;
+
+/// The service key name a sandbox provider registers under.
+pub const SANDBOX_SERVICE: &str = "sandbox";
+
+/// The typed service key of the mounted sandbox provider.
+pub const SANDBOX: dsh_core::ServiceKey<Arc<dyn SandboxProvider>> =
+    dsh_core::ServiceKey::new(SANDBOX_SERVICE);
+
+/// A hook run in the forked child right before `exec`, in the shape the subprocess layer takes.
+pub type PreExecHook = Arc<dyn Fn() -> std::io::Result<()> + Send + Sync>;
+
+/// How a runner that started but refused to run the command announces itself (contract §7.2).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RunnerFailureRule {
+    /// When given, the rule only applies to these exit codes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allowed_exit_codes: Option<Vec<i32>>,
+    /// A stderr line containing one of these (case-insensitively) is the runner's fatal line.
+    pub fatal_signatures: Vec<String>,
+    /// Whole stderr lines that are notices, never failures (compared case-insensitively).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub informational_lines: Vec<String>,
+}
+
+impl RunnerFailureRule {
+    /// A rule with fatal signatures only.
+    pub fn fatal(signatures: &[&str]) -> Self {
+        Self {
+            allowed_exit_codes: None,
+            fatal_signatures: signatures.iter().map(|s| (*s).to_owned()).collect(),
+            informational_lines: Vec::new(),
+        }
+    }
+}
+
+/// Confinement applied by the child process itself, between `fork` and `exec`.
+///
+/// `apply_in_child` runs in the forked child of a possibly multi-threaded parent, so it must be
+/// async-signal-safe: raw syscalls on data prepared in the parent, no allocation, no locks.
+/// Returning `Err` makes the spawn fail with that error, so the command never runs
+/// unconfined; the child records why before returning, and the parent reads it back with
+/// [`ChildConfinement::failure`].
+pub trait ChildConfinement: Send + Sync + Debug {
+    /// Confines the calling (child) process.
+    fn apply_in_child(&self) -> std::io::Result<()>;
+
+    /// After a spawn failed: the confinement's own fatal line when it was the confinement that
+    /// failed (in the `landlock-run: ` dialect), `None` when it ran fine or never ran.
+    fn failure(&self) -> Option<String> {
+        None
+    }
+}
+
+/// A confined launch: the argv to spawn, the in-child confinement to run before `exec`, and
+/// the facts the executor needs to classify the outcome (contract §7.2 `ConfinedArgv`).
+///
+/// Build one per spawn: the in-child failure record is per value.
+#[derive(Clone, Debug)]
+pub struct ConfinedCommand {
+    /// The argv to spawn (a runner and its profile in front of the original argv, or the
+    /// original argv itself when the confinement happens in the child).
+    pub argv: Vec<String>,
+    /// Applied in the child right before `exec` when present.
+    pub child_confinement: Option<Arc<dyn ChildConfinement>>,
+    pub enforcement: SandboxEnforcement,
+    /// Lower-cased substrings of stderr that mark a denied file effect.
+    pub denial_signatures: Vec<String>,
+    pub runner_failure_rules: Vec<RunnerFailureRule>,
+    /// The program whose failed `exec` means "the runner is missing" (`None` when no runner
+    /// program is exec'd).
+    pub runner: Option<String>,
+}
+
+impl ConfinedCommand {
+    /// The child confinement as the subprocess layer's pre-exec hook.
+    pub fn pre_exec_hook(&self) -> Option<PreExecHook> {
+        let confinement = self.child_confinement.clone()?;
+        Some(Arc::new(move || confinement.apply_in_child()))
+    }
+
+    /// After a failed spawn: the child confinement's fatal line when the confinement failed.
+    pub fn confinement_failure(&self) -> Option<String> {
+        self.child_confinement.as_ref().and_then(|c| c.failure())
+    }
+
+    /// Classifies a failed spawn of this command: `Some(detail)` when the sandbox runner itself
+    /// failed (the executor raises `SandboxUnavailableError(mode, detail)`), `None` when it is
+    /// an ordinary command-start failure.
+    ///
+    /// `errno` is the failure's errno name (`ENOENT`), `program` the program whose exec was
+    /// attempted, `chdir` whether the failure was entering the working directory, and
+    /// `error_text` the spawn error as reported (`spawn bwrap ENOENT`).
+    pub fn runner_spawn_failure(
+        &self,
+        errno: &str,
+        program: Option<&str>,
+        chdir: bool,
+        workdir: &std::path::Path,
+        error_text: &str,
+    ) -> Option<String> {
+        let confinement_line = if chdir { None } else { self.confinement_failure() };
+        let stage = match (&confinement_line, chdir) {
+            (_, true) => SpawnStage::Chdir,
+            (Some(_), false) => SpawnStage::Confinement,
+            (None, false) => SpawnStage::Exec,
+        };
+        let failure = SpawnFailure { errno, program, stage };
+        if !is_runner_spawn_failure(&failure, self.runner.as_deref(), workdir) {
+            return None;
+        }
+        Some(confinement_line.unwrap_or_else(|| error_text.to_owned()))
+    }
+}
+
+/// The sandbox provider seam (`sandbox`): turns an argv into a confined launch.
+pub trait SandboxProvider: Send + Sync {
+    /// Wraps `argv` for `policy` (`read-only` or `workspace-write`). Never returns the original
+    /// argv unconfined for a confining mode: when no backend can confine, it fails with
+    /// [`SandboxUnavailableError`].
+    fn confine(
+        &self,
+        argv: &[String],
+        policy: &SandboxExecutionPolicy,
+    ) -> Result<ConfinedCommand, SandboxUnavailableError>;
+
+    /// What this provider can do on this host (for a `doctor` command).
+    fn describe(&self) -> ProviderReport;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug)]
+    struct Refusing;
+
+    impl ChildConfinement for Refusing {
+        fn apply_in_child(&self) -> std::io::Result<()> {
+            Err(std::io::Error::from_raw_os_error(libc::EPERM))
+        }
+        fn failure(&self) -> Option<String> {
+            Some("landlock-run: landlock_restrict_self failed: Operation not permitted".into())
+        }
+    }
+
+    fn command(confinement: Option<Arc<dyn ChildConfinement>>, runner: Option<&str>) -> ConfinedCommand {
+        ConfinedCommand {
+            argv: vec!["bash".into(), "-c".into(), "true".into()],
+            child_confinement: confinement,
+            enforcement: SandboxEnforcement::Full,
+            denial_signatures: vec!["permission denied".into()],
+            runner_failure_rules: vec![],
+            runner: runner.map(str::to_owned),
+        }
+    }
+
+    #[test]
+    fn spawn_failure_of_the_in_child_confinement_reports_its_own_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let confined = command(Some(Arc::new(Refusing)), None);
+        let hook = confined.pre_exec_hook().unwrap();
+        assert_eq!(hook().unwrap_err().raw_os_error(), Some(libc::EPERM));
+        assert_eq!(
+            confined.runner_spawn_failure("EPERM", Some("bash"), false, dir.path(), "spawn bash EPERM"),
+            Some("landlock-run: landlock_restrict_self failed: Operation not permitted".into())
+        );
+        // A chdir failure never ran the confinement and is the command's own failure.
+        assert_eq!(
+            confined.runner_spawn_failure("ENOENT", Some("bash"), true, dir.path(), "spawn bash ENOENT"),
+            None
+        );
+    }
+
+    #[test]
+    fn spawn_failure_of_a_runner_program_reports_the_spawn_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let confined = command(None, Some("bwrap"));
+        assert!(confined.pre_exec_hook().is_none());
+        assert_eq!(
+            confined.runner_spawn_failure("ENOENT", Some("bwrap"), false, dir.path(), "spawn bwrap ENOENT"),
+            Some("spawn bwrap ENOENT".into())
+        );
+        assert_eq!(
+            confined.runner_spawn_failure("ENOEXEC", Some("bwrap"), false, dir.path(), "spawn bwrap ENOEXEC"),
+            None
+        );
+        let missing = dir.path().join("missing");
+        assert_eq!(
+            confined.runner_spawn_failure("ENOENT", Some("bwrap"), false, &missing, "spawn bwrap ENOENT"),
+            None
+        );
+    }
+
+    #[test]
+    fn rules_serialize_like_the_contract() {
+        assert_eq!(
+            serde_json::to_value(RunnerFailureRule::fatal(&["bwrap: "])).unwrap(),
+            serde_json::json!({"fatalSignatures": ["bwrap: "]})
+        );
+        let landlock = RunnerFailureRule {
+            allowed_exit_codes: Some(vec![125]),
+            fatal_signatures: vec!["landlock-run: ".into()],
+            informational_lines: vec!["landlock-run: partial enforcement (older Landlock ABI)".into()],
+        };
+        assert_eq!(
+            serde_json::to_value(landlock).unwrap(),
+            serde_json::json!({
+                "allowedExitCodes": [125],
+                "fatalSignatures": ["landlock-run: "],
+                "informationalLines": ["landlock-run: partial enforcement (older Landlock ABI)"]
+            })
+        );
+    }
+}
