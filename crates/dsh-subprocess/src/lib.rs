@@ -1,1 +1,32 @@
-//! Placeholder.
+//! Subprocess mechanics (a **mechanics** crate under the executors).
+//!
+//! [`SubprocessService`] starts children in their own process groups, collects each output
+//! stream into a bounded tail with an optional spill file ([`OutputCollector`]), scrubs
+//! credentials and stale `DSH_*` values from the inherited environment, terminates process
+//! trees with `SIGTERM` → grace → `SIGKILL`, and owns every tree until it is gone.
+//!
+//! It knows nothing about bash, the shell executor seam, sandboxes (a sandbox only hands it a
+//! [`PreExecHook`]) or any tool or host. Linux is the supported platform.
+
+mod collector;
+mod env;
+mod error;
+mod exit_guard;
+mod handle;
+mod program;
+mod service;
+mod signal_name;
+mod spawn;
+mod spill;
+mod tree;
+mod utf8;
+
+pub use collector::{CaptureLimits, CollectedStream, OutputCollector, StreamRead};
+pub use env::{AmbientEnv, EnvEntry, is_scrubbed};
+pub use error::{OsSpawnError, SpawnError, SpawnStage};
+pub use handle::{ProcessHandle, ProcessOutcome};
+pub use nix::errno::Errno;
+pub use service::{SUBPROCESS_SERVICE, ServiceOptions, SubprocessService};
+pub use signal_name::signal_name;
+pub use spawn::{PreExecHook, SpawnSpec};
+pub use spill::{DefaultSpillNamer, SpillNamer};

@@ -1,0 +1,287 @@
+//! Bounded capture of one output stream: an in-memory tail plus an optional spill file.
+//!
+//! Memory never holds more than the cap `M`: each chunk is appended and the head is cut so
+//! the last `M` bytes remain. The first chunk that overflows memory opens a spill file and
+//! writes the complete stream so far (at that moment memory still holds all of it), after
+//! which every chunk is appended to the file. Once the stream grows past the spill cap `S`
+//! the file is deleted and never reopened, so a spill path is only ever reported for a
+//! complete stream. At settlement the file is sealed; a failing close withholds the path.
+//!
+//! Reads are non-consuming and take a caller-owned offset. While the stream is open, an
+//! incomplete trailing UTF-8 sequence is held back for the next read, and a window whose head
+//! was cut starts on the next character boundary.
+
+use std::collections::VecDeque;
+use std::io;
+use std::path::PathBuf;
+
+use parking_lot::Mutex;
+use tokio::sync::watch;
+
+use crate::spill::{SpillFactory, SpillSink};
+use crate::utf8::{cut_head_len, incomplete_tail_len};
+
+/// Caps for one collected stream.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CaptureLimits {
+    /// In-memory tail cap in bytes.
+    pub memory_cap: usize,
+    /// Spill cap in bytes; `None` disables spilling for this stream.
+    pub spill_cap: Option<u64>,
+    /// `stdout` or `stderr`: the last part of the spill file name.
+    pub label: String,
+}
+
+impl CaptureLimits {
+    pub fn new(label: &str, memory_cap: usize, spill_cap: Option<u64>) -> Self {
+        Self { memory_cap, spill_cap, label: label.to_owned() }
+    }
+}
+
+/// One non-consuming read from an offset.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StreamRead {
+    pub text: String,
+    /// Some bytes at or after the offset had already been dropped from memory.
+    pub lossy: bool,
+    /// Where the next read continues (held-back partial characters are not yet consumed).
+    pub next_offset: u64,
+    /// The spill file, while it is intact.
+    pub spill_path: Option<PathBuf>,
+}
+
+/// The final state of a stream after settlement.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CollectedStream {
+    /// The retained tail (the whole stream when not truncated).
+    pub text: String,
+    /// Some bytes were dropped from memory.
+    pub truncated: bool,
+    /// A sealed spill file holding the complete stream.
+    pub spill_path: Option<PathBuf>,
+}
+
+enum Spill {
+    /// No overflow yet.
+    Idle,
+    Open(Box<dyn SpillSink>),
+    /// Past the spill cap, or the file could not be created or written: never again.
+    Abandoned,
+    /// Closed at settlement; the path survives only when the close succeeded.
+    Sealed(Option<PathBuf>),
+}
+
+struct State {
+    tail: VecDeque<u8>,
+    total: u64,
+    spill: Spill,
+    finished: bool,
+}
+
+/// Collects one stream under [`CaptureLimits`]; shared by the pump and every reader.
+pub struct OutputCollector {
+    limits: CaptureLimits,
+    factory: Option<SpillFactory>,
+    state: Mutex<State>,
+    /// `(total, finished)`, for waiters that want to know when output arrives.
+    progress: watch::Sender<(u64, bool)>,
+}
+
+impl OutputCollector {
+    pub(crate) fn new(limits: CaptureLimits, factory: Option<SpillFactory>) -> Self {
+        let spill =
+            if limits.spill_cap.is_some() && factory.is_some() { Spill::Idle } else { Spill::Abandoned };
+        let state = State { tail: VecDeque::new(), total: 0, spill, finished: false };
+        Self { limits, factory, state: Mutex::new(state), progress: watch::Sender::new((0, false)) }
+    }
+
+    /// The caps this collector applies.
+    pub fn limits(&self) -> &CaptureLimits {
+        &self.limits
+    }
+
+    /// Total bytes received so far.
+    pub fn total(&self) -> u64 {
+        self.state.lock().total
+    }
+
+    pub(crate) fn push(&self, chunk: &[u8]) {
+        if chunk.is_empty() {
+            return;
+        }
+        let cap = self.limits.memory_cap;
+        let mut state = self.state.lock();
+        state.total += chunk.len() as u64;
+        let overflow = state.tail.len() + chunk.len() > cap;
+        if overflow || matches!(state.spill, Spill::Open(_)) {
+            self.spill_chunk(&mut state, chunk);
+        }
+        append_tail(&mut state.tail, chunk, cap);
+        let total = state.total;
+        drop(state);
+        self.progress.send_replace((total, false));
+    }
+
+    /// Resolves with the total once at least `bytes` have arrived or the stream is complete.
+    pub async fn wait_for_total(&self, bytes: u64) -> u64 {
+        let mut rx = self.progress.subscribe();
+        let reached = rx.wait_for(|(total, finished)| *total >= bytes || *finished).await;
+        match reached {
+            Ok(progress) => progress.0,
+            // The sender lives as long as `self`.
+            Err(_) => self.total(),
+        }
+    }
+
+    fn spill_chunk(&self, state: &mut State, chunk: &[u8]) {
+        let Some(spill_cap) = self.limits.spill_cap else { return };
+        if matches!(state.spill, Spill::Abandoned | Spill::Sealed(_)) {
+            return;
+        }
+        if state.total > spill_cap {
+            abandon(&mut state.spill);
+            return;
+        }
+        if matches!(state.spill, Spill::Idle) {
+            let Some(factory) = &self.factory else { return };
+            match factory(&self.limits.label) {
+                Ok(mut sink) => {
+                    let (a, b) = state.tail.as_slices();
+                    let written = sink.write_all(a).and_then(|()| sink.write_all(b));
+                    state.spill = Spill::Open(sink);
+                    if let Err(e) = written {
+                        tracing::warn!(error = %e, "spill file write failed; abandoning it");
+                        abandon(&mut state.spill);
+                        return;
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "spill file could not be created");
+                    state.spill = Spill::Abandoned;
+                    return;
+                }
+            }
+        }
+        if let Spill::Open(sink) = &mut state.spill
+            && let Err(e) = sink.write_all(chunk)
+        {
+            tracing::warn!(error = %e, "spill file write failed; abandoning it");
+            abandon(&mut state.spill);
+        }
+    }
+
+    /// Marks the stream complete and seals the spill file (no more bytes will arrive).
+    pub(crate) fn finish(&self) {
+        let mut state = self.state.lock();
+        if state.finished {
+            return;
+        }
+        state.finished = true;
+        state.spill = match std::mem::replace(&mut state.spill, Spill::Abandoned) {
+            Spill::Open(sink) => {
+                let path = sink.path().to_path_buf();
+                match sink.close() {
+                    Ok(()) => Spill::Sealed(Some(path)),
+                    Err(e) => {
+                        tracing::warn!(error = %e, path = %path.display(), "spill file close failed; withholding its path");
+                        Spill::Sealed(None)
+                    }
+                }
+            }
+            Spill::Idle | Spill::Sealed(_) => Spill::Sealed(None),
+            Spill::Abandoned => Spill::Abandoned,
+        };
+        let total = state.total;
+        drop(state);
+        self.progress.send_replace((total, true));
+    }
+
+    /// Reads from `offset` without consuming anything.
+    pub fn read_from(&self, offset: u64) -> StreamRead {
+        let state = self.state.lock();
+        let retained = state.tail.len() as u64;
+        let window_start = state.total - retained;
+        let lossy = offset < window_start;
+        let start = if lossy { 0 } else { (offset - window_start).min(retained) as usize };
+        let mut bytes = copy_from(&state.tail, start);
+        let head = if lossy { cut_head_len(&bytes) } else { 0 };
+        let held = if state.finished { 0 } else { incomplete_tail_len(&bytes[head..]) };
+        bytes.truncate(bytes.len() - held);
+        let text = String::from_utf8_lossy(&bytes[head..]).into_owned();
+        StreamRead {
+            text,
+            lossy,
+            next_offset: state.total - held as u64,
+            spill_path: spill_path(&state.spill),
+        }
+    }
+
+    /// The whole retained output with its truncation facts (the final result once settled).
+    pub fn collected(&self) -> CollectedStream {
+        let read = self.read_from(0);
+        CollectedStream { text: read.text, truncated: read.lossy, spill_path: read.spill_path }
+    }
+}
+
+fn spill_path(spill: &Spill) -> Option<PathBuf> {
+    match spill {
+        Spill::Open(sink) => Some(sink.path().to_path_buf()),
+        Spill::Sealed(path) => path.clone(),
+        Spill::Idle | Spill::Abandoned => None,
+    }
+}
+
+/// Closes and deletes an open spill file; the stream never spills again.
+fn abandon(spill: &mut Spill) {
+    if let Spill::Open(sink) = std::mem::replace(spill, Spill::Abandoned) {
+        let path = sink.path().to_path_buf();
+        let _ = sink.close();
+        if let Err(e) = std::fs::remove_file(&path)
+            && e.kind() != io::ErrorKind::NotFound
+        {
+            tracing::warn!(error = %e, path = %path.display(), "abandoned spill file could not be deleted");
+        }
+    }
+}
+
+/// Appends `chunk` and cuts the head so at most `cap` bytes remain, growing the buffer
+/// geometrically but never past `cap`.
+fn append_tail(tail: &mut VecDeque<u8>, chunk: &[u8], cap: usize) {
+    if chunk.len() >= cap {
+        tail.clear();
+        let keep = &chunk[chunk.len() - cap..];
+        reserve_bounded(tail, keep.len(), cap);
+        tail.extend(keep);
+        return;
+    }
+    let excess = (tail.len() + chunk.len()).saturating_sub(cap);
+    if excess > 0 {
+        tail.drain(..excess);
+    }
+    let needed = tail.len() + chunk.len();
+    reserve_bounded(tail, needed, cap);
+    tail.extend(chunk);
+}
+
+fn reserve_bounded(tail: &mut VecDeque<u8>, needed: usize, cap: usize) {
+    if tail.capacity() >= needed {
+        return;
+    }
+    let target = needed.max(tail.capacity().saturating_mul(2).min(cap));
+    tail.reserve_exact(target - tail.len());
+}
+
+fn copy_from(tail: &VecDeque<u8>, start: usize) -> Vec<u8> {
+    let (a, b) = tail.as_slices();
+    let mut out = Vec::with_capacity(tail.len() - start);
+    if start < a.len() {
+        out.extend_from_slice(&a[start..]);
+        out.extend_from_slice(b);
+    } else {
+        out.extend_from_slice(&b[start - a.len()..]);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,84 @@
+//! Why a spawn was refused or failed.
+
+use std::fmt;
+use std::path::PathBuf;
+
+use nix::errno::Errno;
+
+/// A spawn that did not start a process. Every variant is reported synchronously by
+/// [`crate::SubprocessService::spawn`]; a process that started never fails later.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SpawnError {
+    #[error("subprocess graceMs must be a positive finite number no greater than 2147483647")]
+    InvalidGrace,
+    #[error("invalid argv: expected a non-empty program name at argv[0]")]
+    InvalidArgv,
+    /// The spawn's abort signal had already fired; carries the reason message.
+    #[error("aborted before spawn: {0}")]
+    AbortedBeforeSpawn(String),
+    /// Spawning needs a tokio runtime to supervise the child.
+    #[error("subprocess spawn requires a tokio runtime")]
+    NoRuntime,
+    /// The operating system refused to start the program.
+    #[error(transparent)]
+    Os(#[from] OsSpawnError),
+}
+
+/// Which step of starting the child failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SpawnStage {
+    /// The working directory is missing, not a directory, or not searchable.
+    Cwd,
+    /// The caller's pre-exec hook failed in the child.
+    PreExec,
+    /// The program could not be found or executed (including a missing `#!` interpreter).
+    Exec,
+}
+
+/// An OS-level spawn failure, worded like Node's `spawn <program> <ERRNO>`.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub struct OsSpawnError {
+    /// `argv[0]` as given (not the resolved path).
+    pub program: String,
+    pub errno: Errno,
+    pub stage: SpawnStage,
+    /// The working directory the child was to start in.
+    pub cwd: PathBuf,
+}
+
+impl OsSpawnError {
+    /// The errno name (`ENOENT`, `EACCES`, …).
+    pub fn code(&self) -> String {
+        format!("{:?}", self.errno)
+    }
+
+    /// `spawn <program>`, Node's `syscall` for the failure.
+    pub fn syscall(&self) -> String {
+        format!("spawn {}", self.program)
+    }
+}
+
+impl fmt::Display for OsSpawnError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "spawn {} {}", self.program, self.code())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn os_spawn_error_reads_like_node() {
+        let e = OsSpawnError {
+            program: "bash".into(),
+            errno: Errno::ENOENT,
+            stage: SpawnStage::Exec,
+            cwd: "/".into(),
+        };
+        assert_eq!(e.to_string(), "spawn bash ENOENT");
+        assert_eq!(e.code(), "ENOENT");
+        assert_eq!(e.syscall(), "spawn bash");
+        assert_eq!(SpawnError::from(e).to_string(), "spawn bash ENOENT");
+    }
+}

@@ -1,0 +1,40 @@
+//! Best-effort `SIGKILL` of every still-live group when the harness exits normally.
+//!
+//! Every group is registered from spawn until its whole tree is confirmed gone (never longer,
+//! so a recycled pid is never signalled). An `atexit` hook, installed once, kills whatever is
+//! still registered when the process exits through `exit` or a return from `main`. A crash or
+//! a `SIGKILL` of the harness is not covered.
+
+use std::collections::BTreeSet;
+use std::sync::Once;
+
+use nix::sys::signal::Signal;
+use parking_lot::Mutex;
+
+static LIVE_GROUPS: Mutex<BTreeSet<i32>> = Mutex::new(BTreeSet::new());
+static INSTALL: Once = Once::new();
+
+extern "C" fn kill_live_groups_at_exit() {
+    // Never block at exit: another thread may hold the lock while the process goes down.
+    if let Some(groups) = LIVE_GROUPS.try_lock() {
+        for pgid in groups.iter() {
+            crate::tree::signal_group(*pgid, Signal::SIGKILL);
+        }
+    }
+}
+
+pub(crate) fn register(pgid: i32) {
+    INSTALL.call_once(|| {
+        // SAFETY: `atexit` only records a function pointer; the hook is a plain `extern "C"`
+        // function that takes no borrowed state and never blocks.
+        let rc = unsafe { libc::atexit(kill_live_groups_at_exit) };
+        if rc != 0 {
+            tracing::warn!("could not install the exit hook that kills live process groups");
+        }
+    });
+    LIVE_GROUPS.lock().insert(pgid);
+}
+
+pub(crate) fn unregister(pgid: i32) {
+    LIVE_GROUPS.lock().remove(&pgid);
+}

@@ -1,0 +1,222 @@
+//! A spawned process: its collected streams, its settlement, and its termination.
+//!
+//! Settlement (the outcome) happens when the direct child has exited and its pipes reached
+//! EOF, or `grace` after the exit if a descendant still holds them. The process *tree* is
+//! tracked separately: the handle stays live in its service until no member of the group is
+//! left, and a termination keeps escalating until then.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use dsh_core::AbortSignal;
+use nix::sys::signal::Signal;
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use crate::collector::OutputCollector;
+use crate::service::LiveSet;
+use crate::tree::{group_alive, signal_group};
+
+/// How often a pending escalation or an exit waiter re-checks the tree.
+const TREE_POLL: Duration = Duration::from_millis(15);
+
+/// How a settled process ended: an exit code, or the name of the signal that killed it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProcessOutcome {
+    pub exit_code: Option<i32>,
+    /// `SIGTERM`, `SIGKILL`, … when a signal ended the direct child.
+    pub signal: Option<String>,
+}
+
+pub(crate) struct ProcessInner {
+    pub(crate) id: u64,
+    pub(crate) pid: i32,
+    pub(crate) grace: Duration,
+    pub(crate) stdout: OutputCollector,
+    pub(crate) stderr: OutputCollector,
+    runtime: tokio::runtime::Handle,
+    leader_reaped: AtomicBool,
+    escalating: AtomicBool,
+    tree_gone: watch::Sender<bool>,
+    outcome: watch::Sender<Option<ProcessOutcome>>,
+    live: Weak<LiveSet>,
+}
+
+impl ProcessInner {
+    pub(crate) fn new(
+        id: u64,
+        pid: i32,
+        grace: Duration,
+        streams: (OutputCollector, OutputCollector),
+        runtime: tokio::runtime::Handle,
+        live: Weak<LiveSet>,
+    ) -> Self {
+        Self {
+            id,
+            pid,
+            grace,
+            stdout: streams.0,
+            stderr: streams.1,
+            runtime,
+            leader_reaped: AtomicBool::new(false),
+            escalating: AtomicBool::new(false),
+            tree_gone: watch::Sender::new(false),
+            outcome: watch::Sender::new(None),
+            live,
+        }
+    }
+
+    pub(crate) fn mark_leader_reaped(&self) {
+        self.leader_reaped.store(true, Ordering::SeqCst);
+    }
+
+    pub(crate) fn settle(&self, outcome: ProcessOutcome) {
+        self.stdout.finish();
+        self.stderr.finish();
+        self.outcome.send_replace(Some(outcome));
+    }
+
+    fn is_tree_gone(&self) -> bool {
+        *self.tree_gone.borrow()
+    }
+
+    /// Re-checks the tree; once absence is observed it is final and the group is forgotten.
+    pub(crate) fn check_tree(&self) -> bool {
+        if self.is_tree_gone() {
+            return true;
+        }
+        if group_alive(self.pid, self.leader_reaped.load(Ordering::SeqCst)) {
+            return false;
+        }
+        if !self.tree_gone.send_replace(true) {
+            crate::exit_guard::unregister(self.pid);
+            if let Some(live) = self.live.upgrade() {
+                live.remove(self.id);
+            }
+        }
+        true
+    }
+
+    /// Resolves once the tree is gone, polling at `TREE_POLL` at most `max_poll` apart.
+    pub(crate) async fn observe_until_gone(&self, max_poll: Duration) {
+        let mut gone = self.tree_gone.subscribe();
+        let mut poll = TREE_POLL;
+        while !self.check_tree() {
+            tokio::select! {
+                _ = tokio::time::sleep(poll) => {}
+                _ = gone.wait_for(|g| *g) => {}
+            }
+            poll = (poll * 2).min(max_poll);
+        }
+    }
+
+    /// SIGTERM to the group now, SIGKILL after `grace` if any member is still alive.
+    pub(crate) fn terminate(self: &Arc<Self>) {
+        if self.is_tree_gone() || self.escalating.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        signal_group(self.pid, Signal::SIGTERM);
+        let inner = Arc::clone(self);
+        self.runtime.spawn(async move { inner.escalate().await });
+    }
+
+    async fn escalate(&self) {
+        let deadline = Instant::now() + self.grace;
+        let mut gone = self.tree_gone.subscribe();
+        loop {
+            if self.check_tree() {
+                return;
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                break;
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(TREE_POLL.min(deadline - now)) => {}
+                _ = gone.wait_for(|g| *g) => return,
+            }
+        }
+        // Absence observed at any point above cancels the SIGKILL (pid reuse safety).
+        if !self.check_tree() {
+            signal_group(self.pid, Signal::SIGKILL);
+        }
+        self.observe_until_gone(TREE_POLL).await;
+    }
+}
+
+/// A spawned process. Cheap to clone; every clone is the same process.
+#[derive(Clone)]
+pub struct ProcessHandle {
+    pub(crate) inner: Arc<ProcessInner>,
+}
+
+impl std::fmt::Debug for ProcessHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProcessHandle").field("pid", &self.inner.pid).finish_non_exhaustive()
+    }
+}
+
+impl ProcessHandle {
+    /// The direct child's pid, which is also its process-group id.
+    pub fn pid(&self) -> u32 {
+        self.inner.pid as u32
+    }
+
+    /// Starts the termination escalation: `SIGTERM` to the group, then `SIGKILL` after the
+    /// grace period if any member is still alive (even after the direct child exited).
+    /// Idempotent; a no-op once the tree is gone or an escalation is pending.
+    pub fn terminate(&self) {
+        self.inner.terminate();
+    }
+
+    /// Resolves with the outcome once the process has settled.
+    pub async fn wait(&self) -> ProcessOutcome {
+        let mut rx = self.inner.outcome.subscribe();
+        let settled = rx.wait_for(Option::is_some).await;
+        match settled.as_deref() {
+            Ok(Some(outcome)) => outcome.clone(),
+            // The sender lives as long as `self.inner`; this arm is unreachable in practice.
+            _ => ProcessOutcome { exit_code: None, signal: Some("SIGKILL".to_owned()) },
+        }
+    }
+
+    /// The outcome, once settled.
+    pub fn outcome(&self) -> Option<ProcessOutcome> {
+        self.inner.outcome.borrow().clone()
+    }
+
+    /// Resolves `true` once no member of the process group is alive, or `false` if `signal`
+    /// fires first.
+    pub async fn wait_for_exit(&self, signal: Option<&AbortSignal>) -> bool {
+        if self.inner.check_tree() {
+            return true;
+        }
+        let aborted = async {
+            match signal {
+                Some(signal) => signal.aborted().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            biased;
+            () = self.inner.observe_until_gone(TREE_POLL) => true,
+            () = aborted => self.inner.check_tree(),
+        }
+    }
+
+    /// Whether the whole tree has been confirmed gone.
+    pub fn is_tree_gone(&self) -> bool {
+        self.inner.check_tree()
+    }
+
+    /// The collected stdout.
+    pub fn stdout(&self) -> &OutputCollector {
+        &self.inner.stdout
+    }
+
+    /// The collected stderr.
+    pub fn stderr(&self) -> &OutputCollector {
+        &self.inner.stderr
+    }
+}

@@ -1,0 +1,127 @@
+//! The subprocess service: spawning, the set of live process trees, and teardown.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use nix::sys::signal::Signal;
+use parking_lot::Mutex;
+
+use crate::env::AmbientEnv;
+use crate::error::SpawnError;
+use crate::handle::ProcessHandle;
+use crate::spawn::{SpawnSpec, spawn_process};
+use crate::spill::{DefaultSpillNamer, SpillLocation, SpillNamer};
+
+/// The service key the subprocess service registers under.
+pub const SUBPROCESS_SERVICE: &str = "subprocess";
+
+/// How a service is set up. `Default` is what a harness wants; tests and hosts inject the
+/// spill directory, the ambient environment and the spill-file namer.
+#[derive(Clone)]
+pub struct ServiceOptions {
+    /// Where spill files go; `None` creates `<os temp>/dsh-subprocess-XXXXXX` on first use.
+    pub spill_dir: Option<PathBuf>,
+    /// The environment children inherit (after the credential scrub).
+    pub ambient_env: AmbientEnv,
+    pub spill_namer: Arc<dyn SpillNamer>,
+}
+
+impl Default for ServiceOptions {
+    fn default() -> Self {
+        Self { spill_dir: None, ambient_env: AmbientEnv::Process, spill_namer: Arc::new(DefaultSpillNamer) }
+    }
+}
+
+/// Handles whose process tree may still be alive, by service-local id.
+#[derive(Default)]
+pub(crate) struct LiveSet {
+    handles: Mutex<HashMap<u64, ProcessHandle>>,
+}
+
+impl LiveSet {
+    pub(crate) fn insert(&self, id: u64, handle: ProcessHandle) {
+        self.handles.lock().insert(id, handle);
+    }
+
+    pub(crate) fn remove(&self, id: u64) {
+        self.handles.lock().remove(&id);
+    }
+
+    fn snapshot(&self) -> Vec<ProcessHandle> {
+        self.handles.lock().values().cloned().collect()
+    }
+}
+
+/// Spawns children in their own process groups, collects their output, and owns every
+/// process tree until it is gone.
+///
+/// Share it with `Arc`. Dropping the last reference sends `SIGKILL` to every group still
+/// alive; [`SubprocessService::dispose`] is the orderly way down.
+pub struct SubprocessService {
+    pub(crate) ambient_env: AmbientEnv,
+    pub(crate) spill: Arc<SpillLocation>,
+    pub(crate) live: Arc<LiveSet>,
+    next_id: AtomicU64,
+}
+
+impl SubprocessService {
+    /// A service with default options.
+    pub fn new() -> Arc<Self> {
+        Self::with_options(ServiceOptions::default())
+    }
+
+    pub fn with_options(options: ServiceOptions) -> Arc<Self> {
+        Arc::new(Self {
+            ambient_env: options.ambient_env,
+            spill: Arc::new(SpillLocation::new(options.spill_dir, options.spill_namer)),
+            live: Arc::new(LiveSet::default()),
+            next_id: AtomicU64::new(1),
+        })
+    }
+
+    /// Starts a process. Must be called inside a tokio runtime.
+    ///
+    /// Every failure is reported here, synchronously: invalid grace or argv, a pre-aborted
+    /// signal, and OS-level failures ([`crate::OsSpawnError`], telling a bad working directory
+    /// from a program that could not be executed). A returned handle always settles.
+    pub fn spawn(&self, spec: SpawnSpec) -> Result<ProcessHandle, SpawnError> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        spawn_process(self, id, spec)
+    }
+
+    /// The spill directory, once it exists (or when injected).
+    pub fn spill_dir(&self) -> Option<PathBuf> {
+        self.spill.existing_dir()
+    }
+
+    /// How many process trees the service still tracks.
+    pub fn live_count(&self) -> usize {
+        self.live.handles.lock().len()
+    }
+
+    /// Terminates every live process tree (escalating to `SIGKILL` after each grace period)
+    /// and resolves once all have settled and every tree is gone. Trees already gone are
+    /// untouched. The service stays usable afterwards.
+    pub async fn dispose(&self) {
+        let handles = self.live.snapshot();
+        for handle in &handles {
+            handle.terminate();
+        }
+        for handle in handles {
+            handle.wait().await;
+            handle.wait_for_exit(None).await;
+        }
+    }
+}
+
+impl Drop for SubprocessService {
+    fn drop(&mut self) {
+        for handle in self.live.snapshot() {
+            if !handle.is_tree_gone() {
+                crate::tree::signal_group(handle.inner.pid, Signal::SIGKILL);
+            }
+        }
+    }
+}

@@ -1,0 +1,136 @@
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use dsh_subprocess::{ServiceOptions, SpillNamer, SubprocessService};
+
+use crate::{bash, limits, service_in};
+
+const HUNDRED_LINES: &str = r#"for i in $(seq 1 100); do printf "line-%04d\n" $i; done"#;
+
+fn hundred_lines() -> Vec<u8> {
+    (1..=100).flat_map(|i| format!("line-{i:04}\n").into_bytes()).collect()
+}
+
+fn spilling(script: &str) -> dsh_subprocess::SpawnSpec {
+    let mut spec = bash(script);
+    spec.stdout = limits("stdout", 100, Some(1 << 20));
+    spec.stderr = limits("stderr", 100, Some(1 << 20));
+    spec
+}
+
+fn is_spill_name(name: &str, label: &str) -> bool {
+    let Some(rest) = name.strip_prefix("dsh-subprocess-") else { return false };
+    let Some(rest) = rest.strip_suffix(&format!("-{label}.log")) else { return false };
+    let parts: Vec<&str> = rest.split('-').collect();
+    parts.len() == 3
+        && parts[0] == std::process::id().to_string()
+        && parts[1].parse::<u64>().is_ok()
+        && parts[2].len() == 12
+        && parts[2].bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+#[tokio::test]
+async fn spill_holds_the_complete_stream_in_the_injected_dir() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let service = service_in(dir.path());
+    let handle = service.spawn(spilling(HUNDRED_LINES)).expect("spawn");
+    assert_eq!(handle.wait().await.exit_code, Some(0));
+    let out = handle.stdout().collected();
+    assert_eq!(out.text.as_bytes(), &hundred_lines()[900..]);
+    assert!(out.truncated);
+    let path = out.spill_path.expect("spill path");
+    assert_eq!(path.parent(), Some(dir.path()));
+    let name = path.file_name().and_then(|n| n.to_str()).expect("name");
+    assert!(is_spill_name(name, "stdout"), "{name}");
+    assert_eq!(std::fs::metadata(&path).expect("meta").mode() & 0o777, 0o600);
+    assert_eq!(std::fs::read(&path).expect("spill"), hundred_lines());
+    assert!(!handle.stderr().collected().truncated);
+}
+
+#[tokio::test]
+async fn sp_09_spill_location() {
+    let service = SubprocessService::new();
+    assert_eq!(service.spill_dir(), None, "the private dir is created lazily");
+    let handle = service.spawn(spilling(HUNDRED_LINES)).expect("spawn");
+    handle.wait().await;
+    let path = handle.stdout().collected().spill_path.expect("spill path");
+    let dir = service.spill_dir().expect("dir exists after a spill");
+    assert_eq!(path.parent(), Some(dir.as_path()));
+    assert_eq!(dir.parent(), Some(std::env::temp_dir().as_path()));
+    let dir_name = dir.file_name().and_then(|n| n.to_str()).expect("dir name");
+    assert!(
+        dir_name.starts_with("dsh-subprocess-") && dir_name.len() == "dsh-subprocess-".len() + 6,
+        "{dir_name}"
+    );
+    assert_eq!(std::fs::metadata(&dir).expect("meta").permissions().mode() & 0o777, 0o700);
+    assert_eq!(std::fs::metadata(&path).expect("meta").permissions().mode() & 0o777, 0o600);
+    let name = path.file_name().and_then(|n| n.to_str()).expect("name");
+    assert!(is_spill_name(name, "stdout"), "{name}");
+    std::fs::remove_dir_all(&dir).expect("clean up");
+}
+
+/// Names the first `planted` attempts `planted-<label>.log`, later ones `fresh-<n>-<label>.log`.
+struct PlantedFirst {
+    planted: usize,
+    calls: AtomicUsize,
+}
+
+impl SpillNamer for PlantedFirst {
+    fn file_name(&self, label: &str) -> String {
+        let n = self.calls.fetch_add(1, Ordering::SeqCst);
+        if n < self.planted { format!("planted-{label}.log") } else { format!("fresh-{n}-{label}.log") }
+    }
+}
+
+fn service_with_namer(dir: &Path, planted: usize) -> Arc<SubprocessService> {
+    SubprocessService::with_options(ServiceOptions {
+        spill_dir: Some(dir.to_path_buf()),
+        spill_namer: Arc::new(PlantedFirst { planted, calls: AtomicUsize::new(0) }),
+        ..ServiceOptions::default()
+    })
+}
+
+#[tokio::test]
+async fn a_planted_symlink_at_the_spill_path_is_never_followed() {
+    let spill_dir = tempfile::tempdir().expect("tempdir");
+    let victim_dir = tempfile::tempdir().expect("tempdir");
+    let victim = victim_dir.path().join("victim.txt");
+    std::fs::write(&victim, "precious").expect("victim");
+    let planted = spill_dir.path().join("planted-stdout.log");
+    std::os::unix::fs::symlink(&victim, &planted).expect("plant");
+
+    // The planted name comes first; a fresh name is used instead.
+    let service = service_with_namer(spill_dir.path(), 1);
+    let handle = service.spawn(spilling(HUNDRED_LINES)).expect("spawn");
+    handle.wait().await;
+    let out = handle.stdout().collected();
+    assert_eq!(out.spill_path, Some(spill_dir.path().join("fresh-1-stdout.log")));
+    assert_eq!(std::fs::read(spill_dir.path().join("fresh-1-stdout.log")).expect("spill"), hundred_lines());
+    assert_eq!(std::fs::read_to_string(&victim).expect("victim"), "precious");
+    assert!(std::fs::symlink_metadata(&planted).expect("still there").file_type().is_symlink());
+
+    // Every name collides: the spill is reported unavailable, the victim still untouched.
+    let service = service_with_namer(spill_dir.path(), usize::MAX);
+    let handle = service.spawn(spilling(HUNDRED_LINES)).expect("spawn");
+    handle.wait().await;
+    let out = handle.stdout().collected();
+    assert!(out.truncated);
+    assert_eq!(out.spill_path, None);
+    assert_eq!(std::fs::read_to_string(&victim).expect("victim"), "precious");
+}
+
+#[tokio::test]
+async fn a_stream_past_the_spill_cap_leaves_no_file() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let service = service_in(dir.path());
+    let mut spec = spilling(HUNDRED_LINES);
+    spec.stdout = limits("stdout", 100, Some(500));
+    let handle = service.spawn(spec).expect("spawn");
+    handle.wait().await;
+    let out = handle.stdout().collected();
+    assert_eq!(out.text.as_bytes(), &hundred_lines()[900..]);
+    assert_eq!((out.truncated, out.spill_path), (true, None));
+    assert_eq!(std::fs::read_dir(dir.path()).expect("dir").count(), 0);
+}
