@@ -1,1 +1,67 @@
-fn main() {}
+//! The `dsh-bash` binary (a **host**): composes the plugins and runs tool calls as a model
+//! would (`call`, `batch`), serves them over MCP (`mcp`), and prints what a model sees
+//! (`schema`, `prompt`) or what the host offers (`doctor`).
+//!
+//! It is a thin layer of argument parsing and output formatting over the library crates; it
+//! implements no tool, executor or service behaviour of its own beyond the plugin glue for
+//! crates that expose constructors only.
+//!
+//! Exit codes: 0 success, 1 the tool result is an error (or `doctor` found a problem),
+//! 2 usage or start-up failure (one line on stderr).
+
+mod batch;
+mod call;
+mod catalog;
+mod cli;
+mod composition;
+mod config;
+mod doctor;
+mod interrupt;
+mod mcp;
+mod plan;
+mod prompt;
+mod request;
+mod schema;
+mod sessions;
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Parser;
+
+use crate::cli::{Cli, Command};
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(e) => return fail(&anyhow::anyhow!("cannot start the async runtime: {e}")),
+    };
+    let outcome = runtime.block_on(dispatch(cli));
+    // Everything the composition owned was disposed and awaited; whatever is left (a blocked
+    // terminal read, a timer) must not keep the process alive.
+    runtime.shutdown_timeout(Duration::from_millis(200));
+    match outcome {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => fail(&e),
+    }
+}
+
+async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
+    let composition = cli.composition;
+    match cli.command {
+        Command::Call(args) => call::run(&composition, args).await,
+        Command::Batch => batch::run(&composition).await,
+        Command::Schema(args) => schema::run(&composition, args).await,
+        Command::Prompt => prompt::run(&composition).await,
+        Command::Doctor => doctor::run(&composition).await,
+        Command::Mcp => mcp::run(&composition).await,
+    }
+}
+
+/// One line on stderr, exit 2.
+fn fail(error: &anyhow::Error) -> ExitCode {
+    let message = format!("{error:#}").replace('\n', " ");
+    eprintln!("dsh-bash: {message}");
+    ExitCode::from(2)
+}

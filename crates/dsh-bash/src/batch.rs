@@ -1,0 +1,132 @@
+//! `dsh-bash batch`: JSON Lines requests on stdin, run in order in one composition.
+//!
+//! Request: `{"tool":"bash","args":{…},"session":"s1","cwd":"/dir","id":7}` (`args` defaults
+//! to `{}`; `session`, `cwd`, `id` optional). Response, one line per request: the `call --json`
+//! object plus `"id"` (echoed, `null` when absent) and `"notices"` (messages delivered to the
+//! session since its previous response, as `{"text","source","delivery"}`). A malformed line
+//! gets an `isError` response and the batch goes on. Sessions and jobs live until EOF, when
+//! the composition is torn down.
+
+use std::path::PathBuf;
+
+use anyhow::Context as _;
+use dsh_core::{AbortSignal, Agent, ToolRegistry};
+use serde::Deserialize;
+use serde_json::{Map, Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+
+use crate::cli::CompositionArgs;
+use crate::composition::{Composition, Pending};
+use crate::interrupt;
+use crate::request::{self, CallOutcome};
+use crate::sessions::Sessions;
+
+/// One request line.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BatchRequest {
+    tool: String,
+    #[serde(default = "empty_object")]
+    args: Value,
+    session: Option<String>,
+    cwd: Option<PathBuf>,
+    #[serde(default)]
+    id: Value,
+}
+
+fn empty_object() -> Value {
+    Value::Object(Map::new())
+}
+
+pub async fn run(composition: &CompositionArgs) -> anyhow::Result<u8> {
+    let comp = Composition::start(composition, Pending::Refuse).await?;
+    let outcome = serve(&comp).await;
+    comp.dispose().await;
+    outcome.map(|()| 0)
+}
+
+async fn serve(comp: &Composition) -> anyhow::Result<()> {
+    let tools = comp.tools()?;
+    let interrupted = interrupt::on_interrupt();
+    let mut sessions = Sessions::default();
+    let mut lines = BufReader::new(tokio::io::stdin()).lines();
+    let mut stdout = tokio::io::stdout();
+    loop {
+        let line = tokio::select! {
+            line = lines.next_line() => line.context("reading stdin")?,
+            _ = interrupted.aborted() => None,
+        };
+        let Some(line) = line else { break };
+        if line.trim().is_empty() {
+            continue;
+        }
+        let response = respond(comp, &tools, &mut sessions, &line, &interrupted).await;
+        let mut text = serde_json::to_string(&response).context("serializing a response")?;
+        text.push('\n');
+        stdout.write_all(text.as_bytes()).await.context("writing stdout")?;
+        stdout.flush().await.context("writing stdout")?;
+        if interrupted.is_aborted() {
+            break;
+        }
+    }
+    Ok(())
+}
+
+async fn respond(
+    comp: &Composition,
+    tools: &ToolRegistry,
+    sessions: &mut Sessions,
+    line: &str,
+    signal: &AbortSignal,
+) -> Value {
+    let raw: Value = match serde_json::from_str(line) {
+        Ok(raw) => raw,
+        Err(e) => return response(CallOutcome::host_error(&format!("invalid JSON: {e}")), Value::Null, None),
+    };
+    let id = raw.get("id").cloned().unwrap_or(Value::Null);
+    if !raw.is_object() {
+        return response(CallOutcome::host_error("invalid request: expected a JSON object"), id, None);
+    }
+    let request: BatchRequest = match serde_json::from_value(raw) {
+        Ok(request) => request,
+        Err(e) => return response(CallOutcome::host_error(&format!("invalid request: {e}")), id, None),
+    };
+    let id = request.id;
+    let agent = match (&request.session, &request.cwd) {
+        (None, None) => None,
+        (None, Some(_)) => {
+            return response(
+                CallOutcome::host_error("invalid request: \"cwd\" requires \"session\""),
+                id,
+                None,
+            );
+        }
+        (Some(session), cwd) => match sessions.open(comp.ctx(), session, cwd.as_deref()) {
+            Ok(agent) => Some(agent),
+            Err(e) => return response(CallOutcome::host_error(&e), id, None),
+        },
+    };
+    let outcome = request::call(tools, &request.tool, request.args, agent.clone(), signal.clone())
+        .await
+        .unwrap_or_else(|e| CallOutcome::host_error(&e));
+    response(outcome, id, agent.as_deref())
+}
+
+/// The response line: the call object, `id`, and the session's drained notices.
+fn response(outcome: CallOutcome, id: Value, agent: Option<&Agent>) -> Value {
+    let mut out = outcome.to_json();
+    out.insert("id".into(), id);
+    let notices: Vec<Value> = agent
+        .map(|agent| {
+            agent
+                .take_inbox()
+                .into_iter()
+                .map(|(delivery, message)| {
+                    json!({ "text": message.text, "source": message.source, "delivery": delivery })
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    out.insert("notices".into(), Value::Array(notices));
+    Value::Object(out)
+}

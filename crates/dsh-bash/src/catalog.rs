@@ -1,0 +1,91 @@
+//! Every plugin this binary can compose, by package name and short name.
+
+use std::sync::Arc;
+
+use dsh_core::plugins::{AgentsPlugin, SessionJsonlPlugin, SystemPromptPlugin, ToolsPlugin};
+use dsh_core::{Factory, Plugin, PluginFactory};
+
+/// The composition used when no file names its own `plugins` list (short names, load order).
+pub const DEFAULT_COMPOSITION: &[&str] = &["tools", "system-prompt", "agent", "session-jsonl"];
+
+/// The plugins a sandboxed composition uses instead of the local executor.
+pub const SANDBOX_PLUGINS: &[&str] = &["sandbox-policy"];
+
+/// The executor a sandboxed composition replaces.
+pub const LOCAL_EXECUTOR: &str = "bash-local";
+
+/// The sandboxing executor that replaces [`LOCAL_EXECUTOR`] under `--sandbox`.
+pub const SANDBOX_EXECUTOR: &str = "bash-sandbox";
+
+/// The known plugins.
+pub struct Catalog {
+    entries: Vec<Arc<dyn PluginFactory>>,
+}
+
+fn entry<P: Plugin>() -> Arc<dyn PluginFactory> {
+    Arc::new(Factory::<P>::new())
+}
+
+impl Catalog {
+    /// Every plugin of the project that is part of this build.
+    pub fn builtin() -> Self {
+        Self {
+            entries: vec![
+                entry::<ToolsPlugin>(),
+                entry::<SystemPromptPlugin>(),
+                entry::<AgentsPlugin>(),
+                entry::<SessionJsonlPlugin>(),
+                entry::<dsh_sandbox_policy::SandboxPolicyPlugin>(),
+                entry::<dsh_approval::ApprovalPlugin>(),
+            ],
+        }
+    }
+
+    /// The plugin called `name` (package or short name).
+    pub fn find(&self, name: &str) -> Option<Arc<dyn PluginFactory>> {
+        self.entries.iter().find(|f| f.name() == name || f.short_name() == name).cloned()
+    }
+
+    /// Every plugin, in catalog order.
+    pub fn entries(&self) -> &[Arc<dyn PluginFactory>] {
+        &self.entries
+    }
+
+    /// Short names, comma-separated, for error messages.
+    pub fn short_names(&self) -> String {
+        self.entries.iter().map(|f| f.short_name()).collect::<Vec<_>>().join(", ")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_composition_names_known_plugins() {
+        let catalog = Catalog::builtin();
+        for name in DEFAULT_COMPOSITION.iter().chain(SANDBOX_PLUGINS) {
+            assert!(catalog.find(name).is_some(), "{name} is not in the catalog");
+        }
+    }
+
+    #[test]
+    fn names_are_unique() {
+        let catalog = Catalog::builtin();
+        for (i, a) in catalog.entries().iter().enumerate() {
+            for b in &catalog.entries()[i + 1..] {
+                assert_ne!(a.short_name(), b.short_name());
+                assert_ne!(a.name(), b.name());
+            }
+        }
+    }
+
+    #[test]
+    fn finds_by_package_or_short_name() {
+        let catalog = Catalog::builtin();
+        let by_short = catalog.find("tools").expect("tools");
+        let by_package = catalog.find("@deepseek-ai/dsh-tools").expect("tools");
+        assert_eq!(by_short.name(), by_package.name());
+        assert!(catalog.find("nope").is_none());
+    }
+}

@@ -1,0 +1,104 @@
+//! A started composition: the context with every planned plugin loaded, plus what the host
+//! adds on top (the approval answerer).
+
+use std::sync::Arc;
+
+use anyhow::bail;
+use dsh_approval::{APPROVAL_HUB, fixed_answerer, tty_answerer};
+use dsh_core::{ApprovalOutcome, Context, Disposer, PluginStatus, TOOLS, ToolRegistry};
+
+use crate::catalog::Catalog;
+use crate::cli::{Approve, CompositionArgs};
+use crate::plan::{ParsedRow, Plan};
+
+/// Whether plugins left pending after loading are an error (`call`, `batch`, …) or a fact to
+/// report (`doctor`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Pending {
+    Refuse,
+    Report,
+}
+
+/// A loaded composition. Dispose it (awaited) before the process exits.
+pub struct Composition {
+    ctx: Context,
+    answerer: Option<Disposer>,
+}
+
+impl Composition {
+    /// Plans, parses and loads the composition the command line describes.
+    pub async fn start(args: &CompositionArgs, pending: Pending) -> anyhow::Result<Self> {
+        let rows = Plan::from_args(&Catalog::builtin(), args)?.parse()?;
+        Self::load(rows, args.approve, pending).await
+    }
+
+    async fn load(rows: Vec<ParsedRow>, approve: Option<Approve>, pending: Pending) -> anyhow::Result<Self> {
+        let ctx = Context::new();
+        for row in rows {
+            if let Err(e) = ctx.load_erased(row.factory, row.config) {
+                ctx.dispose().await;
+                return Err(e.into());
+            }
+        }
+        let stuck = pending_plugins(&ctx.plugins());
+        if pending == Pending::Refuse && !stuck.is_empty() {
+            ctx.dispose().await;
+            bail!("plugins stayed pending: {stuck}");
+        }
+        let answerer = match approve {
+            None => None,
+            Some(answer) => match ctx.get(APPROVAL_HUB) {
+                Some(hub) => Some(hub.register_answerer(None, answerer_for(answer), false)),
+                None if pending == Pending::Report => None,
+                None => {
+                    ctx.dispose().await;
+                    bail!("--approve needs the approval service, which did not start");
+                }
+            },
+        };
+        Ok(Self { ctx, answerer })
+    }
+
+    pub fn ctx(&self) -> &Context {
+        &self.ctx
+    }
+
+    /// The tool registry; a composition without one cannot make calls.
+    pub fn tools(&self) -> anyhow::Result<Arc<ToolRegistry>> {
+        match self.ctx.get(TOOLS) {
+            Some(tools) => Ok(tools),
+            None => bail!("the composition has no tool registry (add \"tools\" to its plugins)"),
+        }
+    }
+
+    /// Tears everything down in reverse load order, awaiting processes and jobs.
+    pub async fn dispose(self) {
+        if let Some(answerer) = self.answerer {
+            answerer.dispose().await;
+        }
+        self.ctx.dispose().await;
+    }
+}
+
+fn answerer_for(answer: Approve) -> dsh_approval::AnswerFn {
+    match answer {
+        Approve::AllowedOnce => fixed_answerer(ApprovalOutcome::AllowedOnce),
+        Approve::Rejected => fixed_answerer(ApprovalOutcome::Rejected),
+        Approve::Cancelled => fixed_answerer(ApprovalOutcome::Cancelled),
+        Approve::Unavailable => fixed_answerer(ApprovalOutcome::Unavailable),
+        Approve::Tty => tty_answerer(),
+    }
+}
+
+/// `tool-bash (missing "shell", "bashEnv"), …` for every plugin not applied; empty when none.
+pub fn pending_plugins(plugins: &[PluginStatus]) -> String {
+    plugins
+        .iter()
+        .filter(|p| !p.applied)
+        .map(|p| {
+            let missing = p.missing.iter().map(|k| format!("\"{k}\"")).collect::<Vec<_>>().join(", ");
+            format!("{} (missing {missing})", p.short_name)
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}

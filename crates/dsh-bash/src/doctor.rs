@@ -1,0 +1,90 @@
+//! `dsh-bash doctor`: host facts a user needs when something does not work.
+//!
+//! Reports the `bash` the executor will find, where spill files go, which sandbox runners the
+//! host offers, and the composition with each plugin's state. Exit 0 when bash was found and
+//! every plugin applied, 1 otherwise.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context as _;
+
+use crate::catalog::Catalog;
+use crate::cli::CompositionArgs;
+use crate::composition::{Composition, Pending};
+
+pub async fn run(composition: &CompositionArgs) -> anyhow::Result<u8> {
+    let comp = Composition::start(composition, Pending::Report).await?;
+    let plugins = comp.ctx().plugins();
+    comp.dispose().await;
+
+    let mut report = Vec::new();
+    report.push(format!("dsh-bash {}", env!("CARGO_PKG_VERSION")));
+    let bash = find_on_path("bash");
+    match &bash {
+        Some(path) => report.push(format!("bash: {} ({})", path.display(), bash_version(path))),
+        None => report.push("bash: not found on PATH".to_owned()),
+    }
+    report.push(format!("spill directory: {}", spill_directory()));
+    report.push(format!("sandbox runners: {}", sandbox_runners()));
+    report.push("available plugins:".to_owned());
+    for factory in Catalog::builtin().entries() {
+        report.push(format!("  {} ({})", factory.short_name(), factory.name()));
+    }
+    report.push("composition:".to_owned());
+    for plugin in &plugins {
+        let state = if plugin.applied {
+            "applied".to_owned()
+        } else {
+            let missing = plugin.missing.iter().map(|k| format!("\"{k}\"")).collect::<Vec<_>>().join(", ");
+            format!("pending (missing {missing})")
+        };
+        report.push(format!("  {} ({}): {state}", plugin.short_name, plugin.name));
+    }
+    let mut stdout = std::io::stdout().lock();
+    for line in &report {
+        writeln!(stdout, "{line}").context("writing stdout")?;
+    }
+    stdout.flush().context("writing stdout")?;
+    let healthy = bash.is_some() && plugins.iter().all(|p| p.applied);
+    Ok(if healthy { 0 } else { 1 })
+}
+
+/// The first executable `name` on `$PATH`.
+fn find_on_path(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path).map(|dir| dir.join(name)).find(|candidate| is_executable(candidate))
+}
+
+fn is_executable(path: &Path) -> bool {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        path.metadata().is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    }
+    #[cfg(not(unix))]
+    {
+        path.is_file()
+    }
+}
+
+/// The first line of `bash --version`.
+fn bash_version(bash: &Path) -> String {
+    match std::process::Command::new(bash).arg("--version").output() {
+        Ok(output) => {
+            String::from_utf8_lossy(&output.stdout).lines().next().unwrap_or("unknown version").to_owned()
+        }
+        Err(e) => format!("cannot run: {e}"),
+    }
+}
+
+fn spill_directory() -> String {
+    format!(
+        "{} (private dsh-subprocess-XXXXXX directory, created on the first truncated stream)",
+        std::env::temp_dir().display()
+    )
+}
+
+fn sandbox_runners() -> String {
+    "not reported (the sandbox provider is not part of this build)".to_owned()
+}

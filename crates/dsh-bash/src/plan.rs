@@ -1,0 +1,275 @@
+//! The composition plan: which plugins load, in which order, with which config.
+//!
+//! Sources, later winning: the default plugin set or the file's `plugins` list; the file's
+//! per-plugin tables; the command-line switches (`--sandbox`, `--no-background`,
+//! `--workspace-root`, `--approve`, `--approval-policy`).
+
+use std::any::Any;
+use std::path::Path;
+use std::sync::Arc;
+
+use anyhow::{Context as _, bail};
+use dsh_core::PluginFactory;
+use serde_json::{Map, Value};
+
+use crate::catalog::{self, Catalog};
+use crate::cli::CompositionArgs;
+use crate::config::{self, CompositionFile};
+
+/// One plugin of the plan with its (still unparsed) config.
+pub struct Row {
+    pub factory: Arc<dyn PluginFactory>,
+    pub config: Value,
+}
+
+/// One plugin ready to load: its config parsed and validated.
+pub struct ParsedRow {
+    pub factory: Arc<dyn PluginFactory>,
+    pub config: Arc<dyn Any + Send + Sync>,
+}
+
+/// The plugin rows of a composition.
+pub struct Plan {
+    pub rows: Vec<Row>,
+}
+
+impl Plan {
+    /// Builds the plan from the command line (reading `--config` when given).
+    pub fn from_args(catalog: &Catalog, args: &CompositionArgs) -> anyhow::Result<Self> {
+        let file = match &args.config {
+            Some(path) => config::read(path)?,
+            None => CompositionFile::default(),
+        };
+        Self::build(catalog, &file, args).with_context(|| match &args.config {
+            Some(path) => format!("config {}", path.display()),
+            None => "composition".to_owned(),
+        })
+    }
+
+    /// Builds the plan from a parsed file and the command-line switches.
+    pub fn build(catalog: &Catalog, file: &CompositionFile, args: &CompositionArgs) -> anyhow::Result<Self> {
+        let names: Vec<String> = match &file.plugins {
+            Some(names) => names.clone(),
+            None => catalog::DEFAULT_COMPOSITION.iter().map(|n| (*n).to_owned()).collect(),
+        };
+        let mut plan = Plan { rows: Vec::new() };
+        for name in &names {
+            let factory = lookup(catalog, name)?;
+            if plan.index(factory.short_name()).is_some() {
+                bail!("plugin \"{}\" is listed twice", factory.short_name());
+            }
+            plan.rows.push(Row { factory, config: Value::Null });
+        }
+        if let Some(mode) = &args.sandbox {
+            plan.swap_in_sandbox(catalog, mode)?;
+        }
+        if args.approve.is_some() || args.approval_policy.is_some() {
+            plan.ensure(catalog, "approval")?;
+        }
+        plan.apply_tables(catalog, file, args.sandbox.is_some())?;
+        plan.apply_switches(args)?;
+        Ok(plan)
+    }
+
+    fn index(&self, short_name: &str) -> Option<usize> {
+        self.rows.iter().position(|r| r.factory.short_name() == short_name)
+    }
+
+    fn ensure(&mut self, catalog: &Catalog, short_name: &str) -> anyhow::Result<()> {
+        if self.index(short_name).is_none() {
+            self.rows.push(Row { factory: lookup(catalog, short_name)?, config: Value::Null });
+        }
+        Ok(())
+    }
+
+    /// `--sandbox`: the sandboxing executor takes the local executor's place, and its
+    /// provider and policy service join.
+    fn swap_in_sandbox(&mut self, catalog: &Catalog, mode: &str) -> anyhow::Result<()> {
+        let Some(executor) = catalog.find(catalog::SANDBOX_EXECUTOR) else {
+            bail!(
+                "--sandbox {mode} needs the sandboxing executor \"{}\", which is not part of this build",
+                catalog::SANDBOX_EXECUTOR
+            );
+        };
+        match self.index(catalog::LOCAL_EXECUTOR) {
+            Some(i) => self.rows[i] = Row { factory: executor, config: Value::Null },
+            None => self.ensure(catalog, catalog::SANDBOX_EXECUTOR)?,
+        }
+        for name in catalog::SANDBOX_PLUGINS {
+            self.ensure(catalog, name)?;
+        }
+        Ok(())
+    }
+
+    fn apply_tables(
+        &mut self,
+        catalog: &Catalog,
+        file: &CompositionFile,
+        sandboxed: bool,
+    ) -> anyhow::Result<()> {
+        let mut seen: Vec<&'static str> = Vec::new();
+        // Under --sandbox, settings written for the local executor configure its replacement
+        // (same keys), unless the file configures the replacement itself.
+        let sandbox_has_own_table = file
+            .tables
+            .iter()
+            .any(|(name, _)| catalog.find(name).is_some_and(|f| f.short_name() == catalog::SANDBOX_EXECUTOR));
+        for (name, value) in &file.tables {
+            let factory = lookup(catalog, name)?;
+            let mut short = factory.short_name();
+            if seen.contains(&short) {
+                bail!("plugin \"{short}\" is configured twice");
+            }
+            seen.push(short);
+            if sandboxed && short == catalog::LOCAL_EXECUTOR && !sandbox_has_own_table {
+                short = catalog::SANDBOX_EXECUTOR;
+            }
+            let Some(i) = self.index(short) else {
+                bail!("[{name}] configures plugin \"{short}\", which is not in the composition");
+            };
+            self.rows[i].config = value.clone();
+        }
+        Ok(())
+    }
+
+    fn apply_switches(&mut self, args: &CompositionArgs) -> anyhow::Result<()> {
+        if args.no_background {
+            self.set("tool-bash", "enableRunInBackground", Value::Bool(false))?;
+        }
+        if let Some(root) = &args.workspace_root {
+            let root = workspace_root(root)?;
+            for executor in [catalog::LOCAL_EXECUTOR, catalog::SANDBOX_EXECUTOR] {
+                self.set(executor, "cwd", Value::String(root.clone()))?;
+            }
+            self.set("sandbox-policy", "workspaceRoot", Value::String(root))?;
+        }
+        if let Some(mode) = &args.sandbox {
+            self.set("sandbox-policy", "mode", Value::String(mode.clone()))?;
+        }
+        if let Some(policy) = &args.approval_policy {
+            self.set("approval", "policy", Value::String(policy.clone()))?;
+        }
+        Ok(())
+    }
+
+    /// Sets one config key of a plugin in the plan; a plugin not in the plan is left alone.
+    fn set(&mut self, short_name: &str, key: &str, value: Value) -> anyhow::Result<()> {
+        let Some(i) = self.index(short_name) else { return Ok(()) };
+        let config = &mut self.rows[i].config;
+        if config.is_null() {
+            *config = Value::Object(Map::new());
+        }
+        let Some(object) = config.as_object_mut() else {
+            bail!("[{short_name}] must be a table");
+        };
+        object.insert(key.to_owned(), value);
+        Ok(())
+    }
+
+    /// Parses every config (so a bad value is reported before anything starts).
+    pub fn parse(self) -> anyhow::Result<Vec<ParsedRow>> {
+        self.rows
+            .into_iter()
+            .map(|row| {
+                let config = row.factory.parse_config(row.config)?;
+                Ok(ParsedRow { factory: row.factory, config })
+            })
+            .collect()
+    }
+
+    /// Short names in load order.
+    #[cfg(test)]
+    pub fn names(&self) -> Vec<&'static str> {
+        self.rows.iter().map(|r| r.factory.short_name()).collect()
+    }
+}
+
+fn lookup(catalog: &Catalog, name: &str) -> anyhow::Result<Arc<dyn PluginFactory>> {
+    catalog
+        .find(name)
+        .ok_or_else(|| anyhow::anyhow!("unknown plugin \"{name}\" (known: {})", catalog.short_names()))
+}
+
+/// `--workspace-root` as an absolute existing directory.
+fn workspace_root(root: &Path) -> anyhow::Result<String> {
+    let absolute = dsh_core::home::absolutize(root);
+    if !absolute.is_dir() {
+        bail!("--workspace-root {}: not a directory", root.display());
+    }
+    absolute
+        .to_str()
+        .map(str::to_owned)
+        .ok_or_else(|| anyhow::anyhow!("--workspace-root {}: not valid UTF-8", root.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::Approve;
+    use serde_json::json;
+
+    fn build(file: &str, args: CompositionArgs) -> anyhow::Result<Plan> {
+        Plan::build(&Catalog::builtin(), &config::parse(file).expect("toml"), &args)
+    }
+
+    #[test]
+    fn default_plan_is_the_default_composition() {
+        let plan = build("", CompositionArgs::default()).expect("plan");
+        assert_eq!(plan.names(), catalog::DEFAULT_COMPOSITION);
+        assert!(plan.rows.iter().all(|r| r.config.is_null()));
+    }
+
+    #[test]
+    fn plugin_list_accepts_package_and_short_names() {
+        let plan = build("plugins = [\"@deepseek-ai/dsh-tools\", \"agent\"]", CompositionArgs::default())
+            .expect("plan");
+        assert_eq!(plan.names(), ["tools", "agent"]);
+    }
+
+    #[test]
+    fn unknown_and_duplicate_plugins_are_refused() {
+        let err =
+            build("plugins = [\"tools\", \"nope\"]", CompositionArgs::default()).err().expect("refused");
+        assert!(err.to_string().starts_with("unknown plugin \"nope\" (known: tools, "), "{err}");
+        let err = build("plugins = [\"tools\", \"@deepseek-ai/dsh-tools\"]", CompositionArgs::default())
+            .err()
+            .expect("refused");
+        assert_eq!(err.to_string(), "plugin \"tools\" is listed twice");
+        let err = build("[nope]\nx = 1", CompositionArgs::default()).err().expect("refused");
+        assert!(err.to_string().starts_with("unknown plugin \"nope\""), "{err}");
+        let err =
+            build("plugins = [\"tools\"]\n[agent]\n", CompositionArgs::default()).err().expect("refused");
+        assert_eq!(err.to_string(), "[agent] configures plugin \"agent\", which is not in the composition");
+    }
+
+    #[test]
+    fn tables_set_configs_and_switches_win() {
+        let args = CompositionArgs {
+            approve: Some(Approve::Rejected),
+            approval_policy: Some("never".into()),
+            ..Default::default()
+        };
+        let plan =
+            build("[system-prompt]\npersona = \"p\"\n[approval]\npolicy = \"ask\"\n", args).expect("plan");
+        let config_of =
+            |name: &str| plan.rows.iter().find(|r| r.factory.short_name() == name).map(|r| &r.config);
+        assert_eq!(config_of("system-prompt"), Some(&json!({"persona": "p"})));
+        assert_eq!(config_of("approval"), Some(&json!({"policy": "never"})));
+    }
+
+    #[test]
+    fn bad_config_values_fail_at_parse() {
+        let err = build("[system-prompt]\npersona = 3\n", CompositionArgs::default())
+            .expect("plan")
+            .parse()
+            .err()
+            .expect("refused");
+        assert_eq!(err.to_string(), "system-prompt: invalid type: integer `3`, expected a string");
+        let err = build("[system-prompt]\npersonae = \"x\"\n", CompositionArgs::default())
+            .expect("plan")
+            .parse()
+            .err()
+            .expect("refused");
+        assert!(err.to_string().starts_with("system-prompt: unknown field `personae`"), "{err}");
+    }
+}

@@ -1,0 +1,70 @@
+//! `dsh-bash batch`.
+
+use serde_json::json;
+
+use crate::harness::Sandbox;
+
+#[test]
+fn malformed_lines_get_error_responses_and_the_batch_goes_on() {
+    let sandbox = Sandbox::new();
+    let input = concat!(
+        "not json\n",
+        "\n",
+        "[1]\n",
+        "{\"id\":3,\"args\":{}}\n",
+        "{\"id\":\"four\",\"tool\":\"nope\",\"sesion\":\"x\"}\n",
+        "{\"tool\":\"nope\",\"cwd\":\"/tmp\",\"id\":5}\n",
+        "{\"tool\":\"nope\",\"id\":6}\n",
+    );
+    let out = sandbox.run(&["batch"], input);
+    assert_eq!(out.code, Some(0), "{out:?}");
+    let lines = out.json_lines();
+    assert_eq!(lines.len(), 6, "{}", out.stdout);
+    let texts: Vec<&str> = lines.iter().map(|l| l["content"][0]["text"].as_str().expect("text")).collect();
+    assert!(texts[0].starts_with("Error: invalid JSON: expected ident at line 1 column 2"), "{}", texts[0]);
+    assert_eq!(texts[1], "Error: invalid request: expected a JSON object");
+    assert_eq!(texts[2], "Error: invalid request: missing field `tool`");
+    assert!(texts[3].starts_with("Error: invalid request: unknown field `sesion`"), "{}", texts[3]);
+    assert_eq!(texts[4], "Error: invalid request: \"cwd\" requires \"session\"");
+    assert_eq!(texts[5], "Error: unknown tool \"nope\"");
+    let ids: Vec<&serde_json::Value> = lines.iter().map(|l| &l["id"]).collect();
+    assert_eq!(ids, [&json!(null), &json!(null), &json!(3), &json!("four"), &json!(5), &json!(6)]);
+    for line in &lines {
+        assert_eq!(line["isError"], json!(true));
+        assert_eq!(line["structured"], json!(null));
+        assert_eq!(line["presentCall"], json!(null));
+        assert_eq!(line["presentResult"], json!(null));
+        assert_eq!(line["notices"], json!([]));
+        let keys: Vec<&str> = line.as_object().expect("object").keys().map(String::as_str).collect();
+        assert_eq!(
+            keys,
+            ["content", "isError", "structured", "presentCall", "presentResult", "id", "notices"]
+        );
+    }
+}
+
+#[test]
+fn a_session_keeps_the_cwd_it_was_created_with() {
+    let sandbox = Sandbox::new();
+    let a = sandbox.path().join("a");
+    let b = sandbox.path().join("b");
+    let input = format!(
+        "{}\n{}\n{}\n{}\n",
+        json!({"tool": "nope", "session": "s1", "cwd": a, "id": 1}),
+        json!({"tool": "nope", "session": "s1", "id": 2}),
+        json!({"tool": "nope", "session": "s1", "cwd": a, "id": 3}),
+        json!({"tool": "nope", "session": "s1", "cwd": b, "id": 4}),
+    );
+    let out = sandbox.run(&["batch"], &input);
+    assert_eq!(out.code, Some(0), "{out:?}");
+    let lines = out.json_lines();
+    let texts: Vec<&str> = lines.iter().map(|l| l["content"][0]["text"].as_str().expect("text")).collect();
+    assert_eq!(texts[..3], ["Error: unknown tool \"nope\""; 3]);
+    assert_eq!(
+        texts[3],
+        format!(
+            "Error: session \"s1\" already has cwd {}; a session's cwd cannot change",
+            json!(a.to_str().expect("utf-8"))
+        )
+    );
+}

@@ -1,0 +1,52 @@
+//! `dsh-bash call`.
+
+use serde_json::json;
+
+use crate::harness::{Sandbox, run};
+
+#[test]
+fn tf_04_unknown_tool_is_an_error_result() {
+    let out = run(&["call", "nope", "{}"]);
+    assert_eq!(out.stdout, "Error: unknown tool \"nope\"");
+    assert_eq!(out.stderr, "");
+    assert_eq!(out.code, Some(1));
+}
+
+#[test]
+fn tf_04_unknown_tool_as_json() {
+    let out = run(&["call", "--json", "nope", "{}"]);
+    assert_eq!(out.code, Some(1));
+    assert!(out.stdout.ends_with('\n') && out.stdout.lines().count() == 1, "{out:?}");
+    assert_eq!(
+        out.stdout.trim_end(),
+        r#"{"content":[{"type":"text","text":"Error: unknown tool \"nope\""}],"isError":true,"structured":null,"presentCall":null,"presentResult":null}"#
+    );
+}
+
+#[test]
+fn unparseable_args_json_is_a_usage_error() {
+    let out = run(&["call", "bash", "{\"command\":"]);
+    let line = out.assert_usage_error();
+    assert!(line.starts_with("dsh-bash: ARGS_JSON is not valid JSON: "), "{line}");
+}
+
+#[test]
+fn session_call_runs_inside_a_persisted_turn() {
+    let sandbox = Sandbox::new();
+    let cwd = sandbox.path().to_str().expect("utf-8").to_owned();
+    let out = sandbox.run(&["call", "--session", "s1", "--cwd", &cwd, "nope", "{}"], "");
+    assert_eq!(out.code, Some(1), "{out:?}");
+    let log = std::fs::read_to_string(sandbox.path().join("home/sessions/s1.jsonl")).expect("session log");
+    let events: Vec<serde_json::Value> =
+        log.lines().map(|l| serde_json::from_str(l).expect("json line")).collect();
+    let kinds: Vec<&str> = events.iter().map(|e| e["type"].as_str().expect("type")).collect();
+    assert_eq!(kinds, ["turn/start", "turn/end"]);
+    assert_eq!(events[0]["session"], json!("s1"));
+}
+
+#[test]
+fn cwd_requires_a_session() {
+    let out = run(&["call", "--cwd", "/tmp", "nope", "{}"]);
+    assert_eq!(out.code, Some(2), "{out:?}");
+    assert_eq!(out.stdout, "");
+}

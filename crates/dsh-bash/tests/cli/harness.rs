@@ -1,0 +1,84 @@
+//! Runs the built binary with a private `DSH_HOME` and captures what it prints.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use serde_json::Value;
+
+/// What one run printed and how it exited.
+#[derive(Debug)]
+pub struct Run {
+    pub stdout: String,
+    pub stderr: String,
+    pub code: Option<i32>,
+}
+
+impl Run {
+    /// The JSON lines of stdout.
+    pub fn json_lines(&self) -> Vec<Value> {
+        self.stdout
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+            .collect()
+    }
+
+    /// Asserts a usage failure: exit 2, nothing on stdout, exactly one line on stderr.
+    pub fn assert_usage_error(&self) -> &str {
+        assert_eq!(self.code, Some(2), "{self:?}");
+        assert_eq!(self.stdout, "", "{self:?}");
+        assert_eq!(self.stderr.lines().count(), 1, "{self:?}");
+        assert!(self.stderr.starts_with("dsh-bash: "), "{self:?}");
+        self.stderr.trim_end()
+    }
+}
+
+/// A scratch directory used as `DSH_HOME` (and for files the test writes).
+pub struct Sandbox {
+    pub dir: tempfile::TempDir,
+}
+
+impl Sandbox {
+    pub fn new() -> Self {
+        Self { dir: tempfile::tempdir().expect("tempdir") }
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Writes `name` under the scratch directory and returns its path.
+    pub fn write(&self, name: &str, text: &str) -> PathBuf {
+        let path = self.dir.path().join(name);
+        std::fs::write(&path, text).expect("write");
+        path
+    }
+
+    /// Runs `dsh-bash ARGS` with `stdin`.
+    pub fn run(&self, args: &[&str], stdin: &str) -> Run {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_dsh-bash"))
+            .args(args)
+            .env("DSH_HOME", self.dir.path().join("home"))
+            .current_dir(self.dir.path())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn dsh-bash");
+        {
+            let mut input = child.stdin.take().expect("stdin");
+            input.write_all(stdin.as_bytes()).expect("write stdin");
+        }
+        let output = child.wait_with_output().expect("wait");
+        Run {
+            stdout: String::from_utf8(output.stdout).expect("utf-8 stdout"),
+            stderr: String::from_utf8(output.stderr).expect("utf-8 stderr"),
+            code: output.status.code(),
+        }
+    }
+}
+
+/// Runs `dsh-bash ARGS` in a fresh scratch directory with empty stdin.
+pub fn run(args: &[&str]) -> Run {
+    Sandbox::new().run(args, "")
+}

@@ -1,0 +1,7 @@
+//! End-to-end tests of the built `dsh-bash` binary.
+
+mod batch;
+mod call;
+mod composition;
+mod harness;
+mod schema;
