@@ -26,7 +26,7 @@ pub use env::{AmbientEnv, EnvEntry, is_scrubbed};
 pub use error::{OsSpawnError, SpawnError, SpawnStage};
 pub use handle::{ProcessHandle, ProcessOutcome};
 pub use nix::errno::Errno;
-pub use service::{SUBPROCESS_SERVICE, ServiceOptions, SubprocessService};
+pub use service::{SUBPROCESS, SUBPROCESS_SERVICE, ServiceOptions, SubprocessService};
 pub use signal_name::signal_name;
 pub use spawn::{PreExecHook, SpawnSpec};
 pub use spill::{DefaultSpillNamer, SpillNamer};

@@ -1,0 +1,122 @@
+//! The local executor: foreground runs with a fused deadline, and background starts.
+
+use std::sync::Arc;
+
+use dsh_core::Deadline;
+use dsh_sandbox::SandboxMode;
+use dsh_shell::{
+    CollectedOutput, ShellError, ShellExecRequest, ShellExecSpec, ShellExecutor, ShellProcess, ShellRunResult,
+};
+use dsh_subprocess::{CollectedStream, PreExecHook, SpawnError, SubprocessService};
+
+use crate::config::{ConfigError, LocalBashConfig};
+use crate::error::ExecError;
+use crate::mapping::{bash_argv, spawn_spec};
+use crate::process::{LocalShellProcess, SettleHook};
+
+/// The abort code of the executor's own timeout.
+pub const BASH_TIMEOUT: &str = "BASH_TIMEOUT";
+
+/// Runs `bash -c <command>` through a shared [`SubprocessService`].
+///
+/// Background processes belong to the service, not to the executor: dropping the executor
+/// leaves them running; disposing the service ends them.
+pub struct LocalBashExecutor {
+    config: LocalBashConfig,
+    service: Arc<SubprocessService>,
+}
+
+fn collected(stream: CollectedStream) -> CollectedOutput {
+    CollectedOutput { text: stream.text, truncated: stream.truncated, spill_path: stream.spill_path }
+}
+
+impl LocalBashExecutor {
+    /// Validates `config` (contract §4.2 messages) and builds the executor.
+    pub fn new(config: LocalBashConfig, service: Arc<SubprocessService>) -> Result<Self, ConfigError> {
+        config.validate()?;
+        Ok(Self { config, service })
+    }
+
+    pub fn config(&self) -> &LocalBashConfig {
+        &self.config
+    }
+
+    pub fn service(&self) -> &Arc<SubprocessService> {
+        &self.service
+    }
+
+    /// A foreground run of `argv` (instead of `bash -c`) with the local semantics: one fused
+    /// deadline (caller signal or `timeoutMs`, first cause wins, code `BASH_TIMEOUT`), exit
+    /// facts, and both collected streams. `pre_exec` runs in the child before exec.
+    ///
+    /// Spawn failures keep their OS facts ([`ExecError::Spawn`]); a caller signal that fired
+    /// before the spawn is `aborted before spawn: <reason>`.
+    pub async fn run_argv(
+        &self,
+        spec: &ShellExecSpec,
+        argv: Vec<String>,
+        pre_exec: Option<PreExecHook>,
+    ) -> Result<ShellRunResult, ExecError> {
+        let deadline = Deadline::new(spec.signal.as_ref(), spec.timeout_ms, BASH_TIMEOUT)
+            .map_err(|e| ShellError::Other(e.to_string()))?;
+        let mut spawn = spawn_spec(&self.config, spec, argv, spec.stdout_max_bytes, pre_exec);
+        spawn.signal = Some(deadline.signal().clone());
+        let handle = self.service.spawn(spawn)?;
+        let outcome = handle.wait().await;
+        let (timed_out, aborted) = (deadline.timed_out(), deadline.aborted());
+        drop(deadline);
+        Ok(ShellRunResult {
+            exit_code: outcome.exit_code,
+            signal: outcome.signal,
+            timed_out,
+            aborted,
+            timeout_ms: spec.timeout_ms,
+            stdout: collected(handle.stdout().collected()),
+            stderr: collected(handle.stderr().collected()),
+            sandbox: None,
+        })
+    }
+
+    /// A background start of `argv`. The spec's signal (if any) terminates it.
+    ///
+    /// An OS spawn failure does not fail the start: the process comes back already settled
+    /// as `killed`, its error readable once as `spawn failed: Error: spawn <program> <ERRNO>`,
+    /// and `on_settle` sees `spawn_failed` with the error. `on_settle` always runs before
+    /// `done` resolves; what it returns is stamped as the process's sandbox facts.
+    pub fn start_argv(
+        &self,
+        spec: &ShellExecSpec,
+        argv: Vec<String>,
+        pre_exec: Option<PreExecHook>,
+        on_settle: Option<SettleHook>,
+    ) -> Result<Arc<LocalShellProcess>, ShellError> {
+        let mut spawn = spawn_spec(&self.config, spec, argv, self.config.max_output_bytes, pre_exec);
+        spawn.signal = spec.signal.clone();
+        match self.service.spawn(spawn) {
+            Ok(handle) => Ok(LocalShellProcess::running(handle, spec.signal.clone(), on_settle)),
+            Err(SpawnError::Os(error)) => Ok(LocalShellProcess::spawn_failed(error, on_settle)),
+            Err(other) => Err(ExecError::from(other).into()),
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl ShellExecutor for LocalBashExecutor {
+    fn sandbox_mode(&self) -> Option<SandboxMode> {
+        None
+    }
+
+    fn resolve(&self, request: ShellExecRequest) -> Result<ShellExecSpec, ShellError> {
+        crate::resolve::resolve(&self.config, request)
+    }
+
+    async fn run(&self, spec: ShellExecSpec) -> Result<ShellRunResult, ShellError> {
+        let argv = bash_argv(&spec.command);
+        Ok(self.run_argv(&spec, argv, None).await?)
+    }
+
+    fn start(&self, spec: ShellExecSpec) -> Result<Arc<dyn ShellProcess>, ShellError> {
+        let argv = bash_argv(&spec.command);
+        Ok(self.start_argv(&spec, argv, None, None)?)
+    }
+}

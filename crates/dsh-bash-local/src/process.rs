@@ -1,0 +1,190 @@
+//! Background processes (contract §4.5): status, consuming reads, kill, and settlement.
+
+use std::sync::Arc;
+
+use dsh_core::AbortSignal;
+use dsh_shell::{ProcessStatus, ShellProcess, ShellProcessRead, ShellSandboxInfo};
+use dsh_subprocess::{OsSpawnError, ProcessHandle};
+use futures::future::BoxFuture;
+use parking_lot::Mutex;
+use tokio::sync::watch;
+
+/// What a background process looked like when it settled, for a wrapping executor's
+/// settlement hook (e.g. to classify a sandbox runner failure or a denial).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SettleFacts {
+    pub exit_code: Option<i32>,
+    pub signal: Option<String>,
+    /// The retained stderr tail (what a final read of the whole stream would show).
+    pub stderr_tail: String,
+    /// The process never started.
+    pub spawn_failed: bool,
+    /// Why it never started: errno, program, and whether the workdir, a pre-exec hook or
+    /// the exec failed.
+    pub spawn_error: Option<OsSpawnError>,
+}
+
+/// Runs once at settlement, before `done` resolves; its result is stamped as the process's
+/// sandbox facts.
+pub type SettleHook = Box<dyn FnOnce(&SettleFacts) -> Option<ShellSandboxInfo> + Send>;
+
+struct State {
+    status: ProcessStatus,
+    exit_code: Option<i32>,
+    signal: Option<String>,
+    sandbox: Option<ShellSandboxInfo>,
+    /// `spawn failed: Error: …`, delivered once as the stderr part of the next read.
+    spawn_note: Option<String>,
+    stdout_offset: u64,
+    stderr_offset: u64,
+}
+
+/// A background `bash -c` (or wrapped argv) process.
+pub struct LocalShellProcess {
+    handle: Option<ProcessHandle>,
+    state: Mutex<State>,
+    done: watch::Sender<bool>,
+}
+
+impl LocalShellProcess {
+    fn new(handle: Option<ProcessHandle>, status: ProcessStatus, spawn_note: Option<String>) -> Self {
+        let state = State {
+            status,
+            exit_code: None,
+            signal: None,
+            sandbox: None,
+            spawn_note,
+            stdout_offset: 0,
+            stderr_offset: 0,
+        };
+        Self { handle, state: Mutex::new(state), done: watch::Sender::new(false) }
+    }
+
+    /// A running process; settles in the background when the child does.
+    pub(crate) fn running(
+        handle: ProcessHandle,
+        signal: Option<AbortSignal>,
+        on_settle: Option<SettleHook>,
+    ) -> Arc<Self> {
+        let process = Arc::new(Self::new(Some(handle.clone()), ProcessStatus::Running, None));
+        let settling = Arc::clone(&process);
+        tokio::spawn(async move {
+            let outcome = handle.wait().await;
+            {
+                let mut state = settling.state.lock();
+                if state.status == ProcessStatus::Running {
+                    let aborted = signal.as_ref().is_some_and(AbortSignal::is_aborted);
+                    state.status = if aborted || outcome.signal.is_some() {
+                        ProcessStatus::Killed
+                    } else {
+                        ProcessStatus::Completed
+                    };
+                }
+                state.exit_code = outcome.exit_code;
+                state.signal = outcome.signal.clone();
+            }
+            let facts = SettleFacts {
+                exit_code: outcome.exit_code,
+                signal: outcome.signal,
+                stderr_tail: handle.stderr().collected().text,
+                spawn_failed: false,
+                spawn_error: None,
+            };
+            settling.finish(on_settle, &facts);
+        });
+        process
+    }
+
+    /// A process that never started: already settled as `killed`, its spawn error readable
+    /// once on the read path.
+    pub(crate) fn spawn_failed(error: OsSpawnError, on_settle: Option<SettleHook>) -> Arc<Self> {
+        let note = format!("spawn failed: Error: {error}");
+        let process = Arc::new(Self::new(None, ProcessStatus::Killed, Some(note)));
+        let facts = SettleFacts {
+            exit_code: None,
+            signal: None,
+            stderr_tail: String::new(),
+            spawn_failed: true,
+            spawn_error: Some(error),
+        };
+        process.finish(on_settle, &facts);
+        process
+    }
+
+    fn finish(&self, on_settle: Option<SettleHook>, facts: &SettleFacts) {
+        if let Some(hook) = on_settle {
+            let sandbox = hook(facts);
+            self.state.lock().sandbox = sandbox;
+        }
+        self.done.send_replace(true);
+    }
+
+    /// The direct child's pid (its process-group id), when it started.
+    pub fn pid(&self) -> Option<u32> {
+        self.handle.as_ref().map(ProcessHandle::pid)
+    }
+}
+
+impl ShellProcess for LocalShellProcess {
+    fn status(&self) -> ProcessStatus {
+        self.state.lock().status
+    }
+
+    fn exit_code(&self) -> Option<i32> {
+        self.state.lock().exit_code
+    }
+
+    fn signal(&self) -> Option<String> {
+        self.state.lock().signal.clone()
+    }
+
+    fn done(&self) -> BoxFuture<'static, ()> {
+        let mut done = self.done.subscribe();
+        Box::pin(async move {
+            // The sender lives as long as the process; a closed channel also means "over".
+            let _ = done.wait_for(|d| *d).await;
+        })
+    }
+
+    fn sandbox(&self) -> Option<ShellSandboxInfo> {
+        self.state.lock().sandbox.clone()
+    }
+
+    fn read_output(&self) -> ShellProcessRead {
+        let mut state = self.state.lock();
+        let mut read = ShellProcessRead::default();
+        let mut stderr = state.spawn_note.take().unwrap_or_default();
+        if let Some(handle) = &self.handle {
+            let out = handle.stdout().read_from(state.stdout_offset);
+            let err = handle.stderr().read_from(state.stderr_offset);
+            state.stdout_offset = out.next_offset;
+            state.stderr_offset = err.next_offset;
+            read.delta = out.text;
+            stderr.push_str(&err.text);
+            read.lossy = out.lossy || err.lossy;
+            read.stdout_spill_path = out.spill_path;
+            read.stderr_spill_path = err.spill_path;
+        }
+        if !stderr.is_empty() {
+            if !read.delta.is_empty() && !read.delta.ends_with('\n') {
+                read.delta.push('\n');
+            }
+            read.delta.push_str("[stderr]\n");
+            read.delta.push_str(&stderr);
+        }
+        read
+    }
+
+    fn kill(&self) -> bool {
+        let mut state = self.state.lock();
+        if state.status != ProcessStatus::Running {
+            return false;
+        }
+        state.status = ProcessStatus::Killed;
+        drop(state);
+        if let Some(handle) = &self.handle {
+            handle.terminate();
+        }
+        true
+    }
+}
