@@ -1,0 +1,189 @@
+//! The job vocabulary: statuses, outcomes, snapshots, and what producers hand the runtime.
+
+use std::fmt;
+use std::sync::Arc;
+
+use dsh_core::Agent;
+use futures::future::BoxFuture;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value, json};
+
+/// Where a job is in its life; the last three are terminal.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum JobStatus {
+    Running,
+    /// Cancellation was requested; the work has not settled yet.
+    Stopping,
+    Completed,
+    Killed,
+    Failed,
+}
+
+impl JobStatus {
+    /// The wire name (`running`, `stopping`, …).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobStatus::Running => "running",
+            JobStatus::Stopping => "stopping",
+            JobStatus::Completed => "completed",
+            JobStatus::Killed => "killed",
+            JobStatus::Failed => "failed",
+        }
+    }
+
+    /// True for `completed`, `killed` and `failed`.
+    pub fn is_terminal(self) -> bool {
+        matches!(self, JobStatus::Completed | JobStatus::Killed | JobStatus::Failed)
+    }
+
+    /// True for `running` and `stopping` (the statuses that occupy an admission slot).
+    pub fn is_active(self) -> bool {
+        !self.is_terminal()
+    }
+}
+
+impl fmt::Display for JobStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The terminal status a producer reports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OutcomeStatus {
+    Completed,
+    Killed,
+    Failed,
+}
+
+impl From<OutcomeStatus> for JobStatus {
+    fn from(status: OutcomeStatus) -> Self {
+        match status {
+            OutcomeStatus::Completed => JobStatus::Completed,
+            OutcomeStatus::Killed => JobStatus::Killed,
+            OutcomeStatus::Failed => JobStatus::Failed,
+        }
+    }
+}
+
+/// How the work ended, as the producer reports it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobOutcome {
+    pub status: OutcomeStatus,
+    /// Short terminal detail shown in status lines (`exit code: 0`, `signal: SIGTERM`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+    /// The result of a final-output job (ignored for stream jobs, which are read incrementally).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<String>,
+}
+
+impl JobOutcome {
+    /// An outcome with a status and detail and no final output.
+    pub fn new(status: OutcomeStatus, detail: impl Into<String>) -> Self {
+        Self { status, detail: Some(detail.into()), output: None }
+    }
+}
+
+/// The cancel hook: `Err` propagates to `kill()` callers unchanged.
+pub type CancelHook = Box<dyn Fn(Option<String>) -> Result<(), String> + Send + Sync>;
+/// The consuming incremental read of a stream job.
+pub type ReadHook = Box<dyn Fn() -> String + Send + Sync>;
+
+/// What a producer hands the runtime from `run()`.
+pub struct JobHooks {
+    /// Cancel the work (bash: `proc.kill()`); an Err propagates to `kill()` callers unchanged.
+    pub cancel: CancelHook,
+    /// Resolves once with the outcome; an Err is recorded as `failed` with detail = the error.
+    pub done: BoxFuture<'static, Result<JobOutcome, String>>,
+    /// Consuming incremental read for stream jobs; None → a final-output job.
+    pub read_output: Option<ReadHook>,
+}
+
+impl fmt::Debug for JobHooks {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("JobHooks").field("stream", &self.read_output.is_some()).finish_non_exhaustive()
+    }
+}
+
+/// The starter a producer hands to `start`.
+pub type RunHook = Box<dyn FnOnce() -> Result<JobHooks, String> + Send>;
+
+/// A request to start one job.
+pub struct JobStartSpec {
+    /// The id prefix and display kind (`bash`).
+    pub kind: String,
+    /// What the job is, for listings and notices (bash: the full command).
+    pub label: String,
+    /// The calling agent; `None` makes an unowned job, open to every caller.
+    pub owner: Option<Arc<Agent>>,
+    /// Byte budget for the job tools' texts about this job (bash sets none).
+    pub output_limit_bytes: Option<f64>,
+    /// Called once, synchronously, only after every preflight passed; an Err propagates, no id consumed.
+    pub run: RunHook,
+}
+
+impl fmt::Debug for JobStartSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("JobStartSpec")
+            .field("kind", &self.kind)
+            .field("label", &self.label)
+            .field("owner", &self.owner.as_ref().map(|o| o.id().to_owned()))
+            .field("output_limit_bytes", &self.output_limit_bytes)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A fresh copy of one job's record. [`JobSnapshot::public_json`] is what tools return.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct JobSnapshot {
+    pub id: String,
+    pub kind: String,
+    pub label: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub output_limit_bytes: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub owner_session: Option<String>,
+    pub status: JobStatus,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+    /// Epoch milliseconds.
+    pub started_at: u64,
+    /// Epoch milliseconds, once terminal.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub finished_at: Option<u64>,
+    /// Someone has already been told how the job ended (suppresses the completion notice).
+    pub reported: bool,
+}
+
+impl JobSnapshot {
+    /// `{id, kind, label, status, detail?, startedAt, finishedAt?}` — never `ownerSession`,
+    /// `reported` or `outputLimitBytes`.
+    pub fn public_json(&self) -> Value {
+        let mut out = Map::new();
+        out.insert("id".into(), json!(self.id));
+        out.insert("kind".into(), json!(self.kind));
+        out.insert("label".into(), json!(self.label));
+        out.insert("status".into(), json!(self.status.as_str()));
+        if let Some(detail) = &self.detail {
+            out.insert("detail".into(), json!(detail));
+        }
+        out.insert("startedAt".into(), json!(self.started_at));
+        if let Some(finished) = self.finished_at {
+            out.insert("finishedAt".into(), json!(finished));
+        }
+        Value::Object(out)
+    }
+}
+
+/// What `kill` did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KillOutcome {
+    /// Cancellation was forwarded to the producer; the job is `stopping` until it settles.
+    Requested,
+    /// The job was already terminal; nothing was cancelled.
+    AlreadyFinished,
+}

@@ -1,0 +1,589 @@
+//! The in-process job registry.
+//!
+//! One record per published job, kept in registration order. Producers' `done` futures are
+//! driven by a task per job; settlement is first-wins, so a teardown force-failure survives a
+//! late producer outcome. Completion listeners run last, outside the lock, because a listener
+//! may open a model turn synchronously: every other observer must already see the record.
+
+use std::collections::HashMap;
+use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use dsh_core::json::{MAX_SAFE_INTEGER, js_json_text, js_number};
+use dsh_core::{AGENTS, AbortSignal, Agent, Disposer, MAX_TIMER_DELAY_MS, WeakContext};
+use futures::future::BoxFuture;
+use parking_lot::Mutex;
+use tokio::sync::watch;
+
+use crate::error::JobError;
+use crate::job::{JobOutcome, JobSnapshot, JobStartSpec, JobStatus, KillOutcome, OutcomeStatus};
+use crate::registry::{JobRegistry, SettledListener};
+
+type Cancel = Arc<dyn Fn(Option<String>) -> Result<(), String> + Send + Sync>;
+type Reader = Arc<dyn Fn() -> String + Send + Sync>;
+
+/// The reason teardown forwards to an owner's live jobs.
+pub const OWNER_DISPOSED: &str = "owner disposed";
+/// The reason service teardown forwards to every live job.
+pub const SERVICE_DISPOSED: &str = "jobs service disposed";
+
+struct Record {
+    id: String,
+    kind: String,
+    label: String,
+    output_limit_bytes: Option<f64>,
+    owner: Option<Arc<Agent>>,
+    cancel: Cancel,
+    read_output: Option<Reader>,
+    status: JobStatus,
+    detail: Option<String>,
+    output: Option<String>,
+    started_at: u64,
+    finished_at: Option<u64>,
+    reported: bool,
+    /// Pending `wait` calls; a settlement while any is pending counts as observed.
+    waiters: usize,
+    /// Carries the settled snapshot once terminal.
+    settled: watch::Sender<Option<JobSnapshot>>,
+}
+
+impl Record {
+    fn snapshot(&self) -> JobSnapshot {
+        JobSnapshot {
+            id: self.id.clone(),
+            kind: self.kind.clone(),
+            label: self.label.clone(),
+            output_limit_bytes: self.output_limit_bytes,
+            owner_session: self.owner.as_ref().map(|o| o.id().to_owned()),
+            status: self.status,
+            detail: self.detail.clone(),
+            started_at: self.started_at,
+            finished_at: self.finished_at,
+            reported: self.reported,
+        }
+    }
+
+    /// The access fence: owned jobs are reachable only from the owner's session id.
+    fn check_access(&self, caller: Option<&Arc<Agent>>) -> Result<(), JobError> {
+        match &self.owner {
+            Some(owner) if caller.map(|c| c.id()) != Some(owner.id()) => {
+                Err(JobError::OtherSession(self.id.clone()))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    fn owned_by(&self, owner: Option<&Arc<Agent>>) -> bool {
+        match (&self.owner, owner) {
+            (None, None) => true,
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+            _ => false,
+        }
+    }
+}
+
+/// An owner whose lifecycle carries our teardown hook.
+struct OwnerHook {
+    agent: Weak<Agent>,
+    hook: u64,
+}
+
+#[derive(Default)]
+struct State {
+    records: Vec<Record>,
+    counters: HashMap<String, u64>,
+    /// Admission slots taken by starts whose `run` is in progress, per owner bucket.
+    reserved: HashMap<usize, u64>,
+    listeners: Vec<(u64, SettledListener)>,
+    listeners_closed: bool,
+    owner_hooks: HashMap<usize, OwnerHook>,
+}
+
+impl State {
+    fn find(&self, id: &str) -> Result<&Record, JobError> {
+        self.records.iter().find(|r| r.id == id).ok_or_else(|| JobError::UnknownJob(id.to_owned()))
+    }
+    fn find_mut(&mut self, id: &str) -> Result<&mut Record, JobError> {
+        self.records.iter_mut().find(|r| r.id == id).ok_or_else(|| JobError::UnknownJob(id.to_owned()))
+    }
+}
+
+struct Inner {
+    limit: u64,
+    ctx: Option<WeakContext>,
+    controllers: AtomicUsize,
+    next_listener: AtomicU64,
+    state: Mutex<State>,
+}
+
+/// The local job registry (provider of the `jobs` service).
+#[derive(Clone)]
+pub struct LocalJobRegistry {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for LocalJobRegistry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LocalJobRegistry").field("limit", &self.inner.limit).finish_non_exhaustive()
+    }
+}
+
+/// The admission bucket of an owner: the exact instance, or the shared unowned bucket (0).
+fn bucket(owner: Option<&Arc<Agent>>) -> usize {
+    owner.map_or(0, |o| Arc::as_ptr(o) as usize)
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
+
+/// Runs a future to completion off the caller: on the current tokio runtime when there is one.
+fn spawn_detached(fut: BoxFuture<'static, ()>) {
+    match tokio::runtime::Handle::try_current() {
+        Ok(handle) => {
+            handle.spawn(fut);
+        }
+        Err(_) => {
+            std::thread::spawn(move || futures::executor::block_on(fut));
+        }
+    }
+}
+
+impl LocalJobRegistry {
+    /// A registry admitting at most `max_concurrent_jobs_per_owner` running or stopping jobs
+    /// per exact owner (unowned jobs share one bucket). `ctx` is where the agents registry is
+    /// looked up when a start names an owner; without it owned starts are refused.
+    pub fn new(max_concurrent_jobs_per_owner: u64, ctx: Option<WeakContext>) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                limit: max_concurrent_jobs_per_owner,
+                ctx,
+                controllers: AtomicUsize::new(0),
+                next_listener: AtomicU64::new(1),
+                state: Mutex::new(State::default()),
+            }),
+        }
+    }
+
+    /// The admission limit per owner.
+    pub fn limit(&self) -> u64 {
+        self.inner.limit
+    }
+}
+
+impl Inner {
+    /// Step 5 of preflight: the owner must be the live registered instance; the first job of
+    /// an owner ties teardown of its jobs to the owner's lifecycle.
+    fn ensure_owner_cleanup(self: &Arc<Self>, owner: &Arc<Agent>) -> Result<(), JobError> {
+        let agents = self.ctx.as_ref().and_then(|ctx| ctx.get(AGENTS)).ok_or(JobError::NoAgentRegistry)?;
+        if !agents.is_registered(owner) {
+            return Err(JobError::OwnerNotLive(owner.id().to_owned()));
+        }
+        let key = bucket(Some(owner));
+        let mut state = self.state.lock();
+        if state
+            .owner_hooks
+            .get(&key)
+            .is_some_and(|h| h.agent.upgrade().is_some_and(|a| Arc::ptr_eq(&a, owner)))
+        {
+            return Ok(());
+        }
+        let registry = Arc::downgrade(self);
+        let hook = owner.on_dispose(Box::new(move || {
+            Box::pin(async move {
+                if let Some(inner) = registry.upgrade() {
+                    inner.state.lock().owner_hooks.remove(&key);
+                    inner.dispose_owned(key).await;
+                }
+            })
+        }));
+        state.owner_hooks.insert(key, OwnerHook { agent: Arc::downgrade(owner), hook });
+        Ok(())
+    }
+
+    fn preflight(self: &Arc<Self>, spec: &JobStartSpec) -> Result<usize, JobError> {
+        if self.controllers.load(Ordering::Acquire) == 0 {
+            return Err(JobError::NoController);
+        }
+        if spec.kind.is_empty() {
+            return Err(JobError::EmptyKind);
+        }
+        if spec.label.is_empty() {
+            return Err(JobError::EmptyLabel);
+        }
+        if let Some(limit) = spec.output_limit_bytes
+            && !(limit.is_finite() && limit.fract() == 0.0 && limit > 0.0 && limit <= MAX_SAFE_INTEGER)
+        {
+            return Err(JobError::InvalidOutputLimit(js_json_text(&js_number(limit))));
+        }
+        if let Some(owner) = &spec.owner {
+            self.ensure_owner_cleanup(owner)?;
+        }
+        let key = bucket(spec.owner.as_ref());
+        let mut state = self.state.lock();
+        let active =
+            state.records.iter().filter(|r| r.owned_by(spec.owner.as_ref()) && r.status.is_active()).count()
+                as u64;
+        let reserved = state.reserved.get(&key).copied().unwrap_or(0);
+        if active + reserved >= self.limit {
+            return Err(JobError::LimitReached(self.limit));
+        }
+        *state.reserved.entry(key).or_insert(0) += 1;
+        Ok(key)
+    }
+
+    fn release_reservation(&self, state: &mut State, key: usize) {
+        if let Some(n) = state.reserved.get_mut(&key) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                state.reserved.remove(&key);
+            }
+        }
+    }
+
+    /// Records the first outcome; later ones are ignored. Listeners run after the lock is released.
+    fn settle(&self, id: &str, outcome: Result<JobOutcome, String>) {
+        let outcome = outcome.unwrap_or_else(|error| {
+            tracing::warn!("jobs: job {id} producer done future failed: {error}");
+            JobOutcome { status: OutcomeStatus::Failed, detail: Some(error), output: None }
+        });
+        let (snapshot, owner, listeners) = {
+            let mut state = self.state.lock();
+            let Ok(record) = state.find_mut(id) else { return };
+            if record.status.is_terminal() {
+                return;
+            }
+            record.status = outcome.status.into();
+            record.detail = outcome.detail;
+            record.output = outcome.output;
+            record.finished_at = Some(now_ms());
+            if record.waiters > 0 {
+                record.reported = true;
+            }
+            let snapshot = record.snapshot();
+            record.settled.send_replace(Some(snapshot.clone()));
+            let owner = record.owner.clone();
+            let listeners: Vec<SettledListener> = if state.listeners_closed {
+                Vec::new()
+            } else {
+                state.listeners.iter().map(|(_, l)| Arc::clone(l)).collect()
+            };
+            (snapshot, owner, listeners)
+        };
+        for listener in listeners {
+            let called = std::panic::catch_unwind(AssertUnwindSafe(|| listener(&snapshot, owner.as_ref())));
+            if called.is_err() {
+                tracing::warn!("jobs: completion listener panicked for {}", snapshot.id);
+            }
+        }
+    }
+
+    /// Marks each live job reported and forwards `reason`; a throwing cancel force-fails the
+    /// record so teardown cannot hang on it.
+    fn cancel_for_teardown(&self, ids: &[String], reason: &str) {
+        for id in ids {
+            let cancel = {
+                let mut state = self.state.lock();
+                let Ok(record) = state.find_mut(id) else { continue };
+                if record.status.is_terminal() {
+                    continue;
+                }
+                record.reported = true;
+                Arc::clone(&record.cancel)
+            };
+            match cancel(Some(reason.to_owned())) {
+                Ok(()) => {
+                    let mut state = self.state.lock();
+                    if let Ok(record) = state.find_mut(id)
+                        && !record.status.is_terminal()
+                    {
+                        record.status = JobStatus::Stopping;
+                    }
+                }
+                Err(error) => {
+                    tracing::warn!(
+                        "jobs: cancel of {id} threw during teardown; job record forced failed and work may be orphaned: {error}"
+                    );
+                    self.settle(
+                        id,
+                        Ok(JobOutcome::new(
+                            OutcomeStatus::Failed,
+                            format!("cancel threw during teardown; work may be orphaned: {error}"),
+                        )),
+                    );
+                }
+            }
+        }
+    }
+
+    /// Cancels the given jobs, awaits their settlement, then removes their records.
+    async fn teardown(&self, ids: Vec<String>, reason: &str) {
+        self.cancel_for_teardown(&ids, reason);
+        let receivers: Vec<watch::Receiver<Option<JobSnapshot>>> = {
+            let state = self.state.lock();
+            state.records.iter().filter(|r| ids.contains(&r.id)).map(|r| r.settled.subscribe()).collect()
+        };
+        for mut rx in receivers {
+            // A closed channel means the record is gone already.
+            let _ = rx.wait_for(Option::is_some).await;
+        }
+        self.state.lock().records.retain(|r| !ids.contains(&r.id));
+    }
+
+    /// Owner teardown: every job of that exact owner.
+    async fn dispose_owned(&self, key: usize) {
+        let ids: Vec<String> = {
+            let state = self.state.lock();
+            state
+                .records
+                .iter()
+                .filter(|r| r.owner.is_some() && bucket(r.owner.as_ref()) == key)
+                .map(|r| r.id.clone())
+                .collect()
+        };
+        self.teardown(ids, OWNER_DISPOSED).await;
+    }
+
+    async fn dispose_all(&self) {
+        let (ids, hooks) = {
+            let mut state = self.state.lock();
+            state.listeners_closed = true;
+            state.listeners.clear();
+            let ids: Vec<String> = state.records.iter().map(|r| r.id.clone()).collect();
+            let hooks: Vec<OwnerHook> = state.owner_hooks.drain().map(|(_, h)| h).collect();
+            (ids, hooks)
+        };
+        self.teardown(ids, SERVICE_DISPOSED).await;
+        self.state.lock().records.clear();
+        for hook in hooks {
+            if let Some(agent) = hook.agent.upgrade() {
+                agent.cancel_on_dispose(hook.hook);
+            }
+        }
+    }
+
+    fn mark_reported_if_terminal(&self, id: &str) -> Option<JobSnapshot> {
+        let mut state = self.state.lock();
+        let record = state.find_mut(id).ok()?;
+        if record.status.is_terminal() {
+            record.reported = true;
+        }
+        Some(record.snapshot())
+    }
+
+    fn unwait(&self, id: &str) {
+        if let Ok(record) = self.state.lock().find_mut(id) {
+            record.waiters = record.waiters.saturating_sub(1);
+        }
+    }
+}
+
+/// Unregisters a pending waiter however the wait ends (including being dropped).
+struct WaiterGuard<'a> {
+    inner: &'a Inner,
+    id: &'a str,
+    armed: bool,
+}
+
+impl WaiterGuard<'_> {
+    fn release(&mut self) {
+        if std::mem::take(&mut self.armed) {
+            self.inner.unwait(self.id);
+        }
+    }
+}
+
+impl Drop for WaiterGuard<'_> {
+    fn drop(&mut self) {
+        self.release();
+    }
+}
+
+impl JobRegistry for LocalJobRegistry {
+    fn start(&self, spec: JobStartSpec) -> Result<String, String> {
+        let key = self.inner.preflight(&spec)?;
+        let hooks = match (spec.run)() {
+            Ok(hooks) => hooks,
+            Err(error) => {
+                let mut state = self.inner.state.lock();
+                self.inner.release_reservation(&mut state, key);
+                return Err(error);
+            }
+        };
+        let id = {
+            let mut state = self.inner.state.lock();
+            self.inner.release_reservation(&mut state, key);
+            let counter = state.counters.entry(spec.kind.clone()).or_insert(0);
+            *counter += 1;
+            let id = format!("{}-{}", spec.kind, counter);
+            let (settled, _) = watch::channel(None);
+            state.records.push(Record {
+                id: id.clone(),
+                kind: spec.kind,
+                label: spec.label,
+                output_limit_bytes: spec.output_limit_bytes,
+                owner: spec.owner,
+                cancel: Arc::from(hooks.cancel),
+                read_output: hooks.read_output.map(Arc::from),
+                status: JobStatus::Running,
+                detail: None,
+                output: None,
+                started_at: now_ms(),
+                finished_at: None,
+                reported: false,
+                waiters: 0,
+                settled,
+            });
+            id
+        };
+        let inner = Arc::clone(&self.inner);
+        let settle_id = id.clone();
+        let done = hooks.done;
+        spawn_detached(Box::pin(async move {
+            let outcome = done.await;
+            inner.settle(&settle_id, outcome);
+        }));
+        Ok(id)
+    }
+
+    fn list(&self, caller: Option<&Arc<Agent>>) -> Vec<JobSnapshot> {
+        let session = caller.map(|c| c.id());
+        let state = self.inner.state.lock();
+        state
+            .records
+            .iter()
+            .filter(|r| r.owner.as_ref().is_none_or(|o| Some(o.id()) == session))
+            .map(Record::snapshot)
+            .collect()
+    }
+
+    fn get(&self, id: &str, caller: Option<&Arc<Agent>>) -> Result<JobSnapshot, String> {
+        let state = self.inner.state.lock();
+        let record = state.find(id)?;
+        record.check_access(caller)?;
+        Ok(record.snapshot())
+    }
+
+    fn read(&self, id: &str, caller: Option<&Arc<Agent>>) -> Result<(String, JobSnapshot), String> {
+        let (reader, fallback) = {
+            let state = self.inner.state.lock();
+            let record = state.find(id)?;
+            record.check_access(caller)?;
+            let fallback = match (&record.read_output, record.status.is_terminal()) {
+                (Some(_), _) | (None, false) => String::new(),
+                (None, true) => record.output.clone().unwrap_or_default(),
+            };
+            (record.read_output.clone(), (fallback, record.snapshot()))
+        };
+        // The producer's read runs outside the lock: it may be slow or look at the registry.
+        let text = match reader {
+            Some(read) => read(),
+            None => fallback.0,
+        };
+        let snapshot = self.inner.mark_reported_if_terminal(id).unwrap_or(fallback.1);
+        Ok((text, snapshot))
+    }
+
+    fn kill(
+        &self,
+        id: &str,
+        caller: Option<&Arc<Agent>>,
+        reason: Option<String>,
+    ) -> Result<KillOutcome, String> {
+        let cancel = {
+            let mut state = self.inner.state.lock();
+            let record = state.find_mut(id)?;
+            record.check_access(caller)?;
+            if record.status.is_terminal() {
+                record.reported = true;
+                return Ok(KillOutcome::AlreadyFinished);
+            }
+            Arc::clone(&record.cancel)
+        };
+        cancel(reason)?;
+        let mut state = self.inner.state.lock();
+        if let Ok(record) = state.find_mut(id) {
+            if !record.status.is_terminal() {
+                record.status = JobStatus::Stopping;
+            }
+            record.reported = true;
+        }
+        Ok(KillOutcome::Requested)
+    }
+
+    fn wait<'a>(
+        &'a self,
+        id: &'a str,
+        timeout_ms: f64,
+        caller: Option<&'a Arc<Agent>>,
+        signal: Option<AbortSignal>,
+    ) -> BoxFuture<'a, Result<JobSnapshot, String>> {
+        Box::pin(async move {
+            let mut settled = {
+                let mut state = self.inner.state.lock();
+                let record = state.find_mut(id)?;
+                record.check_access(caller)?;
+                if !(timeout_ms.is_finite() && timeout_ms > 0.0) {
+                    return Err(JobError::InvalidWaitTimeout(js_json_text(&js_number(timeout_ms))).into());
+                }
+                if record.status.is_terminal() {
+                    record.reported = true;
+                    return Ok(record.snapshot());
+                }
+                if signal.as_ref().is_some_and(AbortSignal::is_aborted) {
+                    return Err(JobError::WaitAborted.into());
+                }
+                record.waiters += 1;
+                record.settled.subscribe()
+            };
+            let mut guard = WaiterGuard { inner: &self.inner, id, armed: true };
+            // Timers beyond the platform bound are clamped to it rather than firing early.
+            let delay = Duration::from_secs_f64(timeout_ms.min(MAX_TIMER_DELAY_MS) / 1000.0);
+            let aborted = async {
+                match &signal {
+                    Some(signal) => signal.aborted().await,
+                    None => futures::future::pending().await,
+                }
+            };
+            let last_known = tokio::select! {
+                changed = settled.wait_for(Option::is_some) => changed.ok().and_then(|s| s.clone()),
+                _ = tokio::time::sleep(delay) => None,
+                _ = aborted => {
+                    guard.release();
+                    return Err(JobError::WaitAborted.into());
+                }
+            };
+            guard.release();
+            match self.inner.mark_reported_if_terminal(id) {
+                Some(snapshot) => Ok(snapshot),
+                // Torn down while we waited: report what settlement recorded.
+                None => last_known.ok_or_else(|| JobError::UnknownJob(id.to_owned()).into()),
+            }
+        })
+    }
+
+    fn attach_controller(&self) -> Disposer {
+        self.inner.controllers.fetch_add(1, Ordering::AcqRel);
+        let inner = Arc::clone(&self.inner);
+        Disposer::new(move || {
+            inner.controllers.fetch_sub(1, Ordering::AcqRel);
+        })
+    }
+
+    fn on_settled(&self, listener: SettledListener) -> Disposer {
+        let id = self.inner.next_listener.fetch_add(1, Ordering::Relaxed);
+        self.inner.state.lock().listeners.push((id, listener));
+        let inner = Arc::downgrade(&self.inner);
+        Disposer::new(move || {
+            if let Some(inner) = inner.upgrade() {
+                inner.state.lock().listeners.retain(|(i, _)| *i != id);
+            }
+        })
+    }
+
+    fn dispose(&self) -> BoxFuture<'_, ()> {
+        Box::pin(self.inner.dispose_all())
+    }
+}
