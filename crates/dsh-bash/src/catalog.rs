@@ -5,8 +5,11 @@ use std::sync::Arc;
 use dsh_core::plugins::{AgentsPlugin, SessionJsonlPlugin, SystemPromptPlugin, ToolsPlugin};
 use dsh_core::{Factory, Plugin, PluginFactory};
 
+use crate::plugins::{BashLocalPlugin, SubprocessPlugin};
+
 /// The composition used when no file names its own `plugins` list (short names, load order).
-pub const DEFAULT_COMPOSITION: &[&str] = &["tools", "system-prompt", "agent", "session-jsonl"];
+pub const DEFAULT_COMPOSITION: &[&str] =
+    &["tools", "system-prompt", "agent", "session-jsonl", "subprocess", "bash-local", "shell-env"];
 
 /// The plugins a sandboxed composition uses instead of the local executor.
 pub const SANDBOX_PLUGINS: &[&str] = &["sandbox-policy"];
@@ -35,6 +38,9 @@ impl Catalog {
                 entry::<SystemPromptPlugin>(),
                 entry::<AgentsPlugin>(),
                 entry::<SessionJsonlPlugin>(),
+                entry::<SubprocessPlugin>(),
+                entry::<BashLocalPlugin>(),
+                entry::<dsh_shell::ShellEnvPlugin>(),
                 entry::<dsh_sandbox_policy::SandboxPolicyPlugin>(),
                 entry::<dsh_approval::ApprovalPlugin>(),
             ],

@@ -8,6 +8,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
+use dsh_subprocess::SUBPROCESS;
 
 use crate::catalog::Catalog;
 use crate::cli::CompositionArgs;
@@ -16,6 +17,7 @@ use crate::composition::{Composition, Pending};
 pub async fn run(composition: &CompositionArgs) -> anyhow::Result<u8> {
     let comp = Composition::start(composition, Pending::Report).await?;
     let plugins = comp.ctx().plugins();
+    let spill_dir = comp.ctx().get(SUBPROCESS).and_then(|service| service.spill_dir());
     comp.dispose().await;
 
     let mut report = Vec::new();
@@ -25,7 +27,7 @@ pub async fn run(composition: &CompositionArgs) -> anyhow::Result<u8> {
         Some(path) => report.push(format!("bash: {} ({})", path.display(), bash_version(path))),
         None => report.push("bash: not found on PATH".to_owned()),
     }
-    report.push(format!("spill directory: {}", spill_directory()));
+    report.push(format!("spill directory: {}", spill_directory(spill_dir.as_deref())));
     report.push(format!("sandbox runners: {}", sandbox_runners()));
     report.push("available plugins:".to_owned());
     for factory in Catalog::builtin().entries() {
@@ -78,11 +80,15 @@ fn bash_version(bash: &Path) -> String {
     }
 }
 
-fn spill_directory() -> String {
-    format!(
-        "{} (private dsh-subprocess-XXXXXX directory, created on the first truncated stream)",
-        std::env::temp_dir().display()
-    )
+/// The configured spill directory, else where the default one will be created.
+fn spill_directory(configured: Option<&Path>) -> String {
+    match configured {
+        Some(dir) => dir.display().to_string(),
+        None => format!(
+            "{} (private, created on the first truncated stream)",
+            std::env::temp_dir().join("dsh-subprocess-XXXXXX").display()
+        ),
+    }
 }
 
 fn sandbox_runners() -> String {

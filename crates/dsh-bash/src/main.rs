@@ -19,6 +19,7 @@ mod doctor;
 mod interrupt;
 mod mcp;
 mod plan;
+mod plugins;
 mod prompt;
 mod request;
 mod schema;

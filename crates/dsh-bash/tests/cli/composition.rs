@@ -85,3 +85,22 @@ fn workspace_root_must_be_a_directory() {
     let line = out.assert_usage_error();
     assert!(line.ends_with("--workspace-root /nonexistent-dsh-root: not a directory"), "{line}");
 }
+
+#[test]
+fn executor_config_is_validated_at_load() {
+    let out = with_config("[bash-local]\ngraceMs = 0\n", &["prompt"]);
+    assert_eq!(out.assert_usage_error(), "dsh-bash: bash-local: graceMs must be a positive finite number");
+    let out = with_config("[bash-local]\ngraceMs = \"soon\"\n", &["prompt"]);
+    let line = out.assert_usage_error();
+    assert!(line.contains("bash-local: invalid type: string \"soon\", expected f64"), "{line}");
+}
+
+#[test]
+fn doctor_reports_a_configured_spill_directory() {
+    let sandbox = Sandbox::new();
+    let spill = sandbox.path().join("spill");
+    let config =
+        sandbox.write("dsh.toml", &format!("[subprocess]\nspillDir = {}\n", serde_json::json!(spill)));
+    let out = sandbox.run(&["--config", config.to_str().expect("utf-8"), "doctor"], "");
+    assert!(out.stdout.contains(&format!("\nspill directory: {}\n", spill.display())), "{}", out.stdout);
+}
