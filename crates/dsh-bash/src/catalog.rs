@@ -9,7 +9,7 @@ use crate::plugins::{BashLocalPlugin, SubprocessPlugin};
 
 /// The composition used when no file names its own `plugins` list (short names, load order).
 pub const DEFAULT_COMPOSITION: &[&str] =
-    &["tools", "system-prompt", "agent", "session-jsonl", "subprocess", "bash-local", "shell-env"];
+    &["tools", "system-prompt", "agent", "session-jsonl", "subprocess", "bash-local", "shell-env", "jobs"];
 
 /// The plugins a sandboxed composition uses instead of the local executor.
 pub const SANDBOX_PLUGINS: &[&str] = &["sandbox-policy"];
@@ -41,6 +41,7 @@ impl Catalog {
                 entry::<SubprocessPlugin>(),
                 entry::<BashLocalPlugin>(),
                 entry::<dsh_shell::ShellEnvPlugin>(),
+                entry::<dsh_jobs::JobsPlugin>(),
                 entry::<dsh_sandbox_policy::SandboxPolicyPlugin>(),
                 entry::<dsh_approval::ApprovalPlugin>(),
             ],
