@@ -1,1 +1,106 @@
-//! Placeholder.
+//! The model-facing `bash` tool (a **consumer** of the shell seam).
+//!
+//! Registers the tool `bash` and the `tool:bash` prompt section over whatever executor
+//! provides `shell`. Foreground execution stays behind that seam; a background process is
+//! published to the generic `jobs` runtime (looked up at call time) and controlled through
+//! the job tools. Every call receives a freshly collected managed `DSH_*` environment from the
+//! `shellEnv` registry. Escalation to a wider sandbox mode goes through the `approval` seam
+//! (looked up at call time) when the mounted executor sandboxes, which also makes the
+//! `sandboxPolicy` service a load-time requirement.
+//!
+//! Service names: the seed calls the injected executor and env registry `bash` and `bashEnv`;
+//! this crate injects them under the contract's keys `shell` and `shellEnv`
+//! (`INJECT = ["tools", "shell", "systemPrompt", "shellEnv"]`).
+//!
+//! The crate root exposes only the plugin contract — [`NAME`], [`INJECT`], [`Config`],
+//! [`apply`] and the [`ToolBash`] plugin type. Rendering, presenters and the background
+//! adaptation are internal. It knows nothing about how commands are spawned or confined,
+//! which executor is mounted, or which host carries the tool.
+
+mod args;
+mod background;
+mod escalation;
+mod present;
+mod render;
+mod texts;
+mod tool;
+mod value;
+mod workdir;
+
+use std::sync::Arc;
+
+use dsh_core::{Plugin, PluginError, PluginScope, SYSTEM_PROMPT, TOOLS};
+use dsh_sandbox::SANDBOX_POLICY;
+use dsh_shell::{SHELL, SHELL_ENV};
+use schemars::JsonSchema;
+use serde::Deserialize;
+
+/// The package name.
+pub const NAME: &str = "@deepseek-ai/dsh-tool-bash";
+
+/// The services that must exist before the plugin applies.
+pub const INJECT: &[&str] = &["tools", "shell", "systemPrompt", "shellEnv"];
+
+const SHORT_NAME: &str = "tool-bash";
+
+const POLICY_MISSING: &str = "tool-bash: the mounted bash executor confines but ctx.sandboxPolicy is missing";
+
+/// Configuration of the bash tool.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct Config {
+    /// Advertise `run_in_background` and accept background calls (default `true`). When
+    /// `false` the parameter is removed and a forced background call is rejected.
+    pub enable_run_in_background: bool,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self { enable_run_in_background: true }
+    }
+}
+
+fn missing(key: &str) -> PluginError {
+    PluginError::Apply(format!("{SHORT_NAME}: ctx.{key} is missing"))
+}
+
+/// Registers the `tool:bash` section and the `bash` tool into `scope`; both are disposed when
+/// the plugin (or an injected service) unloads.
+///
+/// Fails with `tool-bash: the mounted bash executor confines but ctx.sandboxPolicy is missing`
+/// when the executor sandboxes and no sandbox policy service is composed.
+pub fn apply(scope: &mut PluginScope, config: Config) -> Result<(), PluginError> {
+    let tools = scope.get(TOOLS).ok_or_else(|| missing("tools"))?;
+    let shell = scope.get(SHELL).ok_or_else(|| missing("shell"))?;
+    let prompt = scope.get(SYSTEM_PROMPT).ok_or_else(|| missing("systemPrompt"))?;
+    let env = scope.get(SHELL_ENV).ok_or_else(|| missing("shellEnv"))?;
+    // The executor's capability fact, read once at load: any defined mode (even
+    // danger-full-access) means a sandboxing composition.
+    let policy = match shell.sandbox_mode() {
+        None => None,
+        Some(_) => Some(scope.get(SANDBOX_POLICY).ok_or_else(|| PluginError::Apply(POLICY_MISSING.into()))?),
+    };
+    let section = prompt
+        .register_section(texts::SECTION_NAME, texts::SECTION_ORDER, texts::SECTION_TEXT)
+        .map_err(|e| PluginError::Apply(e.to_string()))?;
+    scope.add(section);
+    let tool =
+        tool::BashTool::new(shell, env, policy, scope.ctx().downgrade(), config.enable_run_in_background);
+    let registration = tools.register(Arc::new(tool)).map_err(|e| PluginError::Apply(e.to_string()))?;
+    scope.add(registration);
+    Ok(())
+}
+
+/// The plugin, for compositions that load plugins by type.
+pub struct ToolBash;
+
+impl Plugin for ToolBash {
+    const NAME: &'static str = NAME;
+    const SHORT_NAME: &'static str = SHORT_NAME;
+    const INJECT: &'static [&'static str] = INJECT;
+    type Config = Config;
+
+    fn apply(scope: &mut PluginScope, config: Config) -> Result<(), PluginError> {
+        apply(scope, config)
+    }
+}

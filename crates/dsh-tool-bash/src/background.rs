@@ -1,0 +1,102 @@
+//! The background path (contract §2.9): adapts a started [`ShellProcess`] into the generic job
+//! hooks. The job runtime owns ids, owners, reads, kills, waits and notices; this module only
+//! maps bash exit and sandbox facts into job output and outcome detail.
+
+use std::sync::Arc;
+
+use dsh_core::{ToolError, ToolExec};
+use dsh_jobs::{JOBS, JobHooks, JobOutcome, JobStartSpec, OutcomeStatus};
+use dsh_shell::{ProcessStatus, ShellError, ShellExecRequest, ShellProcess};
+use parking_lot::Mutex;
+use serde_json::Value;
+
+use crate::render::render_process_read;
+use crate::tool::BashTool;
+use crate::value::background_value;
+
+const DISABLED: &str = "background execution is disabled for this bash tool";
+const NO_JOBS: &str =
+    "background jobs unavailable: load @deepseek-ai/dsh-jobs and @deepseek-ai/dsh-tool-jobs";
+
+/// The job outcome of a settled process (contract §2.10.3). A non-zero exit is `completed`,
+/// never `failed`; no bash path produces `failed`.
+pub(crate) fn process_outcome(process: &dyn ShellProcess) -> JobOutcome {
+    let detail = match process.status() {
+        ProcessStatus::Killed => match process.signal() {
+            Some(signal) => (OutcomeStatus::Killed, format!("signal: {signal}")),
+            None => (OutcomeStatus::Killed, "killed before exit".to_owned()),
+        },
+        ProcessStatus::Completed | ProcessStatus::Running => {
+            (OutcomeStatus::Completed, format!("exit code: {}", process.exit_code().unwrap_or(0)))
+        }
+    };
+    JobOutcome { status: detail.0, detail: Some(detail.1), output: None }
+}
+
+/// The hooks over one started process.
+fn hooks(process: Arc<dyn ShellProcess>, escalation: bool) -> JobHooks {
+    let cancel_process = Arc::clone(&process);
+    let done_process = Arc::clone(&process);
+    JobHooks {
+        // The reason is recorded by the runtime; bash has nothing to do with it.
+        cancel: Box::new(move |_reason| {
+            cancel_process.kill();
+            Ok(())
+        }),
+        done: Box::pin(async move {
+            done_process.done().await;
+            Ok(process_outcome(done_process.as_ref()))
+        }),
+        read_output: Some(Box::new(move || {
+            render_process_read(process.read_output(), process.sandbox().as_ref(), escalation)
+        })),
+    }
+}
+
+/// Publishes the command as a background job and returns `{kind:'background', jobId}`.
+pub(crate) fn start(
+    tool: &BashTool,
+    request: ShellExecRequest,
+    command: &str,
+    exec: &ToolExec,
+) -> Result<Value, ToolError> {
+    if !tool.background_enabled() {
+        return Err(ToolError::plain(DISABLED));
+    }
+    let jobs = tool.ctx().get(JOBS).ok_or_else(|| ToolError::plain(NO_JOBS))?;
+    if exec.signal.is_aborted() {
+        return Err(ToolError::aborted());
+    }
+    // The runtime only sees a string error from `run`; keep the executor's typed error so a
+    // coded failure (SANDBOX_UNAVAILABLE) keeps its code on the tool result.
+    let shell_error: Arc<Mutex<Option<ShellError>>> = Arc::new(Mutex::new(None));
+    let slot = Arc::clone(&shell_error);
+    let shell = Arc::clone(tool.shell());
+    let escalation = tool.escalation();
+    // No tool-call signal: once published, the job is controlled only through the runtime.
+    let run = Box::new(move || {
+        let started = shell.resolve(request).and_then(|spec| shell.start(spec));
+        match started {
+            Ok(process) => Ok(hooks(process, escalation)),
+            Err(error) => {
+                let message = error.to_string();
+                *slot.lock() = Some(error);
+                Err(message)
+            }
+        }
+    });
+    let spec = JobStartSpec {
+        kind: "bash".to_owned(),
+        label: command.to_owned(),
+        owner: exec.agent.clone(),
+        output_limit_bytes: None,
+        run,
+    };
+    match jobs.start(spec) {
+        Ok(job_id) => Ok(background_value(&job_id)),
+        Err(message) => Err(match shell_error.lock().take() {
+            Some(error) => ToolError::from(error),
+            None => ToolError::plain(message.to_string()),
+        }),
+    }
+}

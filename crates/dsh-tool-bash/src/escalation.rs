@@ -1,0 +1,50 @@
+//! One-shot sandbox escalation through the approval seam (contract §2.7). Every refusal is a
+//! tool error and nothing runs on any path but a grant.
+
+use std::sync::Arc;
+
+use dsh_core::{APPROVAL, ApprovalRequest, ApprovalService, ToolError, ToolExec};
+use dsh_sandbox::{
+    EscalationError, SandboxMode, StandingPolicy, check_widening, escalation_reason, map_escalation_outcome,
+};
+
+use crate::args::EscalationRequest;
+
+fn plain(e: EscalationError) -> ToolError {
+    ToolError::plain(e.to_string())
+}
+
+/// Resolves an escalation to the granted mode.
+///
+/// `standing` is `None` in a non-sandboxing composition (no targets advertised). The approval
+/// service is looked up by the caller at call time and passed as `approval`.
+pub(crate) async fn approve(
+    request: &EscalationRequest,
+    standing: Option<&StandingPolicy>,
+    approval: Option<Arc<dyn ApprovalService>>,
+    exec: &ToolExec,
+) -> Result<SandboxMode, ToolError> {
+    let Some(standing) = standing else {
+        return Err(plain(EscalationError::NotAvailable));
+    };
+    // Strict widening is checked against the recorded spelling; nobody is prompted on failure.
+    let requested = check_widening(&request.mode, &standing.mode_label).map_err(plain)?;
+    let approval = approval.ok_or(EscalationError::NoApprovalService { requested }).map_err(plain)?;
+    let agent = exec.agent.clone().ok_or(EscalationError::NoAgent { requested }).map_err(plain)?;
+    let outcome = approval
+        .request(ApprovalRequest {
+            agent,
+            tool_name: "bash".to_owned(),
+            call_id: Some(exec.call_id.clone()),
+            reason: Some(escalation_reason(requested, &request.justification)),
+            signal: Some(exec.signal.clone()),
+        })
+        .await
+        .map_err(ToolError::plain)?;
+    map_escalation_outcome(outcome, requested, "command").map_err(plain)
+}
+
+/// The approval service, looked up at call time (it may load after the tool).
+pub(crate) fn approval_service(ctx: &dsh_core::WeakContext) -> Option<Arc<dyn ApprovalService>> {
+    ctx.get(APPROVAL)
+}

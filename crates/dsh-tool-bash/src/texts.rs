@@ -1,0 +1,39 @@
+//! Model-facing texts, byte-exact (contract Appendix A.1, A.2, §1.9).
+
+/// The base paragraph of every description variant (ends with one space).
+pub(crate) const BASE_DESCRIPTION: &str = "Execute a bash command (`bash -c`) and return its stdout/stderr. Each call runs in a fresh shell: no state (cwd, variables, functions) persists between calls — pass `workdir` instead of using `cd`. Non-zero exits are reported as `[exit code: N]`. Current harness environment facts are exposed through managed `$DSH_*` variables; inspect them when needed. Commands may run under a file sandbox; a blocked file operation is reported as `[sandbox: file access denied under <mode> mode]` — a policy denial, not a bug in the command; do not retry another way. Long output is truncated to its tail; the full output is saved to a file whose path is reported when available. ";
+
+/// Appended when background execution is enabled.
+pub(crate) const BACKGROUND_ENABLED: &str = "Set `run_in_background: true` for long-running commands: the call returns a job id immediately; read its output with `job_output` and stop it with `job_kill`.";
+
+/// Appended when background execution is disabled by config.
+pub(crate) const BACKGROUND_DISABLED: &str =
+    "Background execution is not available; long-running commands must finish within the timeout.";
+
+/// Appended (starting with one space) only when the executor sandboxes.
+pub(crate) const ESCALATION_PARAGRAPH: &str = " Attempting a command the sandbox may deny is safe and expected: run it and read the marker rather than assuming the denial. When a command is denied and a wider mode would let it succeed, escalate immediately in the same turn — the one sanctioned exception to a denial: retry the exact same command once with `sandbox_permissions` (the narrowest wider mode that suffices) plus a one-sentence `justification`. Do not detour through chat to ask permission first — the approval prompt raised by that retry is how the user consents. If the session states approval prompts are disabled, there is no exception: a denial is final — do not set `sandbox_permissions`. Never escalate speculatively: ground the request in a real denial — normally the one this command just hit; escalating up front is fine only when this session already denied the same access. A rejected escalation is final for that command — stop and explain, never work around it — but it does not forbid attempting or escalating other commands later.";
+
+pub(crate) const PARAM_COMMAND: &str = "The bash command to execute.";
+pub(crate) const PARAM_DESCRIPTION: &str = "Clear, concise description of what this command does in active voice, 5-10 words (shown in the UI). Examples: \"ls\" → \"List files in current directory\"; \"git status\" → \"Show working tree status\"; \"npm install\" → \"Install package dependencies\".";
+pub(crate) const PARAM_TIMEOUT_MS: &str = "Timeout in milliseconds. The executor applies its configured default and cap, and kills the command on expiry.";
+pub(crate) const PARAM_WORKDIR: &str = "Working directory for this command. Defaults to the session workspace; a relative path is resolved against it.";
+pub(crate) const PARAM_RUN_IN_BACKGROUND: &str = "Run in the background and return a job id immediately (collect with job_output, stop with job_kill). No timeout applies.";
+pub(crate) const PARAM_SANDBOX_PERMISSIONS: &str = "The wider sandbox mode this command needs. Only valid as a one-shot retry of a command the sandbox just denied; requires justification and user approval.";
+pub(crate) const PARAM_JUSTIFICATION: &str = "Required with sandbox_permissions: one sentence for the user explaining why this exact command needs the wider access.";
+
+/// The `tool:bash` prompt section.
+pub(crate) const SECTION_NAME: &str = "tool:bash";
+pub(crate) const SECTION_ORDER: f64 = 105.0;
+pub(crate) const SECTION_TEXT: &str =
+    "Check the [exit code: N] marker on every bash result; investigate failures before moving on.";
+
+/// The description for a configuration: base, one background sentence, and the escalation
+/// paragraph when the executor sandboxes.
+pub(crate) fn description(background: bool, escalation: bool) -> String {
+    let mut out = String::from(BASE_DESCRIPTION);
+    out.push_str(if background { BACKGROUND_ENABLED } else { BACKGROUND_DISABLED });
+    if escalation {
+        out.push_str(ESCALATION_PARAGRAPH);
+    }
+    out
+}

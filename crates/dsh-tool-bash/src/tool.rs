@@ -1,0 +1,192 @@
+//! The `bash` tool definition and its execute algorithm (contract §2.4; the order is
+//! contractual).
+
+use std::sync::Arc;
+
+use dsh_core::{ContentBlock, Schema, Tool, ToolError, ToolExec, ToolParams, ToolResult, WeakContext};
+use dsh_sandbox::{ESCALATION_TARGETS, SandboxPolicyService};
+use dsh_shell::{ShellEnvRegistry, ShellExecRequest, ShellExecutor};
+use serde_json::{Value, json};
+
+use crate::args::BashArgs;
+use crate::render::render_result;
+use crate::texts;
+use crate::value::{ValueView, foreground_value, output_schema};
+use crate::workdir::resolve_workdir;
+
+/// What the tool was composed with.
+pub(crate) struct BashTool {
+    description: String,
+    params: ToolParams,
+    output: Schema,
+    shell: Arc<dyn ShellExecutor>,
+    env: Arc<ShellEnvRegistry>,
+    /// Present exactly when the executor sandboxes (escalation targets are advertised).
+    policy: Option<Arc<dyn SandboxPolicyService>>,
+    /// For call-time lookups of the optional services (`jobs`, `approval`).
+    ctx: WeakContext,
+    background_enabled: bool,
+}
+
+/// The parameters for a configuration (contract §2.2; declaration order is contractual).
+fn parameters(background: bool, escalation: bool) -> ToolParams {
+    let mut params = ToolParams::new()
+        .required("command", Schema::string().describe(texts::PARAM_COMMAND))
+        .required("description", Schema::string().describe(texts::PARAM_DESCRIPTION))
+        .optional("timeoutMs", Schema::number().describe(texts::PARAM_TIMEOUT_MS))
+        .optional("workdir", Schema::string().describe(texts::PARAM_WORKDIR));
+    if background {
+        params =
+            params.optional("run_in_background", Schema::boolean().describe(texts::PARAM_RUN_IN_BACKGROUND));
+    }
+    if escalation {
+        let targets: Vec<Value> = ESCALATION_TARGETS.iter().map(|m| json!(m.as_str())).collect();
+        params = params
+            .optional(
+                "sandbox_permissions",
+                Schema::string().describe(texts::PARAM_SANDBOX_PERMISSIONS).enumerated(targets),
+            )
+            .optional("justification", Schema::string().describe(texts::PARAM_JUSTIFICATION));
+    }
+    params
+}
+
+impl BashTool {
+    /// Builds the definition once: description and schema depend only on the config and the
+    /// executor's capability, never on per-session state, so they stay byte-identical (and
+    /// prefix-cache stable) across calls and sandbox mode switches.
+    pub(crate) fn new(
+        shell: Arc<dyn ShellExecutor>,
+        env: Arc<ShellEnvRegistry>,
+        policy: Option<Arc<dyn SandboxPolicyService>>,
+        ctx: WeakContext,
+        background_enabled: bool,
+    ) -> Self {
+        let escalation = policy.is_some();
+        Self {
+            description: texts::description(background_enabled, escalation),
+            params: parameters(background_enabled, escalation),
+            output: output_schema(),
+            shell,
+            env,
+            policy,
+            ctx,
+            background_enabled,
+        }
+    }
+
+    fn escalation_advertised(&self) -> bool {
+        self.policy.is_some()
+    }
+
+    async fn run(&self, args: BashArgs, exec: ToolExec) -> Result<Value, ToolError> {
+        // 2. Standing policy (sandboxing compositions only).
+        let session = exec.agent.as_ref().map(|a| Arc::clone(a.session()));
+        let standing = self.policy.as_ref().map(|p| p.resolve(session.as_deref(), None));
+        // 3. Escalation: nothing has run yet.
+        let approved = match &args.escalation {
+            None => None,
+            Some(request) => {
+                let approval = crate::escalation::approval_service(&self.ctx);
+                Some(crate::escalation::approve(request, standing.as_ref(), approval, &exec).await?)
+            }
+        };
+        // 4. Per-call policy: the standing one with the granted mode, root and session kept.
+        let sandbox_policy = standing.as_ref().map(|s| {
+            let mut policy = s.policy.clone();
+            if let Some(mode) = approved {
+                policy.mode = mode;
+            }
+            policy
+        });
+        // 5. Workdir from the standing root, else the session cwd.
+        let policy_root = standing.as_ref().map(|s| s.policy.workspace_root.as_path());
+        let session_cwd = session.as_ref().and_then(|s| s.header().cwd.clone());
+        let workdir = resolve_workdir(args.workdir.as_deref(), policy_root, session_cwd.as_deref());
+        // 6. Managed environment, freshly collected for this call.
+        let dsh_env = self.env.collect(&exec).map_err(|e| ToolError::plain(e.to_string()))?;
+        // 7. The request, from named fields only.
+        let request = ShellExecRequest {
+            command: args.command.clone(),
+            workdir,
+            timeout_ms: args.timeout_ms,
+            dsh_env: Some(dsh_env),
+            sandbox_policy,
+            ..ShellExecRequest::default()
+        };
+        // 8. Background or foreground.
+        if args.background {
+            return crate::background::start(self, request, &args.command, &exec);
+        }
+        self.foreground(request, &exec).await
+    }
+
+    /// Contract §2.8.
+    async fn foreground(&self, mut request: ShellExecRequest, exec: &ToolExec) -> Result<Value, ToolError> {
+        request.signal = Some(exec.signal.clone());
+        let spec = self.shell.resolve(request)?;
+        let result = self.shell.run(spec).await?;
+        if result.aborted {
+            return Err(ToolError::aborted());
+        }
+        Ok(foreground_value(&result))
+    }
+
+    pub(crate) fn shell(&self) -> &Arc<dyn ShellExecutor> {
+        &self.shell
+    }
+
+    pub(crate) fn ctx(&self) -> &WeakContext {
+        &self.ctx
+    }
+
+    pub(crate) fn background_enabled(&self) -> bool {
+        self.background_enabled
+    }
+
+    pub(crate) fn escalation(&self) -> bool {
+        self.escalation_advertised()
+    }
+}
+
+#[async_trait::async_trait]
+impl Tool for BashTool {
+    fn name(&self) -> &str {
+        "bash"
+    }
+
+    fn description(&self) -> &str {
+        &self.description
+    }
+
+    fn parameters(&self) -> &ToolParams {
+        &self.params
+    }
+
+    fn output_schema(&self) -> &Schema {
+        &self.output
+    }
+
+    fn render(&self, _args: &Value, value: &Value) -> Vec<ContentBlock> {
+        let text = match ValueView::parse(value) {
+            Some(ValueView::Background { job_id }) => format!("started background job {job_id}"),
+            Some(ValueView::Foreground(view)) => render_result(&view, self.escalation_advertised()),
+            // Unreachable after output validation; shown raw rather than lost.
+            None => value.to_string(),
+        };
+        vec![ContentBlock::text(text)]
+    }
+
+    async fn execute(&self, args: Value, exec: ToolExec) -> Result<Value, ToolError> {
+        let args = BashArgs::parse(&args)?;
+        self.run(args, exec).await
+    }
+
+    fn present_call(&self, args: &Value) -> Option<Value> {
+        crate::present::present_call(args)
+    }
+
+    fn present_result(&self, args: &Value, result: &ToolResult) -> Option<Value> {
+        crate::present::present_result(args, result)
+    }
+}

@@ -1,0 +1,232 @@
+//! The canonical value (contract §2.13): its construction, its output schema, and the typed
+//! view the renderer and presenters read back from the logged JSON.
+
+use dsh_core::Schema;
+use dsh_core::json::js_number;
+use dsh_sandbox::SandboxMode;
+use dsh_shell::{CollectedOutput, ShellRunResult, ShellSandboxInfo};
+use serde::Deserialize;
+use serde_json::{Map, Value, json};
+
+fn stream_value(stream: &CollectedOutput) -> Value {
+    let mut m = Map::new();
+    m.insert("text".into(), json!(stream.text));
+    m.insert("truncated".into(), json!(stream.truncated));
+    if let Some(path) = &stream.spill_path {
+        m.insert("spillPath".into(), json!(path.to_string_lossy()));
+    }
+    Value::Object(m)
+}
+
+fn sandbox_value(info: &ShellSandboxInfo) -> Value {
+    let mut m = Map::new();
+    m.insert("mode".into(), json!(info.mode.as_str()));
+    m.insert("denied".into(), json!(info.denied));
+    if let Some(enforcement) = info.enforcement {
+        m.insert("enforcement".into(), json!(enforcement.as_str()));
+    }
+    if let Some(runner_failed) = info.runner_failed {
+        m.insert("runnerFailed".into(), json!(runner_failed));
+    }
+    Value::Object(m)
+}
+
+/// `{kind:'foreground', ...ShellRunResult}` in the contract's key order; optional keys are
+/// omitted, never null; numbers are JS-shaped.
+pub(crate) fn foreground_value(result: &ShellRunResult) -> Value {
+    let mut m = Map::new();
+    m.insert("kind".into(), json!("foreground"));
+    m.insert("exitCode".into(), result.exit_code.map_or(Value::Null, Value::from));
+    m.insert("signal".into(), result.signal.as_deref().map_or(Value::Null, Value::from));
+    m.insert("timedOut".into(), json!(result.timed_out));
+    m.insert("aborted".into(), json!(result.aborted));
+    m.insert("timeoutMs".into(), js_number(result.timeout_ms));
+    m.insert("stdout".into(), stream_value(&result.stdout));
+    m.insert("stderr".into(), stream_value(&result.stderr));
+    if let Some(sandbox) = &result.sandbox {
+        m.insert("sandbox".into(), sandbox_value(sandbox));
+    }
+    Value::Object(m)
+}
+
+/// `{kind:'background', jobId}`.
+pub(crate) fn background_value(job_id: &str) -> Value {
+    json!({ "kind": "background", "jobId": job_id })
+}
+
+fn stream_schema() -> Schema {
+    Schema::object(
+        vec![
+            ("text", Schema::string(), true),
+            ("truncated", Schema::boolean(), true),
+            ("spillPath", Schema::string(), false),
+        ],
+        false,
+    )
+}
+
+/// Output schema: exactly one of the background and foreground shapes, both closed.
+pub(crate) fn output_schema() -> Schema {
+    let modes: Vec<Value> = SandboxMode::ALL.iter().map(|m| json!(m.as_str())).collect();
+    let background = Schema::object(
+        vec![
+            ("kind", Schema::string().constant(json!("background")), true),
+            ("jobId", Schema::string(), true),
+        ],
+        false,
+    );
+    let sandbox = Schema::object(
+        vec![
+            ("mode", Schema::string().enumerated(modes), true),
+            ("denied", Schema::boolean(), true),
+            ("enforcement", Schema::string().enumerated(vec![json!("full"), json!("partial")]), false),
+            ("runnerFailed", Schema::boolean(), false),
+        ],
+        false,
+    );
+    let foreground = Schema::object(
+        vec![
+            ("kind", Schema::string().constant(json!("foreground")), true),
+            ("exitCode", Schema::integer().or_null(), true),
+            ("signal", Schema::string().or_null(), true),
+            ("timedOut", Schema::boolean(), true),
+            ("aborted", Schema::boolean(), true),
+            ("timeoutMs", Schema::number(), true),
+            ("stdout", stream_schema(), true),
+            ("stderr", stream_schema(), true),
+            ("sandbox", sandbox, false),
+        ],
+        false,
+    );
+    Schema::one_of(vec![background, foreground])
+}
+
+/// One stream as logged.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct StreamView {
+    pub text: String,
+    pub truncated: bool,
+    #[serde(default)]
+    pub spill_path: Option<String>,
+}
+
+/// Sandbox facts as logged (the mode is kept as spelled).
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct SandboxView {
+    pub mode: String,
+    pub denied: bool,
+    #[serde(default)]
+    pub runner_failed: Option<bool>,
+}
+
+/// A foreground value as logged.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct ForegroundView {
+    pub exit_code: Option<i64>,
+    pub signal: Option<String>,
+    pub timed_out: bool,
+    pub timeout_ms: f64,
+    pub stdout: StreamView,
+    pub stderr: StreamView,
+    #[serde(default)]
+    pub sandbox: Option<SandboxView>,
+}
+
+/// A canonical value read back: which shape it is.
+pub(crate) enum ValueView {
+    Background { job_id: String },
+    Foreground(Box<ForegroundView>),
+}
+
+impl ValueView {
+    /// Reads a logged value; `None` when it is neither shape.
+    pub(crate) fn parse(value: &Value) -> Option<Self> {
+        match value.get("kind").and_then(Value::as_str)? {
+            "background" => Some(ValueView::Background { job_id: value.get("jobId")?.as_str()?.to_owned() }),
+            "foreground" => {
+                serde_json::from_value(value.clone()).ok().map(|v| ValueView::Foreground(Box::new(v)))
+            }
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dsh_core::tools::validate_value;
+    use dsh_sandbox::SandboxEnforcement;
+
+    fn result() -> ShellRunResult {
+        ShellRunResult {
+            exit_code: Some(0),
+            signal: None,
+            timed_out: false,
+            aborted: false,
+            timeout_ms: 10000.0,
+            stdout: CollectedOutput { text: "hello\n".into(), truncated: false, spill_path: None },
+            stderr: CollectedOutput::default(),
+            sandbox: None,
+        }
+    }
+
+    fn valid(value: &Value) -> Vec<String> {
+        let mut out = Vec::new();
+        validate_value(&output_schema(), value, "output", &mut out);
+        out
+    }
+
+    #[test]
+    fn bf_01_value_shape_and_key_order() {
+        let v = foreground_value(&result());
+        assert_eq!(
+            v.to_string(),
+            r#"{"kind":"foreground","exitCode":0,"signal":null,"timedOut":false,"aborted":false,"timeoutMs":10000,"stdout":{"text":"hello\n","truncated":false},"stderr":{"text":"","truncated":false}}"#
+        );
+        assert!(valid(&v).is_empty());
+    }
+
+    #[test]
+    fn optional_facts_are_present_only_when_supplied() {
+        let mut r = result();
+        r.exit_code = None;
+        r.signal = Some("SIGTERM".into());
+        r.timeout_ms = 2.5;
+        r.stdout.truncated = true;
+        r.stdout.spill_path = Some("/s/out.log".into());
+        r.sandbox = Some(ShellSandboxInfo {
+            mode: SandboxMode::ReadOnly,
+            denied: true,
+            enforcement: Some(SandboxEnforcement::Partial),
+            runner_failed: Some(false),
+        });
+        let v = foreground_value(&r);
+        assert_eq!(
+            v.to_string(),
+            r#"{"kind":"foreground","exitCode":null,"signal":"SIGTERM","timedOut":false,"aborted":false,"timeoutMs":2.5,"stdout":{"text":"hello\n","truncated":true,"spillPath":"/s/out.log"},"stderr":{"text":"","truncated":false},"sandbox":{"mode":"read-only","denied":true,"enforcement":"partial","runnerFailed":false}}"#
+        );
+        assert!(valid(&v).is_empty());
+        r.sandbox = Some(ShellSandboxInfo {
+            mode: SandboxMode::ReadOnly,
+            denied: false,
+            enforcement: None,
+            runner_failed: None,
+        });
+        assert_eq!(foreground_value(&r)["sandbox"], json!({"mode": "read-only", "denied": false}));
+    }
+
+    #[test]
+    fn output_schema_is_closed_one_of() {
+        assert!(valid(&background_value("bash-1")).is_empty());
+        assert_eq!(
+            valid(&json!({"kind": "background", "jobId": "bash-1", "extra": 1})),
+            vec!["\"output\" must match exactly one oneOf branch (matched 0)"]
+        );
+        let mut v = foreground_value(&result());
+        v["stdout"]["extra"] = json!(true);
+        assert_eq!(valid(&v), vec!["\"output\" must match exactly one oneOf branch (matched 0)"]);
+    }
+}
