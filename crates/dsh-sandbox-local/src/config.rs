@@ -1,0 +1,176 @@
+//! `sandbox-local` configuration and its load-time validation (contract §7.3).
+
+use std::time::Duration;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::runner::RunnerKind;
+
+/// Configuration of the local sandbox provider.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct LocalSandboxConfig {
+    /// A runner argv that bypasses selection and probing; the bubblewrap profile, `--` and
+    /// the command are appended to it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub runner_command: Vec<String>,
+    /// Stderr substrings by which the `runnerCommand` runner announces its own failure.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub runner_failure_signatures: Vec<String>,
+    /// Bound of each runner probe, in milliseconds.
+    #[serde(default = "default_probe_timeout_ms")]
+    pub probe_timeout_ms: f64,
+    /// The runner chain, tried in order; the first usable runner confines every command.
+    #[serde(default = "default_runners")]
+    pub runners: Vec<RunnerKind>,
+}
+
+fn default_probe_timeout_ms() -> f64 {
+    5000.0
+}
+
+fn default_runners() -> Vec<RunnerKind> {
+    vec![RunnerKind::Landlock, RunnerKind::Bwrap]
+}
+
+impl Default for LocalSandboxConfig {
+    fn default() -> Self {
+        Self {
+            runner_command: Vec::new(),
+            runner_failure_signatures: Vec::new(),
+            probe_timeout_ms: default_probe_timeout_ms(),
+            runners: default_runners(),
+        }
+    }
+}
+
+/// A configuration the provider refuses to load.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    #[error("sandbox-local: runnerFailureSignatures requires runnerCommand")]
+    SignaturesWithoutRunnerCommand,
+    #[error("sandbox-local: runnerCommand requires at least one runnerFailureSignatures entry")]
+    RunnerCommandWithoutSignatures,
+    #[error("sandbox-local: runnerFailureSignatures entries must be non-empty single-line strings")]
+    BadSignature,
+    #[error("sandbox-local: probeTimeoutMs must be a positive finite number")]
+    BadProbeTimeout,
+    #[error("sandbox-local: runners must name at least one runner")]
+    NoRunners,
+    #[error("sandbox-local: runners must not name a runner twice")]
+    RepeatedRunner,
+}
+
+impl LocalSandboxConfig {
+    /// Checks every rule of §7.3; the first broken one wins.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let has_command = !self.runner_command.is_empty();
+        let has_signatures = !self.runner_failure_signatures.is_empty();
+        if has_signatures && !has_command {
+            return Err(ConfigError::SignaturesWithoutRunnerCommand);
+        }
+        if has_command && !has_signatures {
+            return Err(ConfigError::RunnerCommandWithoutSignatures);
+        }
+        if self
+            .runner_failure_signatures
+            .iter()
+            .any(|s| s.trim().is_empty() || s.contains('\n') || s.contains('\r'))
+        {
+            return Err(ConfigError::BadSignature);
+        }
+        if !(self.probe_timeout_ms.is_finite() && self.probe_timeout_ms > 0.0) {
+            return Err(ConfigError::BadProbeTimeout);
+        }
+        if self.runners.is_empty() {
+            return Err(ConfigError::NoRunners);
+        }
+        for (i, runner) in self.runners.iter().enumerate() {
+            if self.runners[..i].contains(runner) {
+                return Err(ConfigError::RepeatedRunner);
+            }
+        }
+        Ok(())
+    }
+
+    /// The probe bound as a duration (saturating for absurdly large values).
+    pub fn probe_timeout(&self) -> Duration {
+        Duration::try_from_secs_f64(self.probe_timeout_ms / 1000.0).unwrap_or(Duration::MAX)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with(f: impl FnOnce(&mut LocalSandboxConfig)) -> Result<(), String> {
+        let mut config = LocalSandboxConfig::default();
+        f(&mut config);
+        config.validate().map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn sb_19_validation_messages() {
+        assert_eq!(with(|_| {}), Ok(()));
+        assert_eq!(
+            with(|c| c.runner_command = vec!["fake-runner".into()]),
+            Err("sandbox-local: runnerCommand requires at least one runnerFailureSignatures entry".into())
+        );
+        assert_eq!(
+            with(|c| c.runner_failure_signatures = vec!["fake-runner: ".into()]),
+            Err("sandbox-local: runnerFailureSignatures requires runnerCommand".into())
+        );
+        for bad in ["  ", "a\nb", "a\rb", ""] {
+            assert_eq!(
+                with(|c| {
+                    c.runner_command = vec!["fake-runner".into()];
+                    c.runner_failure_signatures = vec!["ok".into(), bad.into()];
+                }),
+                Err("sandbox-local: runnerFailureSignatures entries must be non-empty single-line strings"
+                    .into()),
+                "{bad:?}"
+            );
+        }
+        for bad in [0.0, -1.0, f64::INFINITY, f64::NAN] {
+            assert_eq!(
+                with(|c| c.probe_timeout_ms = bad),
+                Err("sandbox-local: probeTimeoutMs must be a positive finite number".into())
+            );
+        }
+        assert_eq!(with(|c| c.probe_timeout_ms = 0.5), Ok(()));
+    }
+
+    #[test]
+    fn runners_must_be_a_non_empty_set() {
+        assert_eq!(
+            with(|c| c.runners.clear()),
+            Err("sandbox-local: runners must name at least one runner".into())
+        );
+        assert_eq!(
+            with(|c| c.runners = vec![RunnerKind::Bwrap, RunnerKind::Bwrap]),
+            Err("sandbox-local: runners must not name a runner twice".into())
+        );
+    }
+
+    #[test]
+    fn deserializes_camel_case_with_defaults_and_rejects_unknown_keys() {
+        let config: LocalSandboxConfig = serde_json::from_value(serde_json::json!({
+            "runnerCommand": ["fake-runner", "--flag"],
+            "runnerFailureSignatures": ["fake-runner: profile rejected"],
+            "runners": ["bwrap"]
+        }))
+        .unwrap();
+        assert_eq!(config.probe_timeout_ms, 5000.0);
+        assert_eq!(config.runners, vec![RunnerKind::Bwrap]);
+        assert_eq!(config.runner_command, vec!["fake-runner".to_owned(), "--flag".to_owned()]);
+        let defaults: LocalSandboxConfig = serde_json::from_value(serde_json::json!({})).unwrap();
+        assert_eq!(defaults, LocalSandboxConfig::default());
+        assert_eq!(defaults.runners, vec![RunnerKind::Landlock, RunnerKind::Bwrap]);
+        let unknown = serde_json::from_value::<LocalSandboxConfig>(serde_json::json!({"probeTimeout": 1}));
+        assert!(unknown.unwrap_err().to_string().contains("unknown field `probeTimeout`"));
+        let bad_runner =
+            serde_json::from_value::<LocalSandboxConfig>(serde_json::json!({"runners": ["seatbelt"]}));
+        assert!(bad_runner.unwrap_err().to_string().contains("unknown variant `seatbelt`"));
+    }
+}

@@ -1,0 +1,228 @@
+//! The local provider: runner selection (lazy, cached), argv wrapping and self-description.
+
+use std::sync::{Arc, OnceLock};
+
+use dsh_sandbox::{
+    ConfinedCommand, ProviderReport, RunnerFailureRule, RunnerReport, SandboxEnforcement,
+    SandboxExecutionPolicy, SandboxMode, SandboxProvider, SandboxUnavailableError, writable_roots,
+};
+
+use crate::config::{ConfigError, LocalSandboxConfig};
+use crate::inprocess::InProcessConfinement;
+use crate::probe::SystemProber;
+use crate::runner::{
+    BWRAP_DENIAL_SIGNATURES, BWRAP_FATAL_SIGNATURE, ProbeOutcome, RUNNER_COMMAND_DENIAL_SIGNATURES,
+    RunnerCapability, RunnerKind, RunnerProber, bwrap_profile_args, landlock_denial_signatures,
+    landlock_rules,
+};
+
+/// The provider's name in reports and messages.
+pub const PROVIDER_NAME: &str = "sandbox-local";
+
+/// The selection verdict, computed on the first confined wrap and kept for the provider's life.
+#[derive(Clone, Debug)]
+enum Verdict {
+    Selected(RunnerKind, RunnerCapability),
+    Unavailable,
+}
+
+/// The local sandbox provider (`sandbox`): confines argv with the first usable runner of its
+/// chain, or fails closed.
+pub struct LocalSandboxProvider {
+    config: LocalSandboxConfig,
+    prober: Arc<dyn RunnerProber>,
+    probes: [OnceLock<ProbeOutcome>; 2],
+    verdict: OnceLock<Verdict>,
+}
+
+impl std::fmt::Debug for LocalSandboxProvider {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LocalSandboxProvider")
+            .field("config", &self.config)
+            .field("verdict", &self.verdict.get())
+            .finish_non_exhaustive()
+    }
+}
+
+impl LocalSandboxProvider {
+    /// A provider probing the real host.
+    pub fn new(config: LocalSandboxConfig) -> Result<Self, ConfigError> {
+        Self::with_prober(config, Arc::new(SystemProber))
+    }
+
+    /// A provider with an injected prober (tests, or hosts that know their runners).
+    pub fn with_prober(
+        config: LocalSandboxConfig,
+        prober: Arc<dyn RunnerProber>,
+    ) -> Result<Self, ConfigError> {
+        config.validate()?;
+        Ok(Self { config, prober, probes: [OnceLock::new(), OnceLock::new()], verdict: OnceLock::new() })
+    }
+
+    pub fn config(&self) -> &LocalSandboxConfig {
+        &self.config
+    }
+
+    /// Each runner is probed at most once per provider.
+    fn probe(&self, runner: RunnerKind) -> &ProbeOutcome {
+        let slot = match runner {
+            RunnerKind::Landlock => &self.probes[0],
+            RunnerKind::Bwrap => &self.probes[1],
+        };
+        slot.get_or_init(|| self.prober.probe(runner, self.config.probe_timeout()))
+    }
+
+    /// A one-runner chain is selected without probing; otherwise the first usable one wins.
+    fn verdict(&self) -> &Verdict {
+        self.verdict.get_or_init(|| {
+            if let [only] = self.config.runners[..] {
+                return Verdict::Selected(only, self.prober.unprobed(only));
+            }
+            for runner in &self.config.runners {
+                if let ProbeOutcome::Usable(capability) = self.probe(*runner) {
+                    return Verdict::Selected(*runner, capability.clone());
+                }
+            }
+            Verdict::Unavailable
+        })
+    }
+
+    fn runner_command(
+        &self,
+        argv: &[String],
+        policy: &SandboxExecutionPolicy,
+    ) -> Result<ConfinedCommand, String> {
+        let mut wrapped = self.config.runner_command.clone();
+        wrapped.extend(bwrap_profile_args(policy)?);
+        wrapped.push("--".to_owned());
+        wrapped.extend_from_slice(argv);
+        Ok(ConfinedCommand {
+            argv: wrapped,
+            child_confinement: None,
+            enforcement: SandboxEnforcement::Full,
+            denial_signatures: RUNNER_COMMAND_DENIAL_SIGNATURES.map(str::to_owned).to_vec(),
+            runner_failure_rules: vec![RunnerFailureRule {
+                allowed_exit_codes: None,
+                fatal_signatures: self.config.runner_failure_signatures.clone(),
+                informational_lines: Vec::new(),
+            }],
+            runner: self.config.runner_command.first().cloned(),
+        })
+    }
+}
+
+fn bwrap_command(
+    argv: &[String],
+    policy: &SandboxExecutionPolicy,
+    capability: &RunnerCapability,
+) -> Result<ConfinedCommand, String> {
+    let mut wrapped = vec!["bwrap".to_owned()];
+    wrapped.extend(bwrap_profile_args(policy)?);
+    wrapped.push("--".to_owned());
+    wrapped.extend_from_slice(argv);
+    Ok(ConfinedCommand {
+        argv: wrapped,
+        child_confinement: None,
+        enforcement: capability.enforcement,
+        denial_signatures: BWRAP_DENIAL_SIGNATURES.map(str::to_owned).to_vec(),
+        runner_failure_rules: vec![RunnerFailureRule::fatal(&[BWRAP_FATAL_SIGNATURE])],
+        runner: Some("bwrap".to_owned()),
+    })
+}
+
+fn landlock_command(
+    argv: &[String],
+    policy: &SandboxExecutionPolicy,
+    capability: &RunnerCapability,
+) -> Result<ConfinedCommand, String> {
+    let confinement = InProcessConfinement::prepare(&writable_roots(policy), capability.mount_namespace)?;
+    Ok(ConfinedCommand {
+        argv: argv.to_vec(),
+        child_confinement: Some(Arc::new(confinement)),
+        enforcement: capability.enforcement,
+        denial_signatures: landlock_denial_signatures(capability.mount_namespace),
+        runner_failure_rules: landlock_rules(),
+        runner: None,
+    })
+}
+
+impl SandboxProvider for LocalSandboxProvider {
+    /// `danger-full-access` is never confined (the executor does not consult the provider for
+    /// it); asking anyway returns the argv with no confinement and no classification data.
+    fn confine(
+        &self,
+        argv: &[String],
+        policy: &SandboxExecutionPolicy,
+    ) -> Result<ConfinedCommand, SandboxUnavailableError> {
+        if policy.mode == SandboxMode::DangerFullAccess {
+            return Ok(ConfinedCommand {
+                argv: argv.to_vec(),
+                child_confinement: None,
+                enforcement: SandboxEnforcement::Full,
+                denial_signatures: Vec::new(),
+                runner_failure_rules: Vec::new(),
+                runner: None,
+            });
+        }
+        let unavailable = |detail: String| SandboxUnavailableError::with_detail(policy.mode, detail);
+        if !self.config.runner_command.is_empty() {
+            return self.runner_command(argv, policy).map_err(unavailable);
+        }
+        match self.verdict() {
+            Verdict::Selected(RunnerKind::Landlock, capability) => {
+                landlock_command(argv, policy, capability).map_err(unavailable)
+            }
+            Verdict::Selected(RunnerKind::Bwrap, capability) => {
+                bwrap_command(argv, policy, capability).map_err(unavailable)
+            }
+            Verdict::Unavailable => Err(SandboxUnavailableError::new(policy.mode)),
+        }
+    }
+
+    /// Probes every known runner (each at most once per provider) and forces the verdict.
+    fn describe(&self) -> ProviderReport {
+        let timeout = self.config.probe_timeout();
+        let mut runners = Vec::new();
+        let selected = if self.config.runner_command.is_empty() {
+            match self.verdict() {
+                Verdict::Selected(kind, _) => Some(kind.as_str().to_owned()),
+                Verdict::Unavailable => None,
+            }
+        } else {
+            runners.push(RunnerReport {
+                name: "runnerCommand".to_owned(),
+                usable: true,
+                enforcement: Some(SandboxEnforcement::Full),
+                version: None,
+                notes: vec![format!("configured: {} (never probed)", self.config.runner_command.join(" "))],
+            });
+            Some("runnerCommand".to_owned())
+        };
+        let mut order: Vec<RunnerKind> = self.config.runners.clone();
+        order.extend(RunnerKind::ALL.into_iter().filter(|k| !self.config.runners.contains(k)));
+        for kind in order {
+            let mut notes = Vec::new();
+            if !self.config.runners.contains(&kind) {
+                notes.push("not in the configured chain".to_owned());
+            }
+            let (usable, enforcement) = match self.probe(kind) {
+                ProbeOutcome::Usable(capability) => {
+                    notes.extend(capability.notes.iter().cloned());
+                    (true, Some(capability.enforcement))
+                }
+                ProbeOutcome::Unusable(reason) => {
+                    notes.push(reason.clone());
+                    (false, None)
+                }
+            };
+            runners.push(RunnerReport {
+                name: kind.as_str().to_owned(),
+                usable,
+                enforcement,
+                version: self.prober.version(kind, timeout),
+                notes,
+            });
+        }
+        ProviderReport { provider: PROVIDER_NAME.to_owned(), selected, runners }
+    }
+}

@@ -1,0 +1,155 @@
+//! The runners this provider knows, what a probe says about them, and their profiles and
+//! classification data (contract §7.3, §7.4).
+
+use std::time::Duration;
+
+use dsh_sandbox::{RunnerFailureRule, SandboxEnforcement, SandboxExecutionPolicy, SandboxMode};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// A confinement backend of the local provider.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum RunnerKind {
+    /// In-process Landlock applied in the child before `exec`, with a private read-only mount
+    /// namespace; no launcher is exec'd.
+    Landlock,
+    /// bubblewrap (`bwrap`) with a read-only bind of `/`.
+    Bwrap,
+}
+
+impl RunnerKind {
+    pub const ALL: [RunnerKind; 2] = [RunnerKind::Landlock, RunnerKind::Bwrap];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunnerKind::Landlock => "landlock",
+            RunnerKind::Bwrap => "bwrap",
+        }
+    }
+}
+
+/// A usable runner and how completely it confines.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RunnerCapability {
+    pub enforcement: SandboxEnforcement,
+    /// Landlock only: the child also gets a private mount namespace with `/` read-only.
+    pub mount_namespace: bool,
+    /// Why the enforcement is partial, and other facts for a report.
+    pub notes: Vec<String>,
+}
+
+impl RunnerCapability {
+    pub fn full() -> Self {
+        Self { enforcement: SandboxEnforcement::Full, mount_namespace: true, notes: Vec::new() }
+    }
+}
+
+/// The verdict of one probe.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ProbeOutcome {
+    Usable(RunnerCapability),
+    /// Why the runner cannot confine on this host.
+    Unusable(String),
+}
+
+/// Finds out what a runner can do on this host. Injected so selection is testable.
+pub trait RunnerProber: Send + Sync {
+    /// Functionally probes `runner` (runs a trivial confined command), bounded by `timeout`.
+    fn probe(&self, runner: RunnerKind, timeout: Duration) -> ProbeOutcome;
+
+    /// The capability assumed for a runner selected without probing (a one-runner chain);
+    /// a refusal at run time still fails closed.
+    fn unprobed(&self, runner: RunnerKind) -> RunnerCapability;
+
+    /// A version fact for reports (`Landlock ABI 7`, `bubblewrap 0.8.0`), bounded by `timeout`.
+    fn version(&self, runner: RunnerKind, timeout: Duration) -> Option<String>;
+}
+
+/// bubblewrap's denial signature.
+pub const BWRAP_DENIAL_SIGNATURES: [&str; 1] = ["read-only file system"];
+/// bubblewrap's fatal prefix.
+pub const BWRAP_FATAL_SIGNATURE: &str = "bwrap: ";
+/// Denial signatures of a `runnerCommand` runner.
+pub const RUNNER_COMMAND_DENIAL_SIGNATURES: [&str; 2] = ["read-only file system", "permission denied"];
+
+/// The Landlock launcher's fatal prefix, kept by the in-process runner's failure lines.
+pub const LANDLOCK_FATAL_SIGNATURE: &str = "landlock-run: ";
+/// The Landlock launcher's older-ABI notice (informational, never a failure).
+pub const LANDLOCK_PARTIAL_NOTICE: &str = "landlock-run: partial enforcement (older Landlock ABI)";
+/// The launcher's failure exit code.
+pub const LANDLOCK_FAILURE_EXIT_CODE: i32 = 125;
+
+/// Denial signatures of the in-process runner. Landlock refuses with `EACCES`; the read-only
+/// mount namespace with `EROFS`; a link or rename across the boundary of the writable roots
+/// fails with `EXDEV` (from Landlock's refer check, or because the writable roots are their
+/// own mounts), which no errno-based runner can turn into `EACCES`.
+pub fn landlock_denial_signatures(mount_namespace: bool) -> Vec<String> {
+    let mut signatures = vec!["permission denied".to_owned()];
+    if mount_namespace {
+        signatures.push("read-only file system".to_owned());
+    }
+    signatures.push("invalid cross-device link".to_owned());
+    signatures
+}
+
+/// The Landlock runner-failure rules (contract §7.4).
+pub fn landlock_rules() -> Vec<RunnerFailureRule> {
+    vec![RunnerFailureRule {
+        allowed_exit_codes: Some(vec![LANDLOCK_FAILURE_EXIT_CODE]),
+        fatal_signatures: vec![LANDLOCK_FATAL_SIGNATURE.to_owned()],
+        informational_lines: vec![LANDLOCK_PARTIAL_NOTICE.to_owned()],
+    }]
+}
+
+/// bubblewrap's profile arguments for `policy` (contract §7.4, exact).
+pub fn bwrap_profile_args(policy: &SandboxExecutionPolicy) -> Result<Vec<String>, String> {
+    let mut args: Vec<String> =
+        ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--die-with-parent"]
+            .into_iter()
+            .map(str::to_owned)
+            .collect();
+    if policy.mode == SandboxMode::WorkspaceWrite {
+        let root = policy.workspace_root.to_str().ok_or_else(|| {
+            format!("bwrap: the workspace root {} is not valid UTF-8", policy.workspace_root.display())
+        })?;
+        args.extend(["--tmpfs", "/tmp", "--bind", root, root].into_iter().map(str::to_owned));
+    }
+    Ok(args)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::PathBuf;
+
+    fn policy(mode: SandboxMode, root: &str) -> SandboxExecutionPolicy {
+        SandboxExecutionPolicy { mode, workspace_root: PathBuf::from(root), session_id: None }
+    }
+
+    #[test]
+    fn bwrap_profiles_are_exact() {
+        assert_eq!(
+            bwrap_profile_args(&policy(SandboxMode::ReadOnly, "/ws")).unwrap(),
+            ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--die-with-parent"]
+        );
+        assert_eq!(
+            bwrap_profile_args(&policy(SandboxMode::WorkspaceWrite, "/ws")).unwrap(),
+            [
+                "--ro-bind",
+                "/",
+                "/",
+                "--dev",
+                "/dev",
+                "--proc",
+                "/proc",
+                "--die-with-parent",
+                "--tmpfs",
+                "/tmp",
+                "--bind",
+                "/ws",
+                "/ws"
+            ]
+        );
+    }
+}
