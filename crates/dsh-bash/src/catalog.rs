@@ -8,8 +8,17 @@ use dsh_core::{Factory, Plugin, PluginFactory};
 use crate::plugins::{BashLocalPlugin, SubprocessPlugin};
 
 /// The composition used when no file names its own `plugins` list (short names, load order).
-pub const DEFAULT_COMPOSITION: &[&str] =
-    &["tools", "system-prompt", "agent", "session-jsonl", "subprocess", "bash-local", "shell-env", "jobs"];
+pub const DEFAULT_COMPOSITION: &[&str] = &[
+    "tools",
+    "system-prompt",
+    "agent",
+    "session-jsonl",
+    "subprocess",
+    "bash-local",
+    "shell-env",
+    "jobs",
+    "tool-bash",
+];
 
 /// The plugins a sandboxed composition uses instead of the local executor.
 pub const SANDBOX_PLUGINS: &[&str] = &["sandbox-policy"];
@@ -42,6 +51,7 @@ impl Catalog {
                 entry::<BashLocalPlugin>(),
                 entry::<dsh_shell::ShellEnvPlugin>(),
                 entry::<dsh_jobs::JobsPlugin>(),
+                entry::<dsh_tool_bash::ToolBash>(),
                 entry::<dsh_sandbox_policy::SandboxPolicyPlugin>(),
                 entry::<dsh_approval::ApprovalPlugin>(),
             ],

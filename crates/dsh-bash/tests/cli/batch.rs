@@ -68,3 +68,45 @@ fn a_session_keeps_the_cwd_it_was_created_with() {
         )
     );
 }
+
+#[test]
+fn several_sessions_in_one_batch_keep_their_cwds() {
+    let sandbox = Sandbox::new();
+    let a = sandbox.path().join("a");
+    let b = sandbox.path().join("b");
+    std::fs::create_dir(&a).expect("mkdir");
+    std::fs::create_dir(&b).expect("mkdir");
+    let who = json!({"command": "pwd -P; echo \"$DSH_SESSION_ID\"", "description": "Show where I am"});
+    let input = [
+        json!({"tool": "bash", "args": who, "session": "s1", "cwd": a, "id": "a1"}),
+        json!({"tool": "bash", "args": who, "session": "s2", "cwd": b, "id": "b1"}),
+        json!({"tool": "bash", "args": who, "session": "s1", "id": "a2"}),
+        json!({"tool": "bash", "args": who, "id": "none"}),
+        json!({"tool": "bash", "args": who, "session": "s2", "id": "b2"}),
+    ]
+    .iter()
+    .map(|l| format!("{l}\n"))
+    .collect::<String>();
+    let out = sandbox.run(&["batch"], &input);
+    assert_eq!(out.code, Some(0), "{out:?}");
+    let lines = out.json_lines();
+    let a = a.canonicalize().expect("canonical");
+    let b = b.canonicalize().expect("canonical");
+    let here = sandbox.path().canonicalize().expect("canonical");
+    let expected = [
+        ("a1", format!("{}\ns1\n", a.display())),
+        ("b1", format!("{}\ns2\n", b.display())),
+        ("a2", format!("{}\ns1\n", a.display())),
+        ("none", format!("{}\n\n", here.display())),
+        ("b2", format!("{}\ns2\n", b.display())),
+    ];
+    assert_eq!(lines.len(), expected.len(), "{}", out.stdout);
+    for (line, (id, text)) in lines.iter().zip(expected) {
+        assert_eq!(line["id"], json!(id));
+        assert_eq!(line["content"], json!([{"type": "text", "text": text}]), "{id}");
+        assert_eq!(line["isError"], json!(false));
+        assert_eq!(line["structured"]["exitCode"], json!(0));
+        assert_eq!(line["presentResult"]["card"], json!("terminal"));
+        assert_eq!(line["notices"], json!([]));
+    }
+}

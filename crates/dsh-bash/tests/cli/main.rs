@@ -1,5 +1,6 @@
 //! End-to-end tests of the built `dsh-bash` binary.
 
+mod bash;
 mod batch;
 mod call;
 mod composition;
