@@ -40,3 +40,34 @@ impl From<JobError> for String {
         error.to_string()
     }
 }
+
+/// `JSON.stringify` of a number: `null` when not finite, integers without a fraction at any
+/// magnitude JS prints positionally, shortest round-trip form otherwise.
+pub(crate) fn json_number_text(n: f64) -> String {
+    if !n.is_finite() {
+        return "null".to_owned();
+    }
+    if n == 0.0 {
+        return "0".to_owned();
+    }
+    if (1e-6..1e21).contains(&n.abs()) {
+        // Rust's `Display` for f64 is the shortest round-trip form without an exponent.
+        return format!("{n}");
+    }
+    dsh_core::json::js_json_text(&dsh_core::json::js_number(n))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::json_number_text;
+
+    #[test]
+    fn numbers_print_like_json_stringify() {
+        assert_eq!(json_number_text(f64::NAN), "null");
+        assert_eq!(json_number_text(f64::NEG_INFINITY), "null");
+        assert_eq!(json_number_text(-0.0), "0");
+        assert_eq!(json_number_text(100.0), "100");
+        assert_eq!(json_number_text(-0.5), "-0.5");
+        assert_eq!(json_number_text(9007199254740992.0), "9007199254740992");
+    }
+}

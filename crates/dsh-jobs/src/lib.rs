@@ -16,9 +16,11 @@ mod job;
 mod local;
 mod plugin;
 mod registry;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 
 pub use error::JobError;
 pub use job::{JobHooks, JobOutcome, JobSnapshot, JobStartSpec, JobStatus, KillOutcome, OutcomeStatus};
-pub use local::LocalJobRegistry;
+pub use local::{LocalJobRegistry, OWNER_DISPOSED, SERVICE_DISPOSED};
 pub use plugin::{JobsConfig, JobsPlugin};
 pub use registry::{JOBS, JobRegistry, SettledListener};

@@ -11,13 +11,13 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use dsh_core::json::{MAX_SAFE_INTEGER, js_json_text, js_number};
+use dsh_core::json::MAX_SAFE_INTEGER;
 use dsh_core::{AGENTS, AbortSignal, Agent, Disposer, MAX_TIMER_DELAY_MS, WeakContext};
 use futures::future::BoxFuture;
 use parking_lot::Mutex;
 use tokio::sync::watch;
 
-use crate::error::JobError;
+use crate::error::{JobError, json_number_text};
 use crate::job::{JobOutcome, JobSnapshot, JobStartSpec, JobStatus, KillOutcome, OutcomeStatus};
 use crate::registry::{JobRegistry, SettledListener};
 
@@ -216,7 +216,7 @@ impl Inner {
         if let Some(limit) = spec.output_limit_bytes
             && !(limit.is_finite() && limit.fract() == 0.0 && limit > 0.0 && limit <= MAX_SAFE_INTEGER)
         {
-            return Err(JobError::InvalidOutputLimit(js_json_text(&js_number(limit))));
+            return Err(JobError::InvalidOutputLimit(json_number_text(limit)));
         }
         if let Some(owner) = &spec.owner {
             self.ensure_owner_cleanup(owner)?;
@@ -526,7 +526,7 @@ impl JobRegistry for LocalJobRegistry {
                 let record = state.find_mut(id)?;
                 record.check_access(caller)?;
                 if !(timeout_ms.is_finite() && timeout_ms > 0.0) {
-                    return Err(JobError::InvalidWaitTimeout(js_json_text(&js_number(timeout_ms))).into());
+                    return Err(JobError::InvalidWaitTimeout(json_number_text(timeout_ms)).into());
                 }
                 if record.status.is_terminal() {
                     record.reported = true;
