@@ -20,8 +20,8 @@ pub const DEFAULT_COMPOSITION: &[&str] = &[
     "tool-bash",
 ];
 
-/// The plugins a sandboxed composition uses instead of the local executor.
-pub const SANDBOX_PLUGINS: &[&str] = &["sandbox-policy"];
+/// The plugins a sandboxed composition adds next to the sandboxing executor.
+pub const SANDBOX_PLUGINS: &[&str] = &["sandbox-local", "sandbox-policy"];
 
 /// The executor a sandboxed composition replaces.
 pub const LOCAL_EXECUTOR: &str = "bash-local";
@@ -52,6 +52,8 @@ impl Catalog {
                 entry::<dsh_shell::ShellEnvPlugin>(),
                 entry::<dsh_jobs::JobsPlugin>(),
                 entry::<dsh_tool_bash::ToolBash>(),
+                #[cfg(target_os = "linux")]
+                entry::<crate::plugins::SandboxLocalPlugin>(),
                 entry::<dsh_sandbox_policy::SandboxPolicyPlugin>(),
                 entry::<dsh_approval::ApprovalPlugin>(),
             ],

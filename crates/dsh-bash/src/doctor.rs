@@ -6,8 +6,12 @@
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use anyhow::Context as _;
+use dsh_sandbox::{SANDBOX, SandboxProvider};
+#[cfg(target_os = "linux")]
+use dsh_sandbox_local::{LocalSandboxConfig, LocalSandboxProvider};
 use dsh_subprocess::SUBPROCESS;
 
 use crate::catalog::Catalog;
@@ -18,7 +22,12 @@ pub async fn run(composition: &CompositionArgs) -> anyhow::Result<u8> {
     let comp = Composition::start(composition, Pending::Report).await?;
     let plugins = comp.ctx().plugins();
     let spill_dir = comp.ctx().get(SUBPROCESS).and_then(|service| service.spill_dir());
+    let provider = comp.ctx().get(SANDBOX);
     comp.dispose().await;
+    // Probing runs runner programs synchronously.
+    let runners = tokio::task::spawn_blocking(move || sandbox_runners(provider))
+        .await
+        .unwrap_or_else(|e| format!("sandbox runners: report failed: {e}"));
 
     let mut report = Vec::new();
     report.push(format!("dsh-bash {}", env!("CARGO_PKG_VERSION")));
@@ -28,7 +37,7 @@ pub async fn run(composition: &CompositionArgs) -> anyhow::Result<u8> {
         None => report.push("bash: not found on PATH".to_owned()),
     }
     report.push(format!("spill directory: {}", spill_directory(spill_dir.as_deref())));
-    report.push(format!("sandbox runners: {}", sandbox_runners()));
+    report.extend(runners.lines().map(str::to_owned));
     report.push("available plugins:".to_owned());
     for factory in Catalog::builtin().entries() {
         report.push(format!("  {} ({})", factory.short_name(), factory.name()));
@@ -91,6 +100,23 @@ fn spill_directory(configured: Option<&Path>) -> String {
     }
 }
 
-fn sandbox_runners() -> String {
-    "not reported (the sandbox provider is not part of this build)".to_owned()
+/// The composed sandbox provider's report, else the default local provider's.
+#[cfg(target_os = "linux")]
+fn sandbox_runners(composed: Option<Arc<dyn SandboxProvider>>) -> String {
+    let provider: Arc<dyn SandboxProvider> = match composed {
+        Some(provider) => provider,
+        None => match LocalSandboxProvider::new(LocalSandboxConfig::default()) {
+            Ok(provider) => Arc::new(provider),
+            Err(e) => return format!("sandbox provider: {e}"),
+        },
+    };
+    provider.describe().to_string()
+}
+
+#[cfg(not(target_os = "linux"))]
+fn sandbox_runners(composed: Option<Arc<dyn SandboxProvider>>) -> String {
+    match composed {
+        Some(provider) => provider.describe().to_string(),
+        None => "sandbox provider: none (the local provider supports Linux only)".to_owned(),
+    }
 }

@@ -108,3 +108,41 @@ fn doctor_reports_a_configured_spill_directory() {
     let out = sandbox.run(&["--config", config.to_str().expect("utf-8"), "doctor"], "");
     assert!(out.stdout.contains(&format!("\nspill directory: {}\n", spill.display())), "{}", out.stdout);
 }
+
+#[test]
+fn doctor_reports_host_facts_and_the_default_composition() {
+    let out = run(&["doctor"]);
+    assert_eq!(out.code, Some(0), "{out:?}");
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    assert!(lines[1].starts_with("bash: /") && lines[1].contains("GNU bash"), "{}", out.stdout);
+    assert!(out.stdout.contains("\nsandbox provider: sandbox-local\nselected runner: "), "{}", out.stdout);
+    let composition = out.stdout.split("\ncomposition:\n").nth(1).expect("composition section");
+    let names: Vec<&str> = composition.lines().map(|l| l.trim().split(' ').next().expect("name")).collect();
+    assert_eq!(
+        names,
+        [
+            "tools",
+            "system-prompt",
+            "agent",
+            "session-jsonl",
+            "subprocess",
+            "bash-local",
+            "shell-env",
+            "jobs",
+            "tool-bash"
+        ]
+    );
+    assert!(composition.lines().all(|l| l.ends_with("): applied")), "{composition}");
+}
+
+#[test]
+fn sandbox_provider_config_is_validated_at_load() {
+    let out = with_config(
+        "plugins = [\"tools\", \"sandbox-local\"]\n[sandbox-local]\nrunnerFailureSignatures = [\"x\"]\n",
+        &["prompt"],
+    );
+    assert_eq!(
+        out.assert_usage_error(),
+        "dsh-bash: sandbox-local: runnerFailureSignatures requires runnerCommand"
+    );
+}
