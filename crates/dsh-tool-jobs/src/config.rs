@@ -1,0 +1,87 @@
+//! The job tools' configuration and its load-time checks (§6.9).
+
+use dsh_core::json::{MAX_SAFE_INTEGER, js_number_text};
+use schemars::JsonSchema;
+use serde::Deserialize;
+
+/// How a completion notice reaches an idle owner.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CompletionDelivery {
+    /// Open a turn for an idle owner (within the wake budget).
+    Wakeup,
+    /// Always join the next step of a turn, never open one.
+    Quiet,
+}
+
+/// Config of the job tools.
+#[derive(Clone, Debug, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct ToolJobsConfig {
+    /// `job_output` wait when `timeout_ms` is absent (ms, ≥ 1).
+    pub wait_timeout_ms: f64,
+    /// Cap of every `job_output` wait (ms, ≥ 1, ≥ `waitTimeoutMs`).
+    pub max_wait_timeout_ms: f64,
+    /// `wakeup` (default) or `quiet`.
+    pub completion_delivery: String,
+    /// Notices that may open a turn in a row before one user message resets the budget.
+    pub max_consecutive_wakes: f64,
+    /// Advertise `job_output.tail_lines` (off by default, so the contract schema is unchanged).
+    pub tail_lines: bool,
+}
+
+impl Default for ToolJobsConfig {
+    fn default() -> Self {
+        Self {
+            wait_timeout_ms: 30_000.0,
+            max_wait_timeout_ms: 600_000.0,
+            completion_delivery: "wakeup".to_owned(),
+            max_consecutive_wakes: 3.0,
+            tail_lines: false,
+        }
+    }
+}
+
+fn at_least_one(key: &str, value: f64) -> Result<(), String> {
+    if value >= 1.0 {
+        Ok(())
+    } else {
+        Err(format!("tool-jobs: {key} must be at least 1 (got {})", js_number_text(value)))
+    }
+}
+
+impl ToolJobsConfig {
+    /// Checks every rule of §6.9 with its exact message.
+    pub fn check(&self) -> Result<(), String> {
+        at_least_one("waitTimeoutMs", self.wait_timeout_ms)?;
+        at_least_one("maxWaitTimeoutMs", self.max_wait_timeout_ms)?;
+        self.delivery()?;
+        at_least_one("maxConsecutiveWakes", self.max_consecutive_wakes)?;
+        if self.wait_timeout_ms > self.max_wait_timeout_ms {
+            return Err(format!(
+                "tool-jobs: waitTimeoutMs ({}) exceeds maxWaitTimeoutMs ({})",
+                js_number_text(self.wait_timeout_ms),
+                js_number_text(self.max_wait_timeout_ms)
+            ));
+        }
+        let wakes = self.max_consecutive_wakes;
+        if !(wakes.fract() == 0.0 && wakes <= MAX_SAFE_INTEGER) {
+            return Err(format!(
+                "tool-jobs: maxConsecutiveWakes ({}) must be a whole number of turns",
+                js_number_text(wakes)
+            ));
+        }
+        Ok(())
+    }
+
+    /// The parsed delivery mode.
+    pub fn delivery(&self) -> Result<CompletionDelivery, String> {
+        match self.completion_delivery.as_str() {
+            "wakeup" => Ok(CompletionDelivery::Wakeup),
+            "quiet" => Ok(CompletionDelivery::Quiet),
+            other => Err(format!(
+                "tool-jobs: completionDelivery must be \"wakeup\" or \"quiet\" (got {})",
+                serde_json::Value::String(other.to_owned())
+            )),
+        }
+    }
+}

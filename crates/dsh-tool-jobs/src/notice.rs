@@ -1,0 +1,206 @@
+//! Completion notices (§6.8): the text, the bounded summary, and delivery with a wake budget
+//! per exact agent instance.
+
+use std::sync::{Arc, Weak};
+
+use dsh_core::{Agent, AgentMessage, AgentStatus};
+use dsh_jobs::JobSnapshot;
+use parking_lot::Mutex;
+use serde_json::json;
+
+use crate::config::CompletionDelivery;
+use crate::render::{byte_budget, retain_head, retain_tail, status_line};
+
+/// The summary bound, in UTF-16 code units (JS string length).
+pub const SUMMARY_MAX_UTF16: usize = 120;
+
+fn snapshot_status_line(job: &JobSnapshot) -> String {
+    status_line(job.status.as_str(), job.detail.as_deref())
+}
+
+/// `<kind> <label> <statusLine>`, bounded to 120 UTF-16 units: when longer, the first 119
+/// units followed by `…`. No other normalization.
+pub fn completion_summary(job: &JobSnapshot) -> String {
+    let full = format!("{} {} {}", job.kind, job.label, snapshot_status_line(job));
+    if full.encode_utf16().count() <= SUMMARY_MAX_UTF16 {
+        return full;
+    }
+    let mut units = 0;
+    let mut out = String::new();
+    for c in full.chars() {
+        units += c.len_utf16();
+        if units > SUMMARY_MAX_UTF16 - 1 {
+            break;
+        }
+        out.push(c);
+    }
+    out.push('…');
+    out
+}
+
+/// `background job <id> (<kind>: <label>) finished <statusLine>. Read its output with job_output.`,
+/// degraded within the job's `outputLimitBytes` when the producer set one (Appendix B.3).
+pub fn completion_notice(job: &JobSnapshot) -> String {
+    let prefix = format!("background job {}", job.id);
+    let detail = format!(" ({}: {}) finished {}", job.kind, job.label, snapshot_status_line(job));
+    let complete = format!("{prefix}{detail}. Read its output with job_output.");
+    let Some(max) = job.output_limit_bytes.map(byte_budget) else { return complete };
+    if complete.len() <= max {
+        return complete;
+    }
+    let action = "\nDone; job_output.";
+    let omitted = "\n[notice truncated]";
+    let fixed = format!("{prefix}{omitted}{action}");
+    if fixed.len() <= max {
+        if fixed.len() == max {
+            return fixed;
+        }
+        return format!("{prefix}{}{omitted}{action}", retain_head(&detail, max - fixed.len()));
+    }
+    let compact = format!("{prefix}{action}");
+    if compact.len() <= max {
+        return compact;
+    }
+    if action.len() >= max {
+        return retain_tail(action, max).to_owned();
+    }
+    format!("{}{action}", retain_head(&prefix, max - action.len()))
+}
+
+/// The user message a notice is delivered as.
+pub(crate) fn notice_message(job: &JobSnapshot) -> AgentMessage {
+    AgentMessage {
+        text: completion_notice(job),
+        source: json!({
+            "kind": "plugin",
+            "plugin": "tool-jobs",
+            "form": "notice",
+            "summary": completion_summary(job),
+        }),
+    }
+}
+
+struct Budget {
+    agent: Weak<Agent>,
+    spent: u64,
+}
+
+/// Delivers notices and keeps the wake budget of each exact owner instance.
+pub(crate) struct Notifier {
+    delivery: CompletionDelivery,
+    max_wakes: u64,
+    budgets: Mutex<Vec<Budget>>,
+}
+
+impl Notifier {
+    pub(crate) fn new(delivery: CompletionDelivery, max_wakes: u64) -> Arc<Self> {
+        Arc::new(Self { delivery, max_wakes, budgets: Mutex::new(Vec::new()) })
+    }
+
+    /// The completion listener body.
+    pub(crate) fn on_settled(self: &Arc<Self>, job: &JobSnapshot, owner: Option<&Arc<Agent>>) {
+        if job.reported {
+            return;
+        }
+        let Some(owner) = owner else { return };
+        let message = notice_message(job);
+        if self.delivery == CompletionDelivery::Wakeup
+            && owner.status() == AgentStatus::Idle
+            && self.spend(owner)
+        {
+            owner.followup(message);
+        } else {
+            owner.inject(message);
+        }
+    }
+
+    /// Takes one wake from `owner`'s budget if any is left.
+    fn spend(self: &Arc<Self>, owner: &Arc<Agent>) -> bool {
+        let mut budgets = self.budgets.lock();
+        budgets.retain(|b| b.agent.strong_count() > 0);
+        let index = match budgets.iter().position(|b| std::ptr::eq(b.agent.as_ptr(), Arc::as_ptr(owner))) {
+            Some(index) => index,
+            None => {
+                // The budget resets when this exact agent claims a user-authored message.
+                let notifier = Arc::downgrade(self);
+                owner.on_claim(move |agent, message| {
+                    if message.is_user_authored()
+                        && let Some(notifier) = notifier.upgrade()
+                    {
+                        notifier.reset(agent);
+                    }
+                });
+                budgets.push(Budget { agent: Arc::downgrade(owner), spent: 0 });
+                budgets.len() - 1
+            }
+        };
+        let budget = &mut budgets[index];
+        if budget.spent < self.max_wakes {
+            budget.spent += 1;
+            true
+        } else {
+            false
+        }
+    }
+
+    fn reset(&self, agent: &Agent) {
+        let mut budgets = self.budgets.lock();
+        for budget in budgets.iter_mut().filter(|b| std::ptr::eq(b.agent.as_ptr(), agent)) {
+            budget.spent = 0;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dsh_jobs::JobStatus;
+
+    fn job(label: &str, limit: Option<f64>) -> JobSnapshot {
+        JobSnapshot {
+            id: "bash-1".into(),
+            kind: "bash".into(),
+            label: label.into(),
+            output_limit_bytes: limit,
+            owner_session: Some("s".into()),
+            status: JobStatus::Completed,
+            detail: Some("exit code: 0".into()),
+            started_at: 1,
+            finished_at: Some(2),
+            reported: false,
+        }
+    }
+
+    #[test]
+    fn summary_is_bounded_in_utf16_units() {
+        assert_eq!(
+            completion_summary(&job("pnpm test", None)),
+            "bash pnpm test [status: completed, exit code: 0]"
+        );
+        let long = "x".repeat(1000);
+        let summary = completion_summary(&job(&long, None));
+        assert_eq!(summary, format!("bash {}…", "x".repeat(114)));
+        assert_eq!(summary.encode_utf16().count(), 120);
+        // An astral character counts two units and is never split.
+        let astral = format!("{}😀", "y".repeat(113));
+        let summary = completion_summary(&job(&astral, None));
+        assert_eq!(summary, format!("bash {}…", "y".repeat(113)));
+    }
+
+    #[test]
+    fn notice_degrades_within_output_limit() {
+        let full = "background job bash-1 (bash: pnpm test) finished [status: completed, exit code: 0]. Read its output with job_output.";
+        assert_eq!(completion_notice(&job("pnpm test", None)), full);
+        assert_eq!(completion_notice(&job("pnpm test", Some(full.len() as f64))), full);
+        assert_eq!(
+            completion_notice(&job("pnpm test", Some(70.0))),
+            "background job bash-1 (bash: pnpm\n[notice truncated]\nDone; job_output."
+        );
+        assert_eq!(
+            completion_notice(&job("pnpm test", Some(40.0))),
+            "background job bash-1\nDone; job_output."
+        );
+        assert_eq!(completion_notice(&job("pnpm test", Some(25.0))), "backgro\nDone; job_output.");
+        assert_eq!(completion_notice(&job("pnpm test", Some(5.0))), "tput.");
+    }
+}
