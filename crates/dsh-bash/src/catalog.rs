@@ -52,6 +52,7 @@ impl Catalog {
                 entry::<dsh_shell::ShellEnvPlugin>(),
                 entry::<dsh_jobs::JobsPlugin>(),
                 entry::<dsh_tool_bash::ToolBash>(),
+                entry::<dsh_bash_sandbox::BashSandboxPlugin>(),
                 #[cfg(target_os = "linux")]
                 entry::<crate::plugins::SandboxLocalPlugin>(),
                 entry::<dsh_sandbox_policy::SandboxPolicyPlugin>(),

@@ -5,4 +5,5 @@ mod batch;
 mod call;
 mod composition;
 mod harness;
+mod sandbox;
 mod schema;
