@@ -1,0 +1,191 @@
+//! Approval through MCP elicitation: the question a user sees, and an answerer for the
+//! approval hub's waterfall.
+//!
+//! Outcome mapping: `accept` → `allowed-once`, `decline` → `rejected`, `cancel` →
+//! `cancelled`; a client without form elicitation, or a failed exchange, → `unavailable`.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use dsh_approval::{Answer, AnswerFn, ApprovalQuestion};
+use dsh_core::ApprovalOutcome;
+use parking_lot::Mutex;
+use rmcp::model::{ElicitRequestParams, ElicitationAction, ElicitationSchema};
+use rmcp::service::ElicitationMode;
+use rmcp::{Peer, RoleServer};
+use serde_json::Value;
+
+/// The prefix of the reason the bash tool gives when it escalates (`escalate sandbox to <M>: <J>`).
+const ESCALATION_PREFIX: &str = "escalate sandbox to ";
+/// Longest argument dump shown in a generic question.
+const MAX_ARGS_CHARS: usize = 2000;
+
+/// The arguments of the calls in flight in one session, by call id, so a question can name
+/// the command it is about.
+#[derive(Clone, Default)]
+pub struct InFlightCalls {
+    calls: Arc<Mutex<HashMap<String, (String, Value)>>>,
+}
+
+impl InFlightCalls {
+    pub fn insert(&self, call_id: &str, tool: &str, args: &Value) {
+        self.calls.lock().insert(call_id.to_owned(), (tool.to_owned(), args.clone()));
+    }
+    pub fn remove(&self, call_id: &str) {
+        self.calls.lock().remove(call_id);
+    }
+    /// The arguments of a call in flight.
+    pub fn args(&self, call_id: &str) -> Option<Value> {
+        self.calls.lock().get(call_id).map(|(_, args)| args.clone())
+    }
+}
+
+/// The text a user is asked: the tool, the command when there is one, and for a sandbox
+/// escalation the requested mode and the model's justification.
+pub fn approval_message(question: &ApprovalQuestion, args: Option<&Value>) -> String {
+    let command = args.and_then(|a| a.get("command")).and_then(Value::as_str);
+    let escalation = question
+        .reason
+        .as_deref()
+        .and_then(|r| r.strip_prefix(ESCALATION_PREFIX))
+        .and_then(|rest| rest.split_once(": "));
+    let mut lines = Vec::new();
+    match escalation {
+        Some((mode, justification)) => {
+            lines.push(format!(
+                "Allow this {} command to run once with wider sandbox access ({mode})?",
+                question.tool_name
+            ));
+            lines.push(String::new());
+            if let Some(command) = command {
+                lines.push(format!("Command: {command}"));
+            }
+            lines.push(format!("Requested mode: {mode}"));
+            lines.push(format!("Justification: {justification}"));
+        }
+        None => {
+            lines.push(format!("Allow tool \"{}\" to run once?", question.tool_name));
+            lines.push(String::new());
+            if let Some(command) = command {
+                lines.push(format!("Command: {command}"));
+            } else if let Some(args) = args {
+                let mut text = args.to_string();
+                if text.chars().count() > MAX_ARGS_CHARS {
+                    text = text.chars().take(MAX_ARGS_CHARS).collect::<String>() + "…";
+                }
+                lines.push(format!("Arguments: {text}"));
+            }
+            if let Some(reason) = &question.reason {
+                lines.push(format!("Reason: {reason}"));
+            }
+        }
+    }
+    lines.push(String::new());
+    lines.push("Accept to allow it once; decline to refuse.".to_owned());
+    lines.join("\n")
+}
+
+/// True when the client declared form elicitation.
+pub fn supports_elicitation(peer: &Peer<RoleServer>) -> bool {
+    peer.supported_elicitation_modes().contains(&ElicitationMode::Form)
+}
+
+/// Asks the client's user `question` through form elicitation. `args` are the call's
+/// arguments, when known, so the question can show the command.
+pub async fn elicit(
+    peer: &Peer<RoleServer>,
+    question: &ApprovalQuestion,
+    args: Option<&Value>,
+) -> ApprovalOutcome {
+    if !supports_elicitation(peer) {
+        return ApprovalOutcome::Unavailable;
+    }
+    let params = ElicitRequestParams::FormElicitationParams {
+        meta: None,
+        message: approval_message(question, args),
+        // Consent is the action itself (accept / decline / cancel); nothing to fill in.
+        requested_schema: ElicitationSchema::new(BTreeMap::new()),
+    };
+    match peer.create_elicitation(params).await {
+        Ok(result) => match result.action {
+            ElicitationAction::Accept => ApprovalOutcome::AllowedOnce,
+            ElicitationAction::Decline => ApprovalOutcome::Rejected,
+            ElicitationAction::Cancel => ApprovalOutcome::Cancelled,
+            #[allow(unreachable_patterns)]
+            _ => ApprovalOutcome::Unavailable,
+        },
+        Err(error) => {
+            tracing::warn!(%error, "approval elicitation failed");
+            ApprovalOutcome::Unavailable
+        }
+    }
+}
+
+/// An answerer for the approval hub that elicits through `peer`. A client without form
+/// elicitation passes to the next answerer (ending at `unavailable` when there is none).
+pub fn elicitation_answerer(peer: Peer<RoleServer>, calls: InFlightCalls) -> AnswerFn {
+    Arc::new(move |question: ApprovalQuestion| {
+        let peer = peer.clone();
+        let calls = calls.clone();
+        Box::pin(async move {
+            if !supports_elicitation(&peer) {
+                return Answer::Pass;
+            }
+            let args = question.call_id.as_deref().and_then(|id| calls.args(id));
+            Answer::Outcome(elicit(&peer, &question, args.as_ref()).await.as_str().to_owned())
+        })
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dsh_core::Agent;
+    use serde_json::json;
+
+    fn question(tool: &str, reason: Option<&str>) -> ApprovalQuestion {
+        ApprovalQuestion {
+            id: "q-1".into(),
+            agent: Agent::new("s1", None),
+            tool_name: tool.into(),
+            call_id: Some("call-1".into()),
+            reason: reason.map(str::to_owned),
+        }
+    }
+
+    #[test]
+    fn escalation_question_names_command_mode_and_justification() {
+        let q = question("bash", Some("escalate sandbox to workspace-write: the build writes target/"));
+        let args = json!({"command": "cargo build", "description": "Build"});
+        assert_eq!(
+            approval_message(&q, Some(&args)),
+            "Allow this bash command to run once with wider sandbox access (workspace-write)?\n\n\
+             Command: cargo build\nRequested mode: workspace-write\n\
+             Justification: the build writes target/\n\nAccept to allow it once; decline to refuse."
+        );
+    }
+
+    #[test]
+    fn generic_question_names_tool_arguments_and_reason() {
+        let q = question("job_kill", Some("policy says ask"));
+        let args = json!({"job_id": "bash-1"});
+        assert_eq!(
+            approval_message(&q, Some(&args)),
+            "Allow tool \"job_kill\" to run once?\n\nArguments: {\"job_id\":\"bash-1\"}\n\
+             Reason: policy says ask\n\nAccept to allow it once; decline to refuse."
+        );
+        assert_eq!(
+            approval_message(&question("bash", None), Some(&json!({"command": "rm -rf build"}))),
+            "Allow tool \"bash\" to run once?\n\nCommand: rm -rf build\n\nAccept to allow it once; decline to refuse."
+        );
+    }
+
+    #[test]
+    fn in_flight_calls_track_arguments() {
+        let calls = InFlightCalls::default();
+        calls.insert("call-1", "bash", &json!({"command": "ls"}));
+        assert_eq!(calls.args("call-1"), Some(json!({"command": "ls"})));
+        calls.remove("call-1");
+        assert_eq!(calls.args("call-1"), None);
+    }
+}

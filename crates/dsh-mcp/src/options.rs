@@ -1,0 +1,60 @@
+//! Host settings of the MCP server.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+/// The fastest rate at which one call may report progress (two notifications per second).
+pub const MIN_PROGRESS_INTERVAL: Duration = Duration::from_millis(500);
+
+/// Settings shared by the stdio and HTTP servers.
+#[derive(Clone, Debug)]
+pub struct McpOptions {
+    /// The name reported as `serverInfo.name`.
+    pub server_name: String,
+    /// The version reported as `serverInfo.version`.
+    pub server_version: String,
+    /// A session's cwd when the client offers no `file://` root; `None` → the server's cwd.
+    pub workspace_root: Option<PathBuf>,
+    /// Gap between two progress notifications of one call; never below
+    /// [`MIN_PROGRESS_INTERVAL`].
+    pub progress_interval: Duration,
+    /// Ask approvals through MCP elicitation when the client supports it and an approval hub
+    /// is composed.
+    pub elicitation: bool,
+    /// How long to wait for the client's `roots/list` answer before falling back.
+    pub roots_timeout: Duration,
+    /// The largest accepted message: one stdio line or one HTTP request body, in bytes.
+    pub max_message_bytes: usize,
+    /// An HTTP session with no traffic for this long is closed (and its agent disposed).
+    pub http_idle_timeout: Duration,
+    /// Stop serving when this token is cancelled (the composition is then disposed).
+    pub shutdown: CancellationToken,
+    /// Also stop on SIGINT and SIGTERM.
+    pub handle_signals: bool,
+}
+
+impl Default for McpOptions {
+    fn default() -> Self {
+        Self {
+            server_name: "dsh-bash".to_owned(),
+            server_version: env!("CARGO_PKG_VERSION").to_owned(),
+            workspace_root: None,
+            progress_interval: Duration::from_secs(1),
+            elicitation: true,
+            roots_timeout: Duration::from_secs(5),
+            max_message_bytes: 4 * 1024 * 1024,
+            http_idle_timeout: Duration::from_secs(3600),
+            shutdown: CancellationToken::new(),
+            handle_signals: true,
+        }
+    }
+}
+
+impl McpOptions {
+    /// The progress interval actually used (bounded below).
+    pub(crate) fn effective_progress_interval(&self) -> Duration {
+        self.progress_interval.max(MIN_PROGRESS_INTERVAL)
+    }
+}

@@ -1,0 +1,242 @@
+//! The MCP server handler: the composition's tools, results and progress, per session.
+
+// Logging and roots are deprecated by SEP-2577 (the session-less 2026 revision); this server
+// speaks the 2025-11-25 revision, where they are current and the only channels for notices and cwd.
+#![allow(deprecated)]
+
+use std::borrow::Cow;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use dsh_core::{AbortReason, AbortSignal, AgentMessage, SYSTEM_PROMPT, TOOLS, ToolExec};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, Implementation, InitializeRequestParams, InitializeResult,
+    ListToolsResult, PaginatedRequestParams, ProgressNotificationParam, ProgressToken, ProtocolVersion,
+    ServerCapabilities, ServerConfig, SetLevelRequestParams, Tool,
+};
+use rmcp::service::RequestContext;
+use rmcp::{ErrorData as McpError, Peer, RoleServer, ServerHandler};
+use serde_json::{Map, Value};
+use tokio::time::MissedTickBehavior;
+
+use crate::output::{OutputShape, advertised_output_schema, call_tool_result, output_shape};
+use crate::session::{McpSession, Shared};
+
+/// The newest protocol revision served. Sessions are the point of this server (per-session
+/// cwd, jobs, elicitation, notices), so the session-less 2026 revision is not offered; a
+/// client that probes for it falls back to the `initialize` handshake.
+pub const PROTOCOL_VERSION: ProtocolVersion = ProtocolVersion::V_2025_11_25;
+
+/// The reason a client's `notifications/cancelled` aborts a call with.
+pub const CLIENT_CANCELLED: &str = "cancelled by the MCP client";
+
+/// The session slot a server instance fills at `initialize`; shared with the transport so it
+/// can end the session when the connection goes away.
+pub(crate) type SessionSlot = Arc<OnceLock<Arc<McpSession>>>;
+
+/// One server instance serves one MCP session.
+pub(crate) struct McpServer {
+    shared: Arc<Shared>,
+    session: SessionSlot,
+}
+
+impl McpServer {
+    pub fn new(shared: Arc<Shared>) -> Self {
+        Self { shared, session: Arc::new(OnceLock::new()) }
+    }
+
+    pub fn session_slot(&self) -> SessionSlot {
+        Arc::clone(&self.session)
+    }
+
+    fn session(&self) -> Result<Arc<McpSession>, McpError> {
+        self.session
+            .get()
+            .cloned()
+            .ok_or_else(|| McpError::invalid_request("the session is not initialized", None))
+    }
+}
+
+impl Drop for McpServer {
+    /// The last handle of an HTTP session goes when its connection is closed: end the
+    /// composition session with it.
+    fn drop(&mut self) {
+        if let Some(session) = self.session.get().cloned()
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
+            runtime.spawn(async move { session.close().await });
+        }
+    }
+}
+
+impl ServerHandler for McpServer {
+    fn get_info(&self) -> ServerConfig {
+        let capabilities = ServerCapabilities::builder().enable_tools().enable_logging().build();
+        let mut info = InitializeResult::new(capabilities);
+        info.protocol_version = PROTOCOL_VERSION;
+        info.server_info =
+            Implementation::new(&self.shared.options.server_name, &self.shared.options.server_version);
+        let instructions = self.shared.ctx.get(SYSTEM_PROMPT).map(|p| p.render()).unwrap_or_default();
+        if !instructions.is_empty() {
+            info.instructions = Some(instructions);
+        }
+        info
+    }
+
+    fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
+        Cow::Borrowed(ProtocolVersion::known_up_to(&PROTOCOL_VERSION))
+    }
+
+    async fn initialize(
+        &self,
+        request: InitializeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<InitializeResult, McpError> {
+        context.peer.set_peer_info(request.clone());
+        let result = self.negotiate_initialize(&request)?;
+        if self.session.get().is_none() {
+            let session = McpSession::new(Arc::clone(&self.shared), context.peer.clone());
+            if self.session.set(Arc::clone(&session)).is_ok() {
+                self.shared.track(&session);
+            }
+        }
+        Ok(result)
+    }
+
+    async fn set_level(
+        &self,
+        request: SetLevelRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        self.session()?.set_log_level(request.level);
+        Ok(())
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, McpError> {
+        let Some(registry) = self.shared.ctx.get(TOOLS) else {
+            return Ok(ListToolsResult::with_all_items(Vec::new()));
+        };
+        let tools = registry
+            .schemas()
+            .into_iter()
+            .map(|schema| {
+                let input = match schema.parameters {
+                    Value::Object(map) => map,
+                    _ => Map::new(),
+                };
+                let mut tool = Tool::new(schema.name.clone(), schema.description, Arc::new(input));
+                if let Some(definition) = registry.get(&schema.name) {
+                    tool = tool.with_raw_output_schema(Arc::new(advertised_output_schema(
+                        definition.output_schema(),
+                    )));
+                }
+                tool
+            })
+            .collect();
+        Ok(ListToolsResult::with_all_items(tools))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        let session = self.session()?;
+        let registry = self
+            .shared
+            .ctx
+            .get(TOOLS)
+            .ok_or_else(|| McpError::internal_error("no tool registry is composed", None))?;
+        let agent = session.agent().await.map_err(|e| McpError::invalid_request(e.to_string(), None))?;
+        let name = request.name.to_string();
+        let args = Value::Object(request.arguments.unwrap_or_default());
+        let shape =
+            registry.get(&name).map(|t| output_shape(t.output_schema())).unwrap_or(OutputShape::Object);
+        let call_id = session.next_call_id();
+        let signal = AbortSignal::new();
+        let guard = session.enter_call(&agent, &call_id, &name, &args);
+        let exec = ToolExec::new(Some(Arc::clone(&agent)), call_id).with_signal(signal.clone());
+        let call = registry.call(&name, args, exec);
+        let progress = context.meta.get_progress_token().map(|token| Progress {
+            peer: session.peer().clone(),
+            token,
+            tool: name.clone(),
+            started: Instant::now(),
+            every: self.shared.options.effective_progress_interval(),
+        });
+        let result = run_call(call, &context, &signal, progress).await;
+        let notices: Vec<AgentMessage> = agent.take_inbox().into_iter().map(|(_, message)| message).collect();
+        drop(guard);
+        Ok(call_tool_result(&result, shape, &notices).into())
+    }
+}
+
+/// Progress reporting for one call: elapsed time only (a foreground command's output is not
+/// observable before it ends through the tool seam).
+struct Progress {
+    peer: Peer<RoleServer>,
+    token: ProgressToken,
+    tool: String,
+    started: Instant,
+    every: Duration,
+}
+
+impl Progress {
+    async fn send(&self) {
+        let elapsed = self.started.elapsed().as_secs_f64();
+        // One decimal keeps the value readable and strictly increasing between ticks.
+        let progress = (elapsed * 10.0).round() / 10.0;
+        let message = format!("{}: running for {}s", self.tool, elapsed.round() as u64);
+        let param = ProgressNotificationParam::new(self.token.clone(), progress).with_message(message);
+        if let Err(error) = self.peer.notify_progress(param).await {
+            tracing::debug!(%error, "could not send progress");
+        }
+    }
+}
+
+/// Drives one call to completion (a started body is never abandoned) while forwarding the
+/// client's cancellation to its abort signal and reporting progress at a bounded rate.
+async fn run_call<F>(
+    call: F,
+    context: &RequestContext<RoleServer>,
+    signal: &AbortSignal,
+    progress: Option<Progress>,
+) -> dsh_core::ToolResult
+where
+    F: std::future::Future<Output = dsh_core::ToolResult>,
+{
+    tokio::pin!(call);
+    let mut ticker = progress.as_ref().map(|p| {
+        let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + p.every, p.every);
+        ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        ticker
+    });
+    let mut cancelled = false;
+    loop {
+        tokio::select! {
+            result = &mut call => return result,
+            _ = context.ct.cancelled(), if !cancelled => {
+                cancelled = true;
+                signal.abort(AbortReason::new(CLIENT_CANCELLED));
+            }
+            _ = next_tick(&mut ticker) => {
+                if let Some(progress) = &progress {
+                    progress.send().await;
+                }
+            }
+        }
+    }
+}
+
+async fn next_tick(ticker: &mut Option<tokio::time::Interval>) {
+    match ticker {
+        Some(ticker) => {
+            ticker.tick().await;
+        }
+        None => std::future::pending::<()>().await,
+    }
+}

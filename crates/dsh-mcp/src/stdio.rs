@@ -1,0 +1,288 @@
+//! The stdio server: newline-delimited JSON-RPC over a byte stream, one MCP session.
+//!
+//! The line reader is ours rather than the SDK's so that every bad input gets a JSON-RPC
+//! answer and the session goes on: unparsable JSON → `-32700`; a non-object or a message
+//! without a method → `-32600`; a request whose parameters do not fit its method → `-32602`
+//! with the request's id; a line longer than [`McpOptions::max_message_bytes`] → `-32600`
+//! (discarded without buffering it). Notifications are never answered, as JSON-RPC requires.
+//! Unknown methods reach the server and get `-32601`.
+
+// `logging/setLevel` is deprecated by SEP-2577; see the server module.
+#![allow(deprecated)]
+
+use std::sync::Arc;
+
+use rmcp::model::{
+    CallToolRequestParams, ClientJsonRpcMessage, ClientRequest, InitializeRequestParams, JsonRpcMessage,
+    PaginatedRequestParams, ServerJsonRpcMessage, SetLevelRequestParams,
+};
+use rmcp::transport::Transport;
+use rmcp::{RoleServer, ServiceExt};
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::sync::{Mutex, mpsc};
+use tokio_util::sync::CancellationToken;
+
+use dsh_core::Context;
+
+use crate::options::McpOptions;
+use crate::server::McpServer;
+use crate::session::Shared;
+use crate::shutdown::shutdown_requested;
+
+const PARSE_ERROR: i64 = -32700;
+const INVALID_REQUEST: i64 = -32600;
+const INVALID_PARAMS: i64 = -32602;
+const UTF8_BOM: &[u8] = b"\xEF\xBB\xBF";
+
+type SharedWriter<W> = Arc<Mutex<W>>;
+
+/// Serves the composition over the process's stdin/stdout until the client closes stdin or
+/// a shutdown is requested; then ends the session and disposes the composition.
+pub async fn serve_stdio(ctx: Context, options: McpOptions) -> anyhow::Result<()> {
+    serve_io(ctx, options, tokio::io::stdin(), tokio::io::stdout()).await
+}
+
+/// [`serve_stdio`] over any byte streams (tests, embedding).
+pub async fn serve_io<R, W>(ctx: Context, options: McpOptions, read: R, write: W) -> anyhow::Result<()>
+where
+    R: AsyncRead + Unpin + Send + 'static,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    let shared = Arc::new(Shared::new(ctx.clone(), options.clone()));
+    let server = McpServer::new(shared);
+    let slot = server.session_slot();
+    let transport = LineTransport::new(read, write, options.max_message_bytes);
+    let ct = CancellationToken::new();
+    let shutdown = shutdown_requested(&options);
+    tokio::pin!(shutdown);
+    let outcome = tokio::select! {
+        served = server.serve_with_ct(transport, ct.clone()) => match served {
+            Ok(running) => {
+                let waiting = running.waiting();
+                tokio::pin!(waiting);
+                tokio::select! {
+                    quit = &mut waiting => quit.map(|_| ()).map_err(anyhow::Error::from),
+                    _ = &mut shutdown => {
+                        ct.cancel();
+                        waiting.await.map(|_| ()).map_err(anyhow::Error::from)
+                    }
+                }
+            }
+            // The client went away before initializing: nothing was started.
+            Err(rmcp::service::ServerInitializeError::ConnectionClosed(_)) => Ok(()),
+            Err(error) => Err(anyhow::Error::from(error)),
+        },
+        _ = &mut shutdown => {
+            ct.cancel();
+            Ok(())
+        }
+    };
+    if let Some(session) = slot.get().cloned() {
+        session.close().await;
+    }
+    ctx.dispose().await;
+    outcome
+}
+
+/// Newline-delimited JSON-RPC with bounded lines and JSON-RPC answers to bad input.
+pub(crate) struct LineTransport<W> {
+    rx: mpsc::Receiver<ClientJsonRpcMessage>,
+    writer: SharedWriter<W>,
+    reader: tokio::task::JoinHandle<()>,
+}
+
+impl<W: AsyncWrite + Unpin + Send + 'static> LineTransport<W> {
+    pub fn new<R: AsyncRead + Unpin + Send + 'static>(read: R, write: W, max_line: usize) -> Self {
+        let writer = Arc::new(Mutex::new(write));
+        let (tx, rx) = mpsc::channel(64);
+        let reader = tokio::spawn(read_messages(read, tx, Arc::clone(&writer), max_line));
+        Self { rx, writer, reader }
+    }
+}
+
+impl<W: AsyncWrite + Unpin + Send + 'static> Transport<RoleServer> for LineTransport<W> {
+    type Error = std::io::Error;
+
+    fn send(
+        &mut self,
+        item: ServerJsonRpcMessage,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        let writer = Arc::clone(&self.writer);
+        async move {
+            let mut line = serde_json::to_vec(&item)?;
+            line.push(b'\n');
+            write_line(&writer, &line).await
+        }
+    }
+
+    fn receive(&mut self) -> impl Future<Output = Option<ClientJsonRpcMessage>> + Send {
+        self.rx.recv()
+    }
+
+    async fn close(&mut self) -> Result<(), Self::Error> {
+        self.reader.abort();
+        self.writer.lock().await.flush().await
+    }
+}
+
+async fn write_line<W: AsyncWrite + Unpin>(writer: &Mutex<W>, line: &[u8]) -> std::io::Result<()> {
+    let mut writer = writer.lock().await;
+    writer.write_all(line).await?;
+    writer.flush().await
+}
+
+async fn reply<W: AsyncWrite + Unpin>(writer: &Mutex<W>, error: Value) {
+    let mut line = error.to_string().into_bytes();
+    line.push(b'\n');
+    if let Err(error) = write_line(writer, &line).await {
+        tracing::debug!(%error, "could not answer a bad message");
+    }
+}
+
+fn error_message(id: Value, code: i64, message: String) -> Value {
+    json!({ "jsonrpc": "2.0", "id": id, "error": { "code": code, "message": message } })
+}
+
+/// Reads lines of at most `max_line` bytes; passes parsed messages on and answers bad ones.
+async fn read_messages<R, W>(
+    read: R,
+    tx: mpsc::Sender<ClientJsonRpcMessage>,
+    writer: SharedWriter<W>,
+    max_line: usize,
+) where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    let mut reader = BufReader::new(read);
+    let mut line = Vec::new();
+    let mut oversized = false;
+    loop {
+        let buf = match reader.fill_buf().await {
+            Ok(buf) => buf,
+            Err(error) => {
+                tracing::warn!(%error, "reading the MCP input failed");
+                return;
+            }
+        };
+        if buf.is_empty() {
+            // End of input; a trailing line without its newline is incomplete and dropped.
+            return;
+        }
+        let (chunk, complete) = match buf.iter().position(|&b| b == b'\n') {
+            Some(end) => (&buf[..end], true),
+            None => (buf, false),
+        };
+        if !oversized {
+            if line.len() + chunk.len() > max_line {
+                oversized = true;
+                line = Vec::new();
+            } else {
+                line.extend_from_slice(chunk);
+            }
+        }
+        let used = chunk.len() + usize::from(complete);
+        reader.consume(used);
+        if !complete {
+            continue;
+        }
+        if std::mem::take(&mut oversized) {
+            let message = format!("Invalid Request: a message may hold at most {max_line} bytes");
+            reply(&writer, error_message(Value::Null, INVALID_REQUEST, message)).await;
+            continue;
+        }
+        let message = std::mem::take(&mut line);
+        match parse_line(&message) {
+            Parsed::Message(message) => {
+                if tx.send(*message).await.is_err() {
+                    return;
+                }
+            }
+            Parsed::Reply(error) => reply(&writer, error).await,
+            Parsed::Skip => {}
+        }
+    }
+}
+
+/// A request for a method we serve whose parameters do not fit it. The SDK would take it
+/// for a custom method and answer "method not found"; the truth is "invalid params".
+fn misfit_params(message: &ClientJsonRpcMessage) -> Option<Value> {
+    let JsonRpcMessage::Request(request) = message else { return None };
+    let ClientRequest::CustomRequest(custom) = &request.request else { return None };
+    let params = custom.params.clone().unwrap_or(Value::Null);
+    let detail = match custom.method.as_str() {
+        "tools/call" => serde_json::from_value::<CallToolRequestParams>(params).err(),
+        "initialize" => serde_json::from_value::<InitializeRequestParams>(params).err(),
+        "tools/list" => serde_json::from_value::<Option<PaginatedRequestParams>>(params).err(),
+        "logging/setLevel" => serde_json::from_value::<SetLevelRequestParams>(params).err(),
+        _ => return None,
+    };
+    let message = match detail {
+        Some(detail) => format!("Invalid params for \"{}\": {detail}", custom.method),
+        None => format!("Invalid params for \"{}\"", custom.method),
+    };
+    let id = serde_json::to_value(&request.id).unwrap_or(Value::Null);
+    Some(error_message(id, INVALID_PARAMS, message))
+}
+
+enum Parsed {
+    Message(Box<ClientJsonRpcMessage>),
+    Reply(Value),
+    Skip,
+}
+
+fn parse_line(raw: &[u8]) -> Parsed {
+    let raw = raw.strip_suffix(b"\r").unwrap_or(raw);
+    let raw = raw.strip_prefix(UTF8_BOM).unwrap_or(raw);
+    if raw.iter().all(u8::is_ascii_whitespace) {
+        return Parsed::Skip;
+    }
+    let error = match serde_json::from_slice::<ClientJsonRpcMessage>(raw) {
+        Ok(message) => {
+            return misfit_params(&message).map_or(Parsed::Message(Box::new(message)), Parsed::Reply);
+        }
+        Err(error) => error,
+    };
+    let value: Value = match serde_json::from_slice(raw) {
+        Ok(value) => value,
+        Err(parse) => {
+            return Parsed::Reply(error_message(Value::Null, PARSE_ERROR, format!("Parse error: {parse}")));
+        }
+    };
+    let Value::Object(map) = &value else {
+        let message = "Invalid Request: expected one JSON-RPC message object".to_owned();
+        return Parsed::Reply(error_message(Value::Null, INVALID_REQUEST, message));
+    };
+    let id = map.get("id").filter(|id| id.is_string() || id.is_number()).cloned();
+    let method = map.get("method").and_then(Value::as_str);
+    let version_ok = map.get("jsonrpc") == Some(&json!("2.0"));
+    match (method, id) {
+        (Some(_), Some(id)) if !version_ok => Parsed::Reply(error_message(
+            id,
+            INVALID_REQUEST,
+            "Invalid Request: \"jsonrpc\" must be \"2.0\"".into(),
+        )),
+        (Some(method), Some(id)) => Parsed::Reply(error_message(
+            id,
+            INVALID_PARAMS,
+            format!("Invalid params for \"{method}\": {error}"),
+        )),
+        (Some(_), None) if map.contains_key("id") => Parsed::Reply(error_message(
+            Value::Null,
+            INVALID_REQUEST,
+            "Invalid Request: \"id\" must be a string or a number".into(),
+        )),
+        // A malformed notification: JSON-RPC never answers notifications.
+        (Some(method), None) => {
+            tracing::debug!(%method, %error, "ignoring a malformed notification");
+            Parsed::Skip
+        }
+        // A reply we cannot use: answering replies could echo forever.
+        (None, _) if map.contains_key("result") || map.contains_key("error") => Parsed::Skip,
+        (None, id) => Parsed::Reply(error_message(
+            id.unwrap_or(Value::Null),
+            INVALID_REQUEST,
+            "Invalid Request: missing \"method\"".into(),
+        )),
+    }
+}

@@ -1,0 +1,2 @@
+pub mod fakes;
+pub mod raw;
