@@ -196,7 +196,7 @@ fn se_03_registration_failures() {
 }
 
 #[test]
-fn se_04_collect_failures_are_loud() {
+fn collect_failures_are_loud() {
     let registry = ShellEnvRegistry::new(Some("/h/dsh"), None);
     let d = registry
         .register(ShellEnvContributor::new("sneaky", &[("DSH_DECLARED", "d")], |_| {
