@@ -17,6 +17,7 @@ pub const DEFAULT_COMPOSITION: &[&str] = &[
     "bash-local",
     "shell-env",
     "jobs",
+    "tool-jobs",
     "tool-bash",
 ];
 
@@ -51,6 +52,7 @@ impl Catalog {
                 entry::<BashLocalPlugin>(),
                 entry::<dsh_shell::ShellEnvPlugin>(),
                 entry::<dsh_jobs::JobsPlugin>(),
+                entry::<dsh_tool_jobs::ToolJobsPlugin>(),
                 entry::<dsh_tool_bash::ToolBash>(),
                 entry::<dsh_bash_sandbox::BashSandboxPlugin>(),
                 #[cfg(target_os = "linux")]

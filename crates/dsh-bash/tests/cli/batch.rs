@@ -110,3 +110,87 @@ fn several_sessions_in_one_batch_keep_their_cwds() {
         assert_eq!(line["notices"], json!([]));
     }
 }
+
+fn lines_of(requests: &[serde_json::Value]) -> String {
+    requests.iter().map(|r| format!("{r}\n")).collect()
+}
+
+#[test]
+fn jobs_persist_across_lines_and_notices_reach_their_owner() {
+    let sandbox = Sandbox::new();
+    let a = sandbox.path().join("a");
+    let b = sandbox.path().join("b");
+    std::fs::create_dir(&a).expect("mkdir");
+    std::fs::create_dir(&b).expect("mkdir");
+    let label = "echo out; touch finished; exit 3";
+    let input = lines_of(&[
+        json!({"tool": "bash", "session": "s1", "cwd": a, "id": 1,
+               "args": {"command": label, "description": "Background work", "run_in_background": true}}),
+        // Wait (in the session's cwd) for the job's marker, then leave generous time to settle.
+        json!({"tool": "bash", "session": "s1", "id": 2,
+               "args": {"command": "while [ ! -e finished ]; do sleep 0.05; done; sleep 1", "description": "Wait"}}),
+        json!({"tool": "job_list", "session": "s1", "id": 3}),
+        json!({"tool": "job_output", "session": "s2", "cwd": b, "id": 4, "args": {"job_id": "bash-1"}}),
+        json!({"tool": "job_list", "session": "s2", "id": 5}),
+        json!({"tool": "job_output", "session": "s1", "id": 6, "args": {"job_id": "bash-1"}}),
+    ]);
+    let out = sandbox.run(&["batch"], &input);
+    assert_eq!(out.code, Some(0), "{out:?}");
+    let lines = out.json_lines();
+    let texts: Vec<&str> = lines.iter().map(|l| l["content"][0]["text"].as_str().expect("text")).collect();
+    assert_eq!(
+        texts,
+        [
+            "started background job bash-1",
+            "(no output)",
+            &format!("bash-1 [bash] completed — {label}"),
+            "Error: job bash-1 belongs to another session",
+            "(no background jobs)",
+            "out\n[status: completed, exit code: 3]",
+        ]
+    );
+    assert_eq!(lines[0]["structured"], json!({"kind": "background", "jobId": "bash-1"}));
+    let notices: Vec<&serde_json::Value> =
+        lines.iter().flat_map(|l| l["notices"].as_array().expect("notices")).collect();
+    assert_eq!(notices.len(), 1, "{}", out.stdout);
+    let notice = notices[0];
+    assert_eq!(
+        notice["text"],
+        json!(format!(
+            "background job bash-1 (bash: {label}) finished [status: completed, exit code: 3]. Read its output with job_output."
+        ))
+    );
+    assert_eq!(
+        notice["source"],
+        json!({"kind": "plugin", "plugin": "tool-jobs", "form": "notice",
+               "summary": format!("bash {label} [status: completed, exit code: 3]")})
+    );
+    assert!(notice["delivery"] == "inject" || notice["delivery"] == "followup", "{notice}");
+    for (i, line) in lines.iter().enumerate() {
+        if [3, 4].contains(&i) {
+            assert_eq!(line["notices"], json!([]), "s2 never sees s1's notice");
+        }
+    }
+}
+
+#[test]
+fn end_of_input_tears_down_running_jobs() {
+    let sandbox = Sandbox::new();
+    // A short grace so the TERM-ignoring job is killed quickly.
+    let config = sandbox.write("dsh.toml", "[bash-local]\ngraceMs = 200\n");
+    let input = lines_of(&[
+        json!({"tool": "bash", "session": "s1", "cwd": sandbox.path(), "id": 1, "args": {
+            "command": "trap '' TERM; echo $$ > job.pid; while :; do sleep 0.1; done",
+            "description": "Run until killed", "run_in_background": true}}),
+        json!({"tool": "bash", "session": "s1", "id": 2, "args": {
+            "command": "while [ ! -s job.pid ]; do sleep 0.05; done; cat job.pid", "description": "Wait for the job"}}),
+    ]);
+    let started = std::time::Instant::now();
+    let out = sandbox.run(&["--config", config.to_str().expect("utf-8"), "batch"], &input);
+    assert_eq!(out.code, Some(0), "{out:?}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(60), "teardown hung");
+    let lines = out.json_lines();
+    let pid = lines[1]["content"][0]["text"].as_str().expect("text").trim().to_owned();
+    assert!(pid.parse::<u32>().is_ok(), "{pid}");
+    assert!(!std::path::Path::new(&format!("/proc/{pid}")).exists(), "job {pid} outlived the batch");
+}

@@ -129,6 +129,7 @@ fn doctor_reports_host_facts_and_the_default_composition() {
             "bash-local",
             "shell-env",
             "jobs",
+            "tool-jobs",
             "tool-bash"
         ]
     );
