@@ -75,10 +75,6 @@ impl BashTool {
         }
     }
 
-    fn escalation_advertised(&self) -> bool {
-        self.policy.is_some()
-    }
-
     async fn run(&self, args: BashArgs, exec: ToolExec) -> Result<Value, ToolError> {
         // 2. Standing policy (sandboxing compositions only).
         let session = exec.agent.as_ref().map(|a| Arc::clone(a.session()));
@@ -144,8 +140,9 @@ impl BashTool {
         self.background_enabled
     }
 
+    /// Whether escalation targets are advertised (the executor sandboxes).
     pub(crate) fn escalation(&self) -> bool {
-        self.escalation_advertised()
+        self.policy.is_some()
     }
 }
 
@@ -170,7 +167,7 @@ impl Tool for BashTool {
     fn render(&self, _args: &Value, value: &Value) -> Vec<ContentBlock> {
         let text = match ValueView::parse(value) {
             Some(ValueView::Background { job_id }) => format!("started background job {job_id}"),
-            Some(ValueView::Foreground(view)) => render_result(&view, self.escalation_advertised()),
+            Some(ValueView::Foreground(view)) => render_result(&view, self.escalation()),
             // Unreachable after output validation; shown raw rather than lost.
             None => value.to_string(),
         };
