@@ -26,8 +26,8 @@ pub enum Command {
     Prompt,
     /// Report host facts: bash, spill directory, sandbox runners, plugin states.
     Doctor,
-    /// Serve the tools over the Model Context Protocol on stdio.
-    Mcp,
+    /// Serve the tools over the Model Context Protocol (stdio, or streamable HTTP).
+    Mcp(McpArgs),
 }
 
 /// How a composition is put together (shared by every subcommand).
@@ -79,6 +79,17 @@ pub struct CallArgs {
     pub tool: String,
     /// Tool arguments as one JSON value, e.g. '{"command":"ls","description":"List files"}'.
     pub args_json: String,
+}
+
+#[derive(Debug, Args)]
+pub struct McpArgs {
+    /// Serve streamable HTTP at http://ADDR/mcp instead of stdio; every request must carry
+    /// `Authorization: Bearer $DSH_MCP_TOKEN`.
+    #[arg(long, value_name = "ADDR")]
+    pub http: Option<std::net::SocketAddr>,
+    /// Do not ask approvals through MCP elicitation.
+    #[arg(long)]
+    pub no_elicitation: bool,
 }
 
 #[derive(Debug, Args)]

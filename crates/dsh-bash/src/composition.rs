@@ -28,7 +28,12 @@ pub struct Composition {
 impl Composition {
     /// Plans, parses and loads the composition the command line describes.
     pub async fn start(args: &CompositionArgs, pending: Pending) -> anyhow::Result<Self> {
-        let rows = Plan::from_args(&Catalog::builtin(), args)?.parse()?;
+        Self::start_with(args, &[], pending).await
+    }
+
+    /// [`Composition::start`] with plugins the host itself needs (added when missing).
+    pub async fn start_with(args: &CompositionArgs, host: &[&str], pending: Pending) -> anyhow::Result<Self> {
+        let rows = Plan::from_args(&Catalog::builtin(), args, host)?.parse()?;
         Self::load(rows, args.approve, pending).await
     }
 
@@ -69,6 +74,12 @@ impl Composition {
             Some(tools) => Ok(tools),
             None => bail!("the composition has no tool registry (add \"tools\" to its plugins)"),
         }
+    }
+
+    /// Hands the context to a host that disposes it itself (the MCP server). The answerer
+    /// registration goes with the approval service.
+    pub fn into_context(self) -> Context {
+        self.ctx
     }
 
     /// Tears everything down in reverse load order, awaiting processes and jobs.

@@ -56,7 +56,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
         Command::Schema(args) => schema::run(&composition, args).await,
         Command::Prompt => prompt::run(&composition).await,
         Command::Doctor => doctor::run(&composition).await,
-        Command::Mcp => mcp::run(&composition).await,
+        Command::Mcp(args) => mcp::run(&composition, args).await,
     }
 }
 

@@ -34,20 +34,26 @@ pub struct Plan {
 }
 
 impl Plan {
-    /// Builds the plan from the command line (reading `--config` when given).
-    pub fn from_args(catalog: &Catalog, args: &CompositionArgs) -> anyhow::Result<Self> {
+    /// Builds the plan from the command line (reading `--config` when given). `host` names
+    /// plugins the running subcommand needs; they join the plan when it lacks them.
+    pub fn from_args(catalog: &Catalog, args: &CompositionArgs, host: &[&str]) -> anyhow::Result<Self> {
         let file = match &args.config {
             Some(path) => config::read(path)?,
             None => CompositionFile::default(),
         };
-        Self::build(catalog, &file, args).with_context(|| match &args.config {
+        Self::build(catalog, &file, args, host).with_context(|| match &args.config {
             Some(path) => format!("config {}", path.display()),
             None => "composition".to_owned(),
         })
     }
 
     /// Builds the plan from a parsed file and the command-line switches.
-    pub fn build(catalog: &Catalog, file: &CompositionFile, args: &CompositionArgs) -> anyhow::Result<Self> {
+    pub fn build(
+        catalog: &Catalog,
+        file: &CompositionFile,
+        args: &CompositionArgs,
+        host: &[&str],
+    ) -> anyhow::Result<Self> {
         let names: Vec<String> = match &file.plugins {
             Some(names) => names.clone(),
             None => catalog::DEFAULT_COMPOSITION.iter().map(|n| (*n).to_owned()).collect(),
@@ -65,6 +71,9 @@ impl Plan {
         }
         if args.approve.is_some() || args.approval_policy.is_some() {
             plan.ensure(catalog, "approval")?;
+        }
+        for name in host {
+            plan.ensure(catalog, name)?;
         }
         plan.apply_tables(catalog, file, args.sandbox.is_some())?;
         plan.apply_switches(args)?;
@@ -209,7 +218,7 @@ mod tests {
     use serde_json::json;
 
     fn build(file: &str, args: CompositionArgs) -> anyhow::Result<Plan> {
-        Plan::build(&Catalog::builtin(), &config::parse(file).expect("toml"), &args)
+        Plan::build(&Catalog::builtin(), &config::parse(file).expect("toml"), &args, &[])
     }
 
     #[test]
@@ -255,6 +264,21 @@ mod tests {
             |name: &str| plan.rows.iter().find(|r| r.factory.short_name() == name).map(|r| &r.config);
         assert_eq!(config_of("system-prompt"), Some(&json!({"persona": "p"})));
         assert_eq!(config_of("approval"), Some(&json!({"policy": "never"})));
+    }
+
+    #[test]
+    fn host_plugins_join_before_tables_apply() {
+        let plan = Plan::build(
+            &Catalog::builtin(),
+            &config::parse("[approval]\npolicy = \"never\"\n").expect("toml"),
+            &CompositionArgs::default(),
+            &["approval"],
+        )
+        .expect("plan");
+        assert_eq!(
+            plan.rows.last().map(|r| (r.factory.short_name(), r.config.clone())),
+            Some(("approval", json!({"policy": "never"})))
+        );
     }
 
     #[test]

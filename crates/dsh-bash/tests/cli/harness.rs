@@ -59,6 +59,7 @@ impl Sandbox {
         let mut child = Command::new(env!("CARGO_BIN_EXE_dsh-bash"))
             .args(args)
             .env("DSH_HOME", self.dir.path().join("home"))
+            .env_remove("DSH_MCP_TOKEN")
             .current_dir(self.dir.path())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())

@@ -5,5 +5,6 @@ mod batch;
 mod call;
 mod composition;
 mod harness;
+mod mcp;
 mod sandbox;
 mod schema;
