@@ -3,34 +3,40 @@
 
 use dsh_core::{AbortReason, AbortSignal};
 
-/// A signal that fires on the first SIGINT or SIGTERM this process receives.
+/// A signal that fires on the first SIGINT or SIGTERM this process receives. The handlers are
+/// installed before this returns, so a signal arriving right after is never fatal.
 pub fn on_interrupt() -> AbortSignal {
     let signal = AbortSignal::new();
     let fire = signal.clone();
+    let interrupted = handlers();
     tokio::spawn(async move {
-        let reason = wait_for_interrupt().await;
+        let reason = interrupted.await;
         fire.abort(AbortReason::new(reason));
     });
     signal
 }
 
 #[cfg(unix)]
-async fn wait_for_interrupt() -> &'static str {
+fn handlers() -> impl Future<Output = &'static str> + Send {
     use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut int), Ok(mut term)) = (signal(SignalKind::interrupt()), signal(SignalKind::terminate()))
-    else {
-        return std::future::pending().await;
-    };
-    tokio::select! {
-        _ = int.recv() => "interrupted",
-        _ = term.recv() => "terminated",
+    let streams = (signal(SignalKind::interrupt()), signal(SignalKind::terminate()));
+    async move {
+        let (Ok(mut int), Ok(mut term)) = streams else {
+            return std::future::pending().await;
+        };
+        tokio::select! {
+            _ = int.recv() => "interrupted",
+            _ = term.recv() => "terminated",
+        }
     }
 }
 
 #[cfg(not(unix))]
-async fn wait_for_interrupt() -> &'static str {
-    match tokio::signal::ctrl_c().await {
-        Ok(()) => "interrupted",
-        Err(_) => std::future::pending().await,
+fn handlers() -> impl Future<Output = &'static str> + Send {
+    async {
+        match tokio::signal::ctrl_c().await {
+            Ok(()) => "interrupted",
+            Err(_) => std::future::pending().await,
+        }
     }
 }

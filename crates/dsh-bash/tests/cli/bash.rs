@@ -169,3 +169,39 @@ fn config_reaches_the_executor() {
     assert_eq!(out.stdout, "(no output)\n[timed out after 300ms]\n[killed by signal: SIGTERM]");
     assert_eq!(out.code, Some(0));
 }
+
+#[test]
+fn interrupt_aborts_the_call_and_kills_the_command() {
+    let sandbox = Sandbox::new();
+    let pid_file = sandbox.path().join("cmd.pid");
+    let args =
+        json!({"command": format!("echo $$ > {}; sleep 60", pid_file.display()), "description": "Wait"})
+            .to_string();
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_dsh-bash"))
+        .args(["call", "bash", &args])
+        .env("DSH_HOME", sandbox.path().join("home"))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let command_pid = loop {
+        if let Ok(text) = std::fs::read_to_string(&pid_file)
+            && text.ends_with('\n')
+        {
+            break text.trim().to_owned();
+        }
+        assert!(std::time::Instant::now() < deadline, "the command never started");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let status =
+        std::process::Command::new("kill").args(["-INT", &child.id().to_string()]).status().expect("kill");
+    assert!(status.success());
+    let output = child.wait_with_output().expect("wait");
+    assert_eq!(String::from_utf8_lossy(&output.stdout), "Error: tool call aborted");
+    assert_eq!(output.status.code(), Some(1));
+    assert!(
+        !std::path::Path::new(&format!("/proc/{command_pid}")).exists(),
+        "command {command_pid} survived"
+    );
+}
