@@ -101,7 +101,7 @@ fn answerer_for(answer: Approve) -> dsh_approval::AnswerFn {
     }
 }
 
-/// `tool-bash (missing "shell", "bashEnv"), …` for every plugin not applied; empty when none.
+/// `tool-bash (missing "shell", "shellEnv"); …` for every plugin not applied; empty when none.
 pub fn pending_plugins(plugins: &[PluginStatus]) -> String {
     plugins
         .iter()

@@ -37,14 +37,11 @@ impl Plan {
     /// Builds the plan from the command line (reading `--config` when given). `host` names
     /// plugins the running subcommand needs; they join the plan when it lacks them.
     pub fn from_args(catalog: &Catalog, args: &CompositionArgs, host: &[&str]) -> anyhow::Result<Self> {
-        let file = match &args.config {
-            Some(path) => config::read(path)?,
-            None => CompositionFile::default(),
-        };
-        Self::build(catalog, &file, args, host).with_context(|| match &args.config {
-            Some(path) => format!("config {}", path.display()),
-            None => "composition".to_owned(),
-        })
+        match &args.config {
+            Some(path) => Self::build(catalog, &config::read(path)?, args, host)
+                .with_context(|| format!("config {}", path.display())),
+            None => Self::build(catalog, &CompositionFile::default(), args, host),
+        }
     }
 
     /// Builds the plan from a parsed file and the command-line switches.
@@ -100,9 +97,12 @@ impl Plan {
                 catalog::SANDBOX_EXECUTOR
             );
         };
-        match self.index(catalog::LOCAL_EXECUTOR) {
-            Some(i) => self.rows[i] = Row { factory: executor, config: Value::Null },
-            None => self.ensure(catalog, catalog::SANDBOX_EXECUTOR)?,
+        match (self.index(catalog::LOCAL_EXECUTOR), self.index(catalog::SANDBOX_EXECUTOR)) {
+            (Some(local), None) => self.rows[local] = Row { factory: executor, config: Value::Null },
+            (Some(local), Some(_)) => {
+                self.rows.remove(local);
+            }
+            (None, _) => self.ensure(catalog, catalog::SANDBOX_EXECUTOR)?,
         }
         for name in catalog::SANDBOX_PLUGINS {
             self.ensure(catalog, name)?;
@@ -279,6 +279,21 @@ mod tests {
             plan.rows.last().map(|r| (r.factory.short_name(), r.config.clone())),
             Some(("approval", json!({"policy": "never"})))
         );
+    }
+
+    #[test]
+    fn sandbox_swaps_the_executor_in_place() {
+        let args = CompositionArgs { sandbox: Some("workspace-write".into()), ..Default::default() };
+        let plan = build("[bash-local]\ngraceMs = 200\n", args).expect("plan");
+        let names = plan.names();
+        let local = catalog::DEFAULT_COMPOSITION.iter().position(|n| *n == "bash-local").expect("default");
+        assert_eq!(names[local], "bash-sandbox");
+        assert!(!names.contains(&"bash-local"));
+        assert_eq!(&names[names.len() - 2..], ["sandbox-local", "sandbox-policy"]);
+        let config_of =
+            |name: &str| plan.rows.iter().find(|r| r.factory.short_name() == name).map(|r| &r.config);
+        assert_eq!(config_of("bash-sandbox"), Some(&json!({"graceMs": 200})));
+        assert_eq!(config_of("sandbox-policy"), Some(&json!({"mode": "workspace-write"})));
     }
 
     #[test]
