@@ -83,8 +83,8 @@ pub struct OutputCollector {
     limits: CaptureLimits,
     factory: Option<SpillFactory>,
     state: Mutex<State>,
-    /// `(total, finished)`, for waiters that want to know when output arrives.
-    progress: watch::Sender<(u64, bool)>,
+    /// Ticks when output arrives or the stream finishes, for waiters.
+    progress: watch::Sender<()>,
 }
 
 impl OutputCollector {
@@ -92,7 +92,7 @@ impl OutputCollector {
         let spill =
             if limits.spill_cap.is_some() && factory.is_some() { Spill::Idle } else { Spill::Abandoned };
         let state = State { tail: VecDeque::new(), total: 0, spill, finished: false };
-        Self { limits, factory, state: Mutex::new(state), progress: watch::Sender::new((0, false)) }
+        Self { limits, factory, state: Mutex::new(state), progress: watch::Sender::new(()) }
     }
 
     /// The caps this collector applies.
@@ -117,19 +117,25 @@ impl OutputCollector {
             self.spill_chunk(&mut state, chunk);
         }
         append_tail(&mut state.tail, chunk, cap);
-        let total = state.total;
         drop(state);
-        self.progress.send_replace((total, false));
+        // Waiters subscribe before they look at the state, so skipping the notification when
+        // nobody listens cannot lose a wake-up; it keeps small chunks cheap.
+        if self.progress.receiver_count() > 0 {
+            self.progress.send_replace(());
+        }
     }
 
     /// Resolves with the total once at least `bytes` have arrived or the stream is complete.
     pub async fn wait_for_total(&self, bytes: u64) -> u64 {
         let mut rx = self.progress.subscribe();
-        let reached = rx.wait_for(|(total, finished)| *total >= bytes || *finished).await;
-        match reached {
-            Ok(progress) => progress.0,
-            // The sender lives as long as `self`.
-            Err(_) => self.total(),
+        loop {
+            let (total, finished) = {
+                let state = self.state.lock();
+                (state.total, state.finished)
+            };
+            if total >= bytes || finished || rx.changed().await.is_err() {
+                return total;
+            }
         }
     }
 
@@ -191,9 +197,8 @@ impl OutputCollector {
             Spill::Idle | Spill::Sealed(_) => Spill::Sealed(None),
             Spill::Abandoned => Spill::Abandoned,
         };
-        let total = state.total;
         drop(state);
-        self.progress.send_replace((total, true));
+        self.progress.send_replace(());
     }
 
     /// Reads from `offset` without consuming anything.

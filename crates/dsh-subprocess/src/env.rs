@@ -7,6 +7,7 @@
 //! is never modified.
 
 use std::ffi::{OsStr, OsString};
+use std::os::unix::ffi::OsStrExt;
 use std::sync::Arc;
 
 /// Where the ambient environment comes from.
@@ -51,9 +52,10 @@ pub enum EnvEntry {
 
 /// True when an ambient variable must not reach a child.
 pub fn is_scrubbed(name: &OsStr) -> bool {
-    let upper = name.to_string_lossy().to_ascii_uppercase();
-    upper.starts_with("DSH_")
-        || ["KEY", "PASSWORD", "SECRET", "TOKEN"].iter().any(|word| upper.contains(word))
+    let name = name.as_bytes();
+    let contains = |word: &[u8]| name.windows(word.len()).any(|w| w.eq_ignore_ascii_case(word));
+    name.get(..4).is_some_and(|prefix| prefix.eq_ignore_ascii_case(b"DSH_"))
+        || [&b"KEY"[..], b"PASSWORD", b"SECRET", b"TOKEN"].into_iter().any(contains)
 }
 
 /// The final child environment: scrubbed ambient, then `explicit` in order (later wins).

@@ -1,7 +1,7 @@
 //! Starting a child and supervising it until settlement.
 
 use std::io::Read;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
@@ -27,8 +27,13 @@ use crate::signal_name::signal_name;
 /// async-signal-safe: no allocation, no locks. An error fails the spawn with that errno.
 pub type PreExecHook = Arc<dyn Fn() -> std::io::Result<()> + Send + Sync>;
 
-/// Bytes read from a pipe per chunk.
-const CHUNK: usize = 64 * 1024;
+/// Bytes read from a pipe per chunk, at most and at first.
+const CHUNK: usize = 256 * 1024;
+const FIRST_CHUNK: usize = 4 * 1024;
+
+/// Pipe capacity requested for a heavy stream (Linux's default `pipe-max-size`).
+#[cfg(target_os = "linux")]
+const PIPE_SIZE: libc::c_int = 1024 * 1024;
 
 /// How far apart the tree of a settled process with lingering descendants is re-checked.
 const LINGER_POLL_MAX: Duration = Duration::from_millis(500);
@@ -125,12 +130,15 @@ pub(crate) fn spawn_process(
     let cwd = spec.cwd.clone().unwrap_or_else(|| PathBuf::from("."));
     let os_error = |errno, stage| OsSpawnError { program: program.clone(), errno, stage, cwd: cwd.clone() };
 
-    if spec.cwd.is_some() {
-        check_cwd(&cwd).map_err(|errno| os_error(errno, SpawnStage::Cwd))?;
-    }
+    // `chdir` happens before `exec`, so whenever starting fails, a bad working directory is
+    // the cause reported. It is only checked then, keeping the successful path short.
+    let failed = |errno, stage| match spec.cwd.as_deref().map(check_cwd) {
+        Some(Err(cwd_errno)) => os_error(cwd_errno, SpawnStage::Cwd),
+        _ => os_error(errno, stage),
+    };
     let env = child_env(&service.ambient_env, &spec.env);
     let executable = resolve_program(&program, lookup(&env, "PATH"), &cwd)
-        .map_err(|errno| os_error(errno, SpawnStage::Exec))?;
+        .map_err(|errno| failed(errno, SpawnStage::Exec))?;
 
     let mut command = std::process::Command::new(&executable);
     command
@@ -148,7 +156,7 @@ pub(crate) fn spawn_process(
     let hook_marker = match &spec.pre_exec {
         Some(hook) => Some(
             install_hook(&mut command, Arc::clone(hook))
-                .map_err(|e| os_error(errno_of(&e), SpawnStage::PreExec))?,
+                .map_err(|e| failed(errno_of(&e), SpawnStage::Exec))?,
         ),
         None => None,
     };
@@ -160,15 +168,13 @@ pub(crate) fn spawn_process(
     let mut child = match spawned {
         Ok(child) => child,
         Err(e) => {
-            let hook_failed = hook_marker.is_some_and(HookMarker::fired);
-            let stage = if hook_failed {
-                SpawnStage::PreExec
-            } else if spec.cwd.is_some() && check_cwd(&cwd).is_err() {
-                SpawnStage::Cwd
+            // The hook runs after `chdir`, so a fired hook also vouches for the directory.
+            let error = if hook_marker.is_some_and(HookMarker::fired) {
+                os_error(errno_of(&e), SpawnStage::PreExec)
             } else {
-                SpawnStage::Exec
+                failed(errno_of(&e), SpawnStage::Exec)
             };
-            return Err(os_error(errno_of(&e), stage).into());
+            return Err(error.into());
         }
     };
     let Some(pid) = child.id().map(|pid| pid as i32) else {
@@ -197,6 +203,17 @@ pub(crate) fn spawn_process(
     };
     runtime.spawn(supervise(child, inner, spec.signal, stdin_task));
     Ok(handle)
+}
+
+/// A stream that fills whole chunks gets a larger pipe, so the writer blocks and we wake
+/// far less often. Best effort: the kernel may refuse (`pipe-max-size`, per-user limits).
+fn widen_pipe(pipe: &impl AsFd) {
+    #[cfg(target_os = "linux")]
+    {
+        let _ = nix::fcntl::fcntl(pipe.as_fd(), nix::fcntl::FcntlArg::F_SETPIPE_SZ(PIPE_SIZE));
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = pipe;
 }
 
 fn errno_of(e: &std::io::Error) -> Errno {
@@ -242,14 +259,21 @@ fn install_hook(
     Ok(HookMarker { reader, writer })
 }
 
-async fn pump(pipe: Option<impl AsyncRead + Unpin>, collector: &OutputCollector) {
+async fn pump(pipe: Option<impl AsyncRead + AsFd + Unpin>, collector: &OutputCollector) {
     let Some(mut pipe) = pipe else { return };
-    let mut buf = Vec::with_capacity(CHUNK);
+    // Small outputs never pay for the full chunk; a read that fills the buffer grows it.
+    let mut buf = Vec::with_capacity(FIRST_CHUNK);
     loop {
         buf.clear();
         match pipe.read_buf(&mut buf).await {
             Ok(0) => return,
-            Ok(_) => collector.push(&buf),
+            Ok(n) => {
+                collector.push(&buf);
+                if n == buf.capacity() && n < CHUNK {
+                    buf = Vec::with_capacity(CHUNK);
+                    widen_pipe(&pipe);
+                }
+            }
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
             Err(_) => return,
         }
