@@ -7,7 +7,7 @@ use dsh_sandbox::SandboxMode;
 use dsh_shell::{
     CollectedOutput, ShellError, ShellExecRequest, ShellExecSpec, ShellExecutor, ShellProcess, ShellRunResult,
 };
-use dsh_subprocess::{CollectedStream, PreExecHook, SpawnError, SubprocessService};
+use dsh_subprocess::{CollectedStream, PreExecHook, ProcessHandle, SpawnError, SubprocessService};
 
 use crate::config::{ConfigError, LocalBashConfig};
 use crate::error::ExecError;
@@ -28,6 +28,18 @@ pub struct LocalBashExecutor {
 
 fn collected(stream: CollectedStream) -> CollectedOutput {
     CollectedOutput { text: stream.text, truncated: stream.truncated, spill_path: stream.spill_path }
+}
+
+/// A foreground run whose future is dropped (its caller went away) must not leave the
+/// command running: the guard terminates it unless it already settled.
+struct TerminateUnlessSettled<'a>(&'a ProcessHandle);
+
+impl Drop for TerminateUnlessSettled<'_> {
+    fn drop(&mut self) {
+        if self.0.outcome().is_none() {
+            self.0.terminate();
+        }
+    }
 }
 
 impl LocalBashExecutor {
@@ -62,6 +74,7 @@ impl LocalBashExecutor {
         let mut spawn = spawn_spec(&self.config, spec, argv, spec.stdout_max_bytes, pre_exec);
         spawn.signal = Some(deadline.signal().clone());
         let handle = self.service.spawn(spawn)?;
+        let _cancel = TerminateUnlessSettled(&handle);
         let outcome = handle.wait().await;
         let (timed_out, aborted) = (deadline.timed_out(), deadline.aborted());
         drop(deadline);

@@ -230,3 +230,31 @@ async fn utf8_is_never_split_at_the_tail_cut() {
     assert_eq!(result.stdout.text, "€".repeat(33));
     assert!(result.stdout.truncated);
 }
+
+#[tokio::test]
+async fn a_dropped_run_terminates_its_command() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (executor, _service) = executor_in(dir.path(), |_| {});
+    let pid_file = dir.path().join("pid");
+    let command = format!("echo $$ > '{}'; exec sleep 60", pid_file.display());
+    let spec = executor.resolve(request(&command)).expect("resolve");
+    let mut run = Box::pin(executor.run(spec));
+    let pid = loop {
+        tokio::select! {
+            _ = &mut run => panic!("sleep 60 finished early"),
+            _ = tokio::time::sleep(Duration::from_millis(20)) => {}
+        }
+        if let Some(pid) = std::fs::read_to_string(&pid_file).ok().and_then(|p| p.trim().parse::<u32>().ok())
+        {
+            break pid;
+        }
+    };
+    drop(run);
+    let gone = tokio::time::timeout(Duration::from_secs(10), async {
+        while crate::group_has_live_member(pid) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert!(gone.is_ok(), "the command outlived its dropped run");
+}
