@@ -30,3 +30,4 @@ pub use service::{SUBPROCESS, SUBPROCESS_SERVICE, ServiceOptions, SubprocessServ
 pub use signal_name::signal_name;
 pub use spawn::{PreExecHook, SpawnSpec};
 pub use spill::{DefaultSpillNamer, SpillNamer};
+pub use tree::group_has_live_member;

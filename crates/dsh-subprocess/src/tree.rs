@@ -29,6 +29,12 @@ pub(crate) fn group_alive(pgid: i32, leader_reaped: bool) -> bool {
     }
 }
 
+/// Whether process group `pgid` still has a live member, counting zombies as gone (for
+/// callers that know the group's leader has been reaped, e.g. a test checking for leftovers).
+pub fn group_has_live_member(pgid: u32) -> bool {
+    i32::try_from(pgid).is_ok_and(|pgid| group_alive(pgid, true))
+}
+
 #[cfg(target_os = "linux")]
 fn has_live_member(pgid: i32) -> bool {
     let Ok(entries) = std::fs::read_dir("/proc") else { return true };

@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use dsh_bash_local::{LocalBashConfig, LocalBashExecutor};
 use dsh_shell::{ShellExecRequest, ShellExecSpec, ShellExecutor, ShellProcess, ShellRunResult};
+pub use dsh_subprocess::group_has_live_member;
 use dsh_subprocess::{ServiceOptions, SubprocessService};
 
 /// An executor over its own service with spill files in `spill_dir`; the config starts as
@@ -42,6 +43,17 @@ pub async fn run(executor: &LocalBashExecutor, command: &str) -> ShellRunResult 
     executor.run(resolved(executor, command)).await.expect("run")
 }
 
+pub async fn run_with_timeout(
+    executor: &LocalBashExecutor,
+    command: &str,
+    timeout_ms: f64,
+) -> ShellRunResult {
+    let spec = executor
+        .resolve(ShellExecRequest { timeout_ms: Some(timeout_ms), ..request(command) })
+        .expect("resolve");
+    executor.run(spec).await.expect("run")
+}
+
 /// Reads until `want` has accumulated (background output arrives asynchronously).
 pub async fn read_until(process: &dyn ShellProcess, want: &str) -> String {
     let mut seen = String::new();
@@ -62,14 +74,3 @@ pub fn hundred_lines() -> String {
 }
 
 pub const HUNDRED_LINES: &str = r#"for i in $(seq 1 100); do printf "line-%04d\n" $i; done"#;
-
-/// Whether any non-zombie process is in group `pgid`.
-pub fn group_has_live_member(pgid: u32) -> bool {
-    let Ok(entries) = std::fs::read_dir("/proc") else { return true };
-    entries.flatten().any(|entry| {
-        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else { return false };
-        let Some(close) = stat.rfind(')') else { return false };
-        let fields: Vec<&str> = stat[close + 1..].split_whitespace().collect();
-        fields.len() > 2 && fields[2] == pgid.to_string() && fields[0] != "Z" && fields[0] != "X"
-    })
-}

@@ -4,7 +4,7 @@ use std::time::{Duration, Instant};
 use dsh_core::{AbortReason, AbortSignal};
 use dsh_shell::{CollectedOutput, ShellError, ShellExecRequest, ShellExecutor};
 
-use crate::{HUNDRED_LINES, executor_in, hundred_lines, request, run};
+use crate::{HUNDRED_LINES, executor_in, hundred_lines, request, run, run_with_timeout};
 
 #[tokio::test]
 async fn bf_01_plain_stdout_value_shape() {
@@ -21,10 +21,7 @@ async fn bf_01_plain_stdout_value_shape() {
 async fn bf_04_timeout_kill() {
     let dir = tempfile::tempdir().expect("tempdir");
     let (executor, _service) = executor_in(dir.path(), |_| {});
-    let spec = executor
-        .resolve(ShellExecRequest { timeout_ms: Some(100.0), ..request("sleep 60") })
-        .expect("resolve");
-    let result = executor.run(spec).await.expect("run");
+    let result = run_with_timeout(&executor, "sleep 60", 100.0).await;
     assert_eq!((result.timed_out, result.aborted), (true, false));
     assert_eq!((result.exit_code, result.signal.as_deref()), (None, Some("SIGTERM")));
     assert_eq!(result.timeout_ms, 100.0);
@@ -35,14 +32,8 @@ async fn bf_04_timeout_kill() {
 async fn bf_06_escalation_to_sigkill() {
     let dir = tempfile::tempdir().expect("tempdir");
     let (executor, _service) = executor_in(dir.path(), |_| {});
-    let spec = executor
-        .resolve(ShellExecRequest {
-            timeout_ms: Some(500.0),
-            ..request("trap '' TERM; echo armed; sleep 60")
-        })
-        .expect("resolve");
     let started = Instant::now();
-    let result = executor.run(spec).await.expect("run");
+    let result = run_with_timeout(&executor, "trap '' TERM; echo armed; sleep 60", 500.0).await;
     let elapsed = started.elapsed();
     assert_eq!(result.stdout.text, "armed\n");
     assert_eq!((result.timed_out, result.aborted), (true, false));
@@ -146,10 +137,7 @@ async fn ex_03_stdout_max_bytes_raises_stdout_only() {
 async fn ex_05_first_cause_classification() {
     let dir = tempfile::tempdir().expect("tempdir");
     let (executor, _service) = executor_in(dir.path(), |_| {});
-    let spec = executor
-        .resolve(ShellExecRequest { timeout_ms: Some(100.0), ..request("sleep 60") })
-        .expect("resolve");
-    let result = executor.run(spec).await.expect("run");
+    let result = run_with_timeout(&executor, "sleep 60", 100.0).await;
     assert_eq!((result.timed_out, result.aborted, result.timeout_ms), (true, false, 100.0));
 
     let caller = AbortSignal::new();
@@ -169,13 +157,7 @@ async fn ex_05_first_cause_classification() {
     assert_eq!((result.signal.as_deref(), result.timed_out, result.aborted), (Some("SIGTERM"), false, false));
 
     // A command that traps TERM and exits 0 still timed out.
-    let spec = executor
-        .resolve(ShellExecRequest {
-            timeout_ms: Some(100.0),
-            ..request("trap 'exit 0' TERM; sleep 60 & wait")
-        })
-        .expect("resolve");
-    let result = executor.run(spec).await.expect("run");
+    let result = run_with_timeout(&executor, "trap 'exit 0' TERM; sleep 60 & wait", 100.0).await;
     assert_eq!((result.exit_code, result.timed_out, result.aborted), (Some(0), true, false));
 }
 
