@@ -173,4 +173,14 @@ mod tests {
             serde_json::from_value::<LocalSandboxConfig>(serde_json::json!({"runners": ["seatbelt"]}));
         assert!(bad_runner.unwrap_err().to_string().contains("unknown variant `seatbelt`"));
     }
+
+    #[test]
+    fn json_schema_names_the_wire_keys() {
+        let schema = serde_json::to_value(schemars::schema_for!(LocalSandboxConfig)).unwrap();
+        let mut keys: Vec<&str> =
+            schema["properties"].as_object().unwrap().keys().map(String::as_str).collect();
+        keys.sort_unstable();
+        assert_eq!(keys, ["probeTimeoutMs", "runnerCommand", "runnerFailureSignatures", "runners"]);
+        assert_eq!(schema["additionalProperties"], serde_json::json!(false));
+    }
 }

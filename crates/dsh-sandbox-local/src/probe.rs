@@ -52,6 +52,14 @@ impl RunnerProber for SystemProber {
     }
 }
 
+impl SystemProber {
+    /// The Landlock probe with a generous bound, for in-crate tests.
+    #[cfg(test)]
+    pub(crate) fn probe_for_tests(&self) -> ProbeOutcome {
+        probe_landlock(Duration::from_secs(10))
+    }
+}
+
 fn bwrap_capability() -> RunnerCapability {
     let mut notes = vec![BWRAP_EXDEV_NOTE.to_owned()];
     // SAFETY: geteuid has no preconditions.

@@ -8,7 +8,7 @@ use dsh_sandbox::{
 };
 
 use crate::config::{ConfigError, LocalSandboxConfig};
-use crate::inprocess::InProcessConfinement;
+use crate::inprocess::{InProcessConfinement, PreparedCache};
 use crate::probe::SystemProber;
 use crate::runner::{
     BWRAP_DENIAL_SIGNATURES, BWRAP_FATAL_SIGNATURE, ProbeOutcome, RUNNER_COMMAND_DENIAL_SIGNATURES,
@@ -33,6 +33,7 @@ pub struct LocalSandboxProvider {
     prober: Arc<dyn RunnerProber>,
     probes: [OnceLock<ProbeOutcome>; 2],
     verdict: OnceLock<Verdict>,
+    prepared: PreparedCache,
 }
 
 impl std::fmt::Debug for LocalSandboxProvider {
@@ -56,7 +57,13 @@ impl LocalSandboxProvider {
         prober: Arc<dyn RunnerProber>,
     ) -> Result<Self, ConfigError> {
         config.validate()?;
-        Ok(Self { config, prober, probes: [OnceLock::new(), OnceLock::new()], verdict: OnceLock::new() })
+        Ok(Self {
+            config,
+            prober,
+            probes: [OnceLock::new(), OnceLock::new()],
+            verdict: OnceLock::new(),
+            prepared: PreparedCache::default(),
+        })
     }
 
     pub fn config(&self) -> &LocalSandboxConfig {
@@ -134,8 +141,10 @@ fn landlock_command(
     argv: &[String],
     policy: &SandboxExecutionPolicy,
     capability: &RunnerCapability,
+    cache: &PreparedCache,
 ) -> Result<ConfinedCommand, String> {
-    let confinement = InProcessConfinement::prepare(&writable_roots(policy), capability.mount_namespace)?;
+    let prepared = cache.get(&writable_roots(policy), capability.mount_namespace)?;
+    let confinement = InProcessConfinement::from_prepared(prepared)?;
     Ok(ConfinedCommand {
         argv: argv.to_vec(),
         child_confinement: Some(Arc::new(confinement)),
@@ -170,7 +179,7 @@ impl SandboxProvider for LocalSandboxProvider {
         }
         match self.verdict() {
             Verdict::Selected(RunnerKind::Landlock, capability) => {
-                landlock_command(argv, policy, capability).map_err(unavailable)
+                landlock_command(argv, policy, capability, &self.prepared).map_err(unavailable)
             }
             Verdict::Selected(RunnerKind::Bwrap, capability) => {
                 bwrap_command(argv, policy, capability).map_err(unavailable)

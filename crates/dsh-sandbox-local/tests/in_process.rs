@@ -11,7 +11,8 @@ use dsh_sandbox::{
     is_runner_spawn_failure,
 };
 use dsh_sandbox_local::{
-    LocalSandboxConfig, LocalSandboxProvider, ProbeOutcome, RunnerKind, RunnerProber, SystemProber,
+    InProcessConfinement, LocalSandboxConfig, LocalSandboxProvider, ProbeOutcome, RunnerKind, RunnerProber,
+    SystemProber, landlock_denial_signatures, landlock_rules,
 };
 
 fn landlock_provider() -> Option<LocalSandboxProvider> {
@@ -65,14 +66,24 @@ fn the_host_probe_reports_landlock_full_with_its_abi() {
 /// ordinary start failure and gets the runner's own line for the unavailable error.
 #[test]
 fn a_failing_in_child_confinement_is_a_distinguishable_runner_failure() {
-    let Some(provider) = landlock_provider() else { return };
+    if landlock_provider().is_none() {
+        return;
+    }
     let dir = scratch();
     let ws: PathBuf = std::fs::canonicalize(dir.path()).unwrap().join("ws");
     std::fs::create_dir(&ws).unwrap();
-    let confined = provider
-        .confine(&["bash".into(), "-c".into(), "echo ran".into()], &policy(SandboxMode::WorkspaceWrite, &ws))
-        .unwrap();
-    // The writable root disappears between confine and spawn: its bind mount fails in the child.
+    // Built without a pre-built namespace, so each child binds the root itself.
+    let confinement = InProcessConfinement::prepare(std::slice::from_ref(&ws), true).unwrap();
+    assert_eq!(confinement.prebuilt_namespace(), Ok(false));
+    let confined = ConfinedCommand {
+        argv: vec!["bash".into(), "-c".into(), "echo ran".into()],
+        child_confinement: Some(Arc::new(confinement)),
+        enforcement: SandboxEnforcement::Full,
+        denial_signatures: landlock_denial_signatures(true),
+        runner_failure_rules: landlock_rules(),
+        runner: None,
+    };
+    // The writable root disappears between preparation and spawn: its bind fails in the child.
     std::fs::remove_dir(&ws).unwrap();
     let error = command(&confined, dir.path()).output().unwrap_err();
     assert_eq!(error.raw_os_error(), Some(libc::ENOENT));
@@ -87,6 +98,23 @@ fn a_failing_in_child_confinement_is_a_distinguishable_runner_failure() {
     );
     // The same failure with a missing workdir stays the command's own start failure.
     assert_eq!(confined.runner_spawn_failure("ENOENT", Some("bash"), true, &ws, "spawn bash ENOENT"), None);
+}
+
+/// The provider's confinements join a namespace built once per policy.
+#[test]
+fn provider_confinements_reuse_a_prebuilt_namespace() {
+    let Some(provider) = landlock_provider() else { return };
+    let dir = scratch();
+    let ws = std::fs::canonicalize(dir.path()).unwrap();
+    let argv = ["bash".to_owned(), "-c".to_owned(), "echo ok > made".to_owned()];
+    for _ in 0..3 {
+        let confined = provider.confine(&argv, &policy(SandboxMode::WorkspaceWrite, &ws)).unwrap();
+        let out = command(&confined, &ws).output().unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+    assert_eq!(std::fs::read_to_string(ws.join("made")).unwrap(), "ok\n");
+    let probe = InProcessConfinement::prepare(std::slice::from_ref(&ws), true).unwrap();
+    assert!(probe.uses_mount_namespace());
 }
 
 /// A missing program under the in-process runner is the command's own failure: no runner

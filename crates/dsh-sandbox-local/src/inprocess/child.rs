@@ -72,10 +72,36 @@ fn check(ret: libc::c_long, step: Step, index: usize) -> Result<(), StepError> {
     if ret < 0 { Err((step, index, errno())) } else { Ok(()) }
 }
 
+/// Pre-built namespaces to join instead of building fresh ones (see [`super::template`]).
+#[derive(Debug)]
+pub(crate) struct Template {
+    pub userns: Option<OwnedFd>,
+    pub mntns: OwnedFd,
+}
+
 /// Runs the whole sequence. Must stay async-signal-safe.
-pub(crate) fn confine(ruleset: &OwnedFd, mounts: Option<&MountPlan>) -> Result<(), StepError> {
+pub(crate) fn confine(
+    ruleset: &OwnedFd,
+    mounts: Option<&MountPlan>,
+    template: Option<&Template>,
+) -> Result<(), StepError> {
     if let Some(plan) = mounts {
-        enter_mount_namespace(plan)?;
+        let mut cwd = [0u8; PATH_MAX];
+        let has_cwd = read_cwd(&mut cwd);
+        // Joining resets the working directory to the namespace's root, so it needs the path
+        // to come back to. Joining also fails for a child whose credentials differ from the
+        // template's builder (a spawn under another uid). Either way the child then builds its
+        // own namespace, which keeps the working directory.
+        if !(has_cwd && template.is_some_and(|t| join(t).is_ok())) {
+            build_namespace(plan)?;
+        }
+        // The working directory still points into the mount that was current before; re-enter
+        // it by path so relative paths see the writable binds. A directory without a path
+        // (deleted) stays as it was: read-only.
+        if has_cwd {
+            // SAFETY: `cwd` holds a NUL-terminated absolute path written by getcwd.
+            check(unsafe { libc::chdir(cwd.as_ptr().cast()) }.into(), Step::Chdir, 0)?;
+        }
     }
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } == 0 {
@@ -89,7 +115,30 @@ pub(crate) fn confine(ruleset: &OwnedFd, mounts: Option<&MountPlan>) -> Result<(
     check(ret, Step::Restrict, 0)
 }
 
-fn enter_mount_namespace(plan: &MountPlan) -> Result<(), StepError> {
+fn join(template: &Template) -> Result<(), i32> {
+    if let Some(userns) = &template.userns {
+        // SAFETY: setns on an fd the parent keeps open; the child is single-threaded.
+        if unsafe { libc::setns(userns.as_raw_fd(), libc::CLONE_NEWUSER) } < 0 {
+            return Err(errno());
+        }
+    }
+    // SAFETY: as above.
+    if unsafe { libc::setns(template.mntns.as_raw_fd(), libc::CLONE_NEWNS) } < 0 {
+        return Err(errno());
+    }
+    Ok(())
+}
+
+fn read_cwd(buf: &mut [u8; PATH_MAX]) -> bool {
+    // SAFETY: the kernel writes at most `buf.len()` bytes into the stack buffer.
+    let ret = unsafe { libc::syscall(libc::SYS_getcwd, buf.as_mut_ptr(), buf.len()) };
+    ret > 0 && buf[0] == b'/'
+}
+
+/// Builds a fresh mount namespace (and a user namespace when the caller lacks
+/// `CAP_SYS_ADMIN`): everything private, writable roots bound onto themselves, `/` read-only,
+/// the writable mounts read-write again. Returns whether a user namespace was created.
+pub(crate) fn build_namespace(plan: &MountPlan) -> Result<bool, StepError> {
     let admin = has_effective_cap(CAP_SYS_ADMIN);
     // SAFETY: plain id getters.
     let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
@@ -144,7 +193,7 @@ fn enter_mount_namespace(plan: &MountPlan) -> Result<(), StepError> {
     for (i, path) in plan.writable.iter().enumerate() {
         check(mount_setattr(path, 0, &writable), Step::Writable, i)?;
     }
-    reenter_cwd()
+    Ok(!admin)
 }
 
 fn mount_setattr(path: &CStr, flags: libc::c_uint, attr: &MountAttr) -> libc::c_long {
@@ -159,20 +208,6 @@ fn mount_setattr(path: &CStr, flags: libc::c_uint, attr: &MountAttr) -> libc::c_
             std::mem::size_of::<MountAttr>(),
         )
     }
-}
-
-/// The working directory still points into the mount that was current before the binds; a
-/// relative path from it would miss the writable bind stacked on top. Re-enter it by its
-/// absolute path. A directory that has no path (deleted) stays as it was: read-only.
-fn reenter_cwd() -> Result<(), StepError> {
-    let mut buf = [0u8; PATH_MAX];
-    // SAFETY: the kernel writes at most `buf.len()` bytes into the stack buffer.
-    let ret = unsafe { libc::syscall(libc::SYS_getcwd, buf.as_mut_ptr(), buf.len()) };
-    if ret <= 0 || buf[0] != b'/' {
-        return Ok(());
-    }
-    // SAFETY: on success getcwd stored a NUL-terminated absolute path in `buf`.
-    check(unsafe { libc::chdir(buf.as_ptr().cast()) }.into(), Step::Chdir, 0)
 }
 
 fn has_effective_cap(cap: u32) -> bool {

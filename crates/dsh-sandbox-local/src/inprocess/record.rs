@@ -25,7 +25,7 @@ pub(crate) enum Step {
 }
 
 impl Step {
-    fn from_u8(v: u8) -> Option<Step> {
+    pub(crate) fn from_u8(v: u8) -> Option<Step> {
         use Step::*;
         [Unshare, IdMap, MakePrivate, Bind, ReadOnly, Writable, Chdir, DropCaps, NoNewPrivs, Restrict]
             .into_iter()
