@@ -35,7 +35,10 @@ pub async fn call(
     let present_result = tools.present_result(tool, &args, &result);
     if let Some(agent) = &agent {
         agent.set_status(AgentStatus::Idle);
-        agent.session().end_turn()?;
+        // The call has happened: a log that cannot record the turn's end must not hide it.
+        if let Err(e) = agent.session().end_turn() {
+            eprintln!("dsh-bash: warning: session \"{}\": {e}", agent.id());
+        }
     }
     Ok(CallOutcome { result, present_call, present_result })
 }
