@@ -6,9 +6,9 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use dsh_core::Context;
-use http::{HeaderMap, HeaderValue, Request, Response, StatusCode, header};
+use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode, header};
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
@@ -28,6 +28,8 @@ use crate::shutdown::shutdown_requested;
 
 /// The path the MCP endpoint is served at.
 pub const MCP_PATH: &str = "/mcp";
+/// The most of an oversized body read (and dropped) before refusing it.
+const DRAIN_LIMIT: usize = 64 * 1024 * 1024;
 /// How long open connections get to finish once a shutdown starts.
 const DRAIN: Duration = Duration::from_secs(2);
 
@@ -79,13 +81,25 @@ pub async fn serve_http_on(
                 };
                 let service = service.clone();
                 let expected = Arc::clone(&expected);
+                let max_body = options.max_message_bytes;
+                let closing = stop.clone();
                 connections.spawn(async move {
                     let handler = hyper::service::service_fn(move |request: Request<Incoming>| {
                         let service = service.clone();
                         let expected = Arc::clone(&expected);
-                        async move { Ok::<_, Infallible>(route(&service, &expected, request).await) }
+                        async move { Ok::<_, Infallible>(route(&service, &expected, max_body, request).await) }
                     });
-                    if let Err(error) = http1::Builder::new().serve_connection(TokioIo::new(stream), handler).await {
+                    let connection = http1::Builder::new().serve_connection(TokioIo::new(stream), handler);
+                    tokio::pin!(connection);
+                    let ended = tokio::select! {
+                        ended = connection.as_mut() => ended,
+                        _ = closing.cancelled() => {
+                            // Finish the request in flight, then close instead of idling.
+                            connection.as_mut().graceful_shutdown();
+                            connection.await
+                        }
+                    };
+                    if let Err(error) = ended {
                         tracing::debug!(%error, "HTTP connection ended with an error");
                     }
                 });
@@ -124,14 +138,62 @@ fn mcp_service(
     StreamableHttpService::new(move || Ok(McpServer::new(Arc::clone(&shared))), Arc::new(sessions), config)
 }
 
-async fn route(service: &McpService, expected: &str, request: Request<Incoming>) -> Response<Body> {
+async fn route(
+    service: &McpService,
+    expected: &str,
+    max_body: usize,
+    request: Request<Incoming>,
+) -> Response<Body> {
     if !authorized(request.headers(), expected) {
-        return unauthorized();
+        return closing(unauthorized());
     }
     if request.uri().path() != MCP_PATH {
-        return plain(StatusCode::NOT_FOUND, "not found; the MCP endpoint is /mcp");
+        return closing(plain(StatusCode::NOT_FOUND, "not found; the MCP endpoint is /mcp"));
     }
-    service.handle(request).await
+    // Read the whole body (bounded) before the SDK sees the request: an answer given without
+    // reading it would make the connection unusable for the client's next request.
+    let (parts, body) = request.into_parts();
+    let body = match read_body(body, max_body).await {
+        Ok(body) => body,
+        Err(response) => return response,
+    };
+    let delete = parts.method == Method::DELETE;
+    let mut response = service.handle(Request::from_parts(parts, Full::new(body))).await;
+    if delete && response.status() == StatusCode::ACCEPTED {
+        // The session is closed by the time the SDK answers; clients expect 200 or 204 for
+        // a completed termination (202 reads as a failure to some of them).
+        *response.status_mut() = StatusCode::NO_CONTENT;
+    }
+    response
+}
+
+/// The body, at most `max` bytes. A larger one is drained (up to [`DRAIN_LIMIT`], so the
+/// client finishes sending and can read the answer) and refused with 413.
+async fn read_body(mut body: Incoming, max: usize) -> Result<Bytes, Response<Body>> {
+    let mut kept = BytesMut::new();
+    let mut seen = 0usize;
+    while let Some(frame) = body.frame().await {
+        let Ok(frame) = frame else {
+            return Err(closing(plain(StatusCode::BAD_REQUEST, "the request body could not be read")));
+        };
+        let Ok(data) = frame.into_data() else { continue };
+        seen = seen.saturating_add(data.len());
+        if seen <= max {
+            kept.extend_from_slice(&data);
+        } else if seen > DRAIN_LIMIT {
+            break;
+        }
+    }
+    if seen > max {
+        return Err(closing(plain(StatusCode::PAYLOAD_TOO_LARGE, "the request body is too large")));
+    }
+    Ok(kept.freeze())
+}
+
+/// Asks the client not to reuse the connection (its request body may be unread).
+fn closing(mut response: Response<Body>) -> Response<Body> {
+    response.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
+    response
 }
 
 /// Constant-time comparison of the whole `Authorization` value.

@@ -8,7 +8,9 @@ use std::borrow::Cow;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use dsh_core::{AbortReason, AbortSignal, AgentMessage, SYSTEM_PROMPT, TOOLS, ToolExec};
+use dsh_core::{
+    AbortReason, AbortSignal, AgentMessage, SYSTEM_PROMPT, TOOLS, ToolError, ToolExec, ToolResult,
+};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, Implementation, InitializeRequestParams, InitializeResult,
     ListToolsResult, PaginatedRequestParams, ProgressNotificationParam, ProgressToken, ProtocolVersion,
@@ -158,6 +160,14 @@ impl ServerHandler for McpServer {
             registry.get(&name).map(|t| output_shape(t.output_schema())).unwrap_or(OutputShape::Object);
         let call_id = session.next_call_id();
         let signal = AbortSignal::new();
+        let _turn = tokio::select! {
+            turn = session.exclusive() => turn,
+            _ = context.ct.cancelled() => {
+                // Cancelled while queued: it never reaches the pipeline.
+                let result = ToolResult::failure(ToolError::aborted_before_dispatch());
+                return Ok(call_tool_result(&result, shape, &[]).into());
+            }
+        };
         let guard = session.enter_call(&agent, &call_id, &name, &args);
         let exec = ToolExec::new(Some(Arc::clone(&agent)), call_id).with_signal(signal.clone());
         let call = registry.call(&name, args, exec);
@@ -205,9 +215,9 @@ async fn run_call<F>(
     context: &RequestContext<RoleServer>,
     signal: &AbortSignal,
     progress: Option<Progress>,
-) -> dsh_core::ToolResult
+) -> ToolResult
 where
-    F: std::future::Future<Output = dsh_core::ToolResult>,
+    F: std::future::Future<Output = ToolResult>,
 {
     tokio::pin!(call);
     let mut ticker = progress.as_ref().map(|p| {

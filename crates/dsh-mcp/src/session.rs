@@ -75,6 +75,9 @@ pub(crate) struct McpSession {
     /// The agent is made on the first call, once the client's roots can be asked.
     agent: tokio::sync::Mutex<AgentSlot>,
     calls: InFlightCalls,
+    /// Tools declare no concurrency classifier, so calls are exclusive (contract §1.7): one
+    /// call of a session runs at a time, in the order the calls reach the server.
+    exclusive: tokio::sync::Mutex<()>,
     in_flight: Mutex<usize>,
     next_call: AtomicU64,
     log_level: Arc<Mutex<LoggingLevel>>,
@@ -89,6 +92,7 @@ impl McpSession {
             peer,
             agent: tokio::sync::Mutex::new(AgentSlot::Empty),
             calls: InFlightCalls::default(),
+            exclusive: tokio::sync::Mutex::new(()),
             in_flight: Mutex::new(0),
             next_call: AtomicU64::new(1),
             log_level: Arc::new(Mutex::new(LoggingLevel::Debug)),
@@ -104,6 +108,11 @@ impl McpSession {
     /// `logging/setLevel`: notices below `level` are no longer sent (they still reach results).
     pub fn set_log_level(&self, level: LoggingLevel) {
         *self.log_level.lock() = level;
+    }
+
+    /// Waits for the session's previous calls to finish (FIFO).
+    pub async fn exclusive(&self) -> tokio::sync::MutexGuard<'_, ()> {
+        self.exclusive.lock().await
     }
 
     /// A fresh call id for this session.

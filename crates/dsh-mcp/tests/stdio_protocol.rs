@@ -409,3 +409,32 @@ async fn approvals_are_elicited_from_clients_that_support_it() {
         ["Error: tool \"echo\" requires approval, but no approval channel is available"]
     );
 }
+
+#[tokio::test]
+async fn calls_of_one_session_run_one_at_a_time_in_arrival_order() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (ctx, observed) = composition();
+    let (mut client, _server) = start(&ctx, options(dir.path()));
+    client.initialize(json!({})).await;
+    client.send(json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "slow", "arguments": {"seconds": 0.5}}})).await;
+    eventually("the slow call to start", || observed.runs.load(Ordering::SeqCst) == 1).await;
+    client.send(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "echo", "arguments": {"text": "second"}}})).await;
+    let first = client.until(|m| m.get("result").is_some()).await;
+    assert_eq!(first["id"], json!(1), "the echo waited for the slow call");
+    let second = client.response(json!(2)).await;
+    assert_eq!(texts(&second), ["second"]);
+
+    // A queued call cancelled before its turn never runs.
+    client.send(json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "slow", "arguments": {"seconds": 60}}})).await;
+    eventually("the long call to start", || observed.runs.load(Ordering::SeqCst) == 2).await;
+    client.send(json!({"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": {"name": "slow", "arguments": {"seconds": 60}}})).await;
+    client
+        .send(json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 4}}))
+        .await;
+    client
+        .send(json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 3}}))
+        .await;
+    let after = client.call(5, "echo", json!({"text": "after"})).await;
+    assert_eq!(texts(&after), ["after"]);
+    assert_eq!(observed.runs.load(Ordering::SeqCst), 2, "the cancelled queued call never ran");
+}

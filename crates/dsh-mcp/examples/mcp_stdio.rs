@@ -1,0 +1,157 @@
+//! Serves the default bash composition over MCP (stdio, or HTTP with `--http`), the way
+//! `dsh-bash mcp` does; the end-to-end tests drive it with an independent MCP client.
+//!
+//! ```text
+//! mcp_stdio [--sandbox MODE] [--workspace-root DIR] [--fakes] [--http ADDR --token TOKEN]
+//! ```
+//!
+//! `--sandbox MODE` swaps the local executor for the sandboxing one (local provider, policy
+//! default MODE); `--fakes` also registers the protocol stand-in tools of the test suite.
+
+#[path = "../tests/support/fakes.rs"]
+mod fakes;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::{Context as _, bail};
+use dsh_approval::ApprovalPlugin;
+use dsh_bash_local::{LocalBashConfig, LocalBashExecutor};
+use dsh_bash_sandbox::BashSandboxPlugin;
+use dsh_core::plugins::{AgentsPlugin, NoConfig, SystemPromptPlugin, ToolsPlugin};
+use dsh_core::{Context, Disposer, Plugin, PluginError, PluginScope};
+use dsh_jobs::JobsPlugin;
+use dsh_mcp::McpOptions;
+use dsh_sandbox::{SANDBOX, SandboxProvider};
+use dsh_sandbox_local::{LocalSandboxConfig, LocalSandboxProvider};
+use dsh_sandbox_policy::{SandboxPolicyConfig, SandboxPolicyPlugin};
+use dsh_shell::{SHELL, ShellEnvPlugin, ShellExecutor};
+use dsh_subprocess::{SUBPROCESS, SubprocessService};
+use dsh_tool_bash::ToolBash;
+use dsh_tool_jobs::ToolJobsPlugin;
+
+/// The subprocess service; disposing it kills and awaits every process tree.
+struct Subprocess;
+
+impl Plugin for Subprocess {
+    const NAME: &'static str = "@deepseek-ai/dsh-subprocess-local";
+    const SHORT_NAME: &'static str = "subprocess";
+    const INJECT: &'static [&'static str] = &[];
+    type Config = NoConfig;
+
+    fn apply(scope: &mut PluginScope, _config: NoConfig) -> Result<(), PluginError> {
+        let service = SubprocessService::new();
+        scope.provide(SUBPROCESS, Arc::clone(&service))?;
+        scope.add(Disposer::new_async(move || async move { service.dispose().await }));
+        Ok(())
+    }
+}
+
+/// The local `bash -c` executor.
+struct BashLocal;
+
+impl Plugin for BashLocal {
+    const NAME: &'static str = "@deepseek-ai/dsh-bash-local";
+    const SHORT_NAME: &'static str = "bash-local";
+    const INJECT: &'static [&'static str] = &["subprocess"];
+    type Config = LocalBashConfig;
+
+    fn apply(scope: &mut PluginScope, config: LocalBashConfig) -> Result<(), PluginError> {
+        let service =
+            scope.get(SUBPROCESS).ok_or_else(|| PluginError::Apply("no subprocess service".into()))?;
+        let executor =
+            LocalBashExecutor::new(config, service).map_err(|e| PluginError::Config(e.to_string()))?;
+        let executor: Arc<dyn ShellExecutor> = Arc::new(executor);
+        scope.provide(SHELL, executor)
+    }
+}
+
+/// The local sandbox provider (Landlock, bubblewrap; fails closed).
+struct SandboxLocal;
+
+impl Plugin for SandboxLocal {
+    const NAME: &'static str = "@deepseek-ai/dsh-sandbox-local";
+    const SHORT_NAME: &'static str = "sandbox-local";
+    const INJECT: &'static [&'static str] = &[];
+    type Config = LocalSandboxConfig;
+
+    fn apply(scope: &mut PluginScope, config: LocalSandboxConfig) -> Result<(), PluginError> {
+        let provider = LocalSandboxProvider::new(config).map_err(|e| PluginError::Config(e.to_string()))?;
+        let provider: Arc<dyn SandboxProvider> = Arc::new(provider);
+        scope.provide(SANDBOX, provider)
+    }
+}
+
+#[derive(Default)]
+struct Args {
+    sandbox: Option<String>,
+    workspace_root: Option<PathBuf>,
+    fakes: bool,
+    http: Option<SocketAddr>,
+    token: Option<String>,
+}
+
+fn parse_args() -> anyhow::Result<Args> {
+    let mut args = Args::default();
+    let mut it = std::env::args().skip(1);
+    while let Some(arg) = it.next() {
+        let mut value = |name: &str| it.next().with_context(|| format!("{name} needs a value"));
+        match arg.as_str() {
+            "--sandbox" => args.sandbox = Some(value("--sandbox")?),
+            "--workspace-root" => args.workspace_root = Some(PathBuf::from(value("--workspace-root")?)),
+            "--fakes" => args.fakes = true,
+            "--http" => args.http = Some(value("--http")?.parse().context("--http ADDR")?),
+            "--token" => args.token = Some(value("--token")?),
+            other => bail!("unknown argument {other}"),
+        }
+    }
+    Ok(args)
+}
+
+fn compose(args: &Args) -> anyhow::Result<Context> {
+    let ctx = Context::new();
+    ctx.load_default::<ToolsPlugin>()?;
+    ctx.load_default::<SystemPromptPlugin>()?;
+    ctx.load_default::<AgentsPlugin>()?;
+    ctx.load_default::<Subprocess>()?;
+    let executor = LocalBashConfig { cwd: args.workspace_root.clone(), ..LocalBashConfig::default() };
+    match &args.sandbox {
+        None => ctx.load::<BashLocal>(executor)?,
+        Some(mode) => {
+            ctx.load::<BashSandboxPlugin>(executor)?;
+            ctx.load_default::<SandboxLocal>()?;
+            ctx.load::<SandboxPolicyPlugin>(SandboxPolicyConfig {
+                mode: Some(mode.clone()),
+                workspace_root: args.workspace_root.as_ref().map(|p| p.display().to_string()),
+            })?;
+        }
+    }
+    ctx.load_default::<ShellEnvPlugin>()?;
+    ctx.load_default::<JobsPlugin>()?;
+    ctx.load_default::<ToolJobsPlugin>()?;
+    ctx.load_default::<ToolBash>()?;
+    ctx.load_default::<ApprovalPlugin>()?;
+    let pending: Vec<&str> = ctx.plugins().into_iter().filter(|p| !p.applied).map(|p| p.short_name).collect();
+    if !pending.is_empty() {
+        bail!("plugins stayed pending: {}", pending.join(", "));
+    }
+    if args.fakes {
+        fakes::register_fakes(&ctx);
+    }
+    Ok(ctx)
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = parse_args()?;
+    let ctx = compose(&args)?;
+    let options = McpOptions { workspace_root: args.workspace_root.clone(), ..McpOptions::default() };
+    match args.http {
+        None => dsh_mcp::serve_stdio(ctx, options).await,
+        Some(addr) => {
+            let token = args.token.clone().context("--http needs --token")?;
+            dsh_mcp::serve_http(ctx, options, addr, token).await
+        }
+    }
+}

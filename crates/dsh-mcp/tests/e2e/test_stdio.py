@@ -1,0 +1,193 @@
+"""The stdio server driven by the Python `mcp` client: tools, foreground and background bash,
+completion notices, cancellation, progress, session cwd from roots, and an escalation
+approved through elicitation."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from pathlib import Path
+
+from harness import (
+    Client,
+    Notices,
+    Skip,
+    bash,
+    eventually,
+    process_alive,
+    roots_callback,
+    run,
+    server_params,
+    tempdir,
+    text,
+    texts,
+    types,
+)
+
+
+async def test_list_tools_and_instructions() -> None:
+    async with Client(server_params()) as client:
+        listed = await client.list_tools()
+        by_name = {tool.name: tool for tool in listed.tools}
+        assert set(by_name) == {"bash", "job_output", "job_list", "job_kill"}, by_name.keys()
+        bash_tool = by_name["bash"]
+        assert list(bash_tool.input_schema["properties"]) == [
+            "command",
+            "description",
+            "timeoutMs",
+            "workdir",
+            "run_in_background",
+        ]
+        assert bash_tool.input_schema["required"] == ["command", "description"]
+        assert bash_tool.output_schema["type"] == "object"
+        assert len(bash_tool.output_schema["oneOf"]) == 2
+        assert by_name["job_list"].output_schema["required"] == ["result"]
+        assert "Check the [exit code: N] marker on every bash result" in (client.instructions or "")
+
+
+async def test_bash_foreground_in_the_root_cwd() -> None:
+    root = tempdir()
+    async with Client(server_params(), list_roots_callback=roots_callback(root)) as client:
+        ok = await client.call_tool("bash", bash("echo hello; pwd"))
+        assert ok.is_error is False
+        assert text(ok) == f"hello\n{os.path.realpath(root)}\n", text(ok)
+        assert ok.structured_content["kind"] == "foreground"
+        assert ok.structured_content["exitCode"] == 0
+        failed = await client.call_tool("bash", bash("echo oops >&2; exit 3"))
+        assert failed.is_error is False
+        assert text(failed) == "[stderr]\noops\n[exit code: 3]", text(failed)
+        invalid = await client.call_tool("bash", {"command": "true"})
+        assert invalid.is_error is True
+        assert text(invalid) == 'Error: invalid arguments: missing required property "description"'
+        session = await client.call_tool("bash", bash('printf %s "$DSH_SESSION_ID"'))
+        assert text(session).startswith("mcp-"), text(session)
+
+
+async def test_background_job_and_job_output_wait() -> None:
+    async with Client(server_params()) as client:
+        started = await client.call_tool("bash", bash("sleep 0.3; echo bg-ok", run_in_background=True))
+        assert text(started) == "started background job bash-1"
+        assert started.structured_content == {"kind": "background", "jobId": "bash-1"}
+        waited = await client.call_tool("job_output", {"job_id": "bash-1", "wait": True})
+        assert text(waited) == "bg-ok\n[status: completed, exit code: 0]", text(waited)
+        again = await client.call_tool("job_output", {"job_id": "bash-1"})
+        assert text(again) == "(no new output)\n[status: completed, exit code: 0]"
+        listed = await client.call_tool("job_list", {})
+        assert text(listed) == "bash-1 [bash] completed — sleep 0.3; echo bg-ok"
+        assert listed.structured_content["result"][0]["id"] == "bash-1"
+
+
+async def test_completion_notice_is_logged_and_attached_to_the_next_result() -> None:
+    notices = Notices()
+    async with Client(server_params(), logging_callback=notices) as client:
+        root = tempdir()
+        sentinel = Path(root) / "go"
+        command = f"while [ ! -f {sentinel} ]; do sleep 0.05; done; echo done"
+        started = await client.call_tool("bash", bash(command, run_in_background=True))
+        assert text(started) == "started background job bash-1"
+        sentinel.touch()
+        expected = f"background job bash-1 (bash: {command}) finished [status: completed, exit code: 0]. Read its output with job_output."
+        logged = await notices.wait_for("background job bash-1")
+        assert logged.data == expected, logged
+        assert logged.level == "notice"
+        following = await client.call_tool("bash", bash("echo next"))
+        assert texts(following) == ["next\n", expected], texts(following)
+        after = await client.call_tool("bash", bash("echo later"))
+        assert texts(after) == ["later\n"]
+
+
+async def test_cancellation_kills_the_running_command() -> None:
+    root = tempdir()
+    pidfile = Path(root) / "pid"
+    async with Client(server_params()) as client:
+        call = asyncio.create_task(client.call_tool("bash", bash(f"echo $$ > {pidfile}; sleep 60; echo finished")))
+        await eventually("the command to start", lambda: pidfile.exists() and pidfile.read_text().strip() != "")
+        pid = int(pidfile.read_text())
+        assert process_alive(pid)
+        call.cancel()
+        try:
+            await call
+        except asyncio.CancelledError:
+            pass
+        await eventually("the cancelled command to die", lambda: not process_alive(pid))
+        after = await client.call_tool("bash", bash("echo still here"))
+        assert text(after) == "still here\n"
+
+
+async def test_progress_notifications_while_a_command_runs() -> None:
+    seen: list[tuple[float, float | None, str | None]] = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        seen.append((progress, total, message))
+
+    async with Client(server_params()) as client:
+        result = await client.call_tool("bash", bash("sleep 2.6; echo slept"), progress_callback=on_progress)
+        assert text(result) == "slept\n"
+    assert len(seen) >= 2, seen
+    values = [p for p, _, _ in seen]
+    assert values == sorted(values) and len(set(values)) == len(values), seen
+    assert all(m is not None and m.startswith("bash: running for ") for _, _, m in seen), seen
+
+
+async def test_denied_then_escalated_with_elicitation() -> None:
+    workspace = tempdir()
+    target = Path(workspace) / "out.txt"
+    questions: list[str] = []
+    answers = ["accept", "decline"]
+
+    async def elicit(_context, params) -> types.ElicitResult:
+        questions.append(params.message)
+        return types.ElicitResult(action=answers[len(questions) - 1])
+
+    params = server_params("--sandbox", "read-only", "--workspace-root", workspace)
+    async with Client(params, list_roots_callback=roots_callback(workspace), elicitation_callback=elicit) as client:
+        denied = await client.call_tool("bash", bash(f"printf ok > {target}"))
+        if denied.is_error and "no sandbox backend is usable" in text(denied):
+            raise Skip(f"the host cannot confine commands: {text(denied)}")
+        assert "[sandbox: file access denied under read-only mode]" in text(denied), text(denied)
+        assert not target.exists()
+        escalated = await client.call_tool(
+            "bash",
+            bash(
+                f"printf ok > {target}",
+                sandbox_permissions="workspace-write",
+                justification="The test writes its output file into the workspace.",
+            ),
+        )
+        assert escalated.is_error is False, text(escalated)
+        assert escalated.structured_content["exitCode"] == 0, text(escalated)
+        assert target.read_text() == "ok"
+        assert questions[0] == (
+            "Allow this bash command to run once with wider sandbox access (workspace-write)?\n\n"
+            f"Command: printf ok > {target}\n"
+            "Requested mode: workspace-write\n"
+            "Justification: The test writes its output file into the workspace.\n\n"
+            "Accept to allow it once; decline to refuse."
+        ), questions[0]
+        refused = await client.call_tool(
+            "bash",
+            bash(f"printf again > {target}", sandbox_permissions="workspace-write", justification="Again."),
+        )
+        assert refused.is_error is True
+        assert text(refused) == 'Error: the user rejected escalating this command to "workspace-write"'
+        assert target.read_text() == "ok"
+        # The grant was one-shot: the standing mode still denies.
+        again = await client.call_tool("bash", bash(f"printf x > {target}"))
+        assert "[sandbox: file access denied under read-only mode]" in text(again)
+
+
+if __name__ == "__main__":
+    sys.exit(
+        run(
+            [
+                test_list_tools_and_instructions,
+                test_bash_foreground_in_the_root_cwd,
+                test_background_job_and_job_output_wait,
+                test_completion_notice_is_logged_and_attached_to_the_next_result,
+                test_cancellation_kills_the_running_command,
+                test_progress_notifications_while_a_command_runs,
+                test_denied_then_escalated_with_elicitation,
+            ]
+        )
+    )
