@@ -1,11 +1,19 @@
 //! The local sandbox provider (a **provider** of the `sandbox` seam).
 //!
 //! Confines an argv for `read-only` or `workspace-write` with the first usable runner of a
-//! configurable chain — in-process Landlock with a private read-only mount namespace first
-//! (no launcher exec), then bubblewrap — or fails closed with `SandboxUnavailableError`. The
-//! verdict is computed on the first confined wrap and cached. A configured `runnerCommand`
-//! bypasses selection. It knows nothing of bash, the executor that spawns the confined
-//! command, sessions or hosts.
+//! configurable chain, or fails closed with `SandboxUnavailableError`:
+//!
+//! * `landlock` (default, first): no launcher is exec'd. The forked child applies Landlock
+//!   (read everywhere, write `/dev/null` and the writable roots) inside a read-only mount
+//!   namespace where only the writable roots are writable binds, and a root child drops the
+//!   capabilities that could undo either. The namespace is built once per policy and joined
+//!   by each child. Failures surface as spawn errors whose cause reads `landlock-run: …`.
+//! * `bwrap`: bubblewrap with the contract's exact profile.
+//!
+//! The verdict is computed on the first confined wrap (a one-runner chain is not probed) and
+//! cached; a configured `runnerCommand` bypasses selection. [`LocalSandboxProvider::describe`]
+//! reports what the host offers for a `doctor` command. This crate knows nothing of bash, the
+//! executor that spawns the confined command, sessions or hosts.
 
 #[cfg(not(target_os = "linux"))]
 compile_error!("dsh-sandbox-local supports Linux only (Landlock and bubblewrap runners)");
