@@ -11,9 +11,9 @@
 //! * `bwrap`: bubblewrap with the contract's exact profile.
 //!
 //! The verdict is computed on the first confined wrap (a one-runner chain is not probed) and
-//! cached; a configured `runnerCommand` bypasses selection. [`LocalSandboxProvider::describe`]
-//! reports what the host offers for a `doctor` command. This crate knows nothing of bash, the
-//! executor that spawns the confined command, sessions or hosts.
+//! cached; a configured `runnerCommand` bypasses selection. `SandboxProvider::describe`
+//! reports what the host offers for a `doctor` command. This crate knows nothing of bash,
+//! the executor that spawns the confined command, sessions or hosts.
 
 #[cfg(not(target_os = "linux"))]
 compile_error!("dsh-sandbox-local supports Linux only (Landlock and bubblewrap runners)");
