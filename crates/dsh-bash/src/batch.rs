@@ -7,12 +7,10 @@
 //! gets an `isError` response and the batch goes on. Sessions and jobs live until EOF, when
 //! the composition is torn down.
 
-use std::path::PathBuf;
-
 use anyhow::Context as _;
+use dsh_bash::batch_line::{LineError, parse_line};
 use dsh_core::{AbortSignal, Agent, ToolRegistry};
-use serde::Deserialize;
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
 use crate::cli::CompositionArgs;
@@ -20,23 +18,6 @@ use crate::composition::{Composition, Pending};
 use crate::interrupt;
 use crate::request::{self, CallOutcome};
 use crate::sessions::Sessions;
-
-/// One request line.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct BatchRequest {
-    tool: String,
-    #[serde(default = "empty_object")]
-    args: Value,
-    session: Option<String>,
-    cwd: Option<PathBuf>,
-    #[serde(default)]
-    id: Value,
-}
-
-fn empty_object() -> Value {
-    Value::Object(Map::new())
-}
 
 pub async fn run(composition: &CompositionArgs) -> anyhow::Result<u8> {
     let comp = Composition::start(composition, Pending::Refuse).await?;
@@ -79,29 +60,14 @@ async fn respond(
     line: &str,
     signal: &AbortSignal,
 ) -> Value {
-    let raw: Value = match serde_json::from_str(line) {
-        Ok(raw) => raw,
-        Err(e) => return response(CallOutcome::host_error(&format!("invalid JSON: {e}")), Value::Null, None),
-    };
-    let id = raw.get("id").cloned().unwrap_or(Value::Null);
-    if !raw.is_object() {
-        return response(CallOutcome::host_error("invalid request: expected a JSON object"), id, None);
-    }
-    let request: BatchRequest = match serde_json::from_value(raw) {
+    let request = match parse_line(line) {
         Ok(request) => request,
-        Err(e) => return response(CallOutcome::host_error(&format!("invalid request: {e}")), id, None),
+        Err(LineError { id, message }) => return response(CallOutcome::host_error(&message), id, None),
     };
     let id = request.id;
-    let agent = match (&request.session, &request.cwd) {
-        (None, None) => None,
-        (None, Some(_)) => {
-            return response(
-                CallOutcome::host_error("invalid request: \"cwd\" requires \"session\""),
-                id,
-                None,
-            );
-        }
-        (Some(session), cwd) => match sessions.open(comp.ctx(), session, cwd.as_deref()) {
+    let agent = match &request.session {
+        None => None,
+        Some(session) => match sessions.open(comp.ctx(), session, request.cwd.as_deref()) {
             Ok(agent) => Some(agent),
             Err(e) => return response(CallOutcome::host_error(&e), id, None),
         },
