@@ -31,6 +31,21 @@ impl RunnerProber for LandlockOnly {
 /// A named spawn to time.
 type Variant = (&'static str, Box<dyn Fn()>);
 
+/// User + system CPU time of this process and its reaped children.
+fn cpu_time() -> Duration {
+    let mut total = Duration::ZERO;
+    for who in [libc::RUSAGE_SELF, libc::RUSAGE_CHILDREN] {
+        // SAFETY: getrusage fills the zeroed struct.
+        let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: a valid `who` and a live out-pointer.
+        unsafe { libc::getrusage(who, &mut usage) };
+        for tv in [usage.ru_utime, usage.ru_stime] {
+            total += Duration::from_secs(tv.tv_sec as u64) + Duration::from_micros(tv.tv_usec as u64);
+        }
+    }
+    total
+}
+
 fn median(mut samples: Vec<Duration>) -> Duration {
     samples.sort();
     samples[samples.len() / 2]
@@ -124,17 +139,26 @@ fn main() {
         }
     }
     let mut samples: Vec<Vec<Duration>> = vec![Vec::with_capacity(iterations); variants.len()];
+    let mut cpu = vec![Duration::ZERO; variants.len()];
     for _ in 0..iterations {
         for (i, (_, run)) in variants.iter().enumerate() {
-            let start = Instant::now();
+            let (start, cpu_start) = (Instant::now(), cpu_time());
             run();
             samples[i].push(start.elapsed());
+            cpu[i] += cpu_time().saturating_sub(cpu_start);
         }
     }
     let medians: Vec<Duration> = samples.into_iter().map(median).collect();
     let base = medians[0].as_secs_f64();
-    println!("{iterations} iterations each, medians:");
-    for ((name, _), m) in variants.iter().zip(&medians) {
-        println!("  {name:<32} {:>9.1} us  {:>5.2}x", m.as_secs_f64() * 1e6, m.as_secs_f64() / base);
+    let cpu_base = cpu[0].as_secs_f64();
+    println!("{iterations} iterations each: median wall time, and mean CPU time (this process + children)");
+    for (((name, _), m), c) in variants.iter().zip(&medians).zip(&cpu) {
+        println!(
+            "  {name:<34} {:>9.1} us {:>5.2}x   cpu {:>8.1} us {:>5.2}x",
+            m.as_secs_f64() * 1e6,
+            m.as_secs_f64() / base,
+            c.as_secs_f64() * 1e6 / iterations as f64,
+            c.as_secs_f64() / cpu_base
+        );
     }
 }

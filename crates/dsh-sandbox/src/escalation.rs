@@ -48,8 +48,12 @@ pub fn writable_roots(policy: &SandboxExecutionPolicy) -> Vec<PathBuf> {
         return Vec::new();
     }
     let temp = std::env::temp_dir();
+    let spellings = [policy.workspace_root.as_path(), Path::new("/tmp"), temp.as_path()];
     let mut roots: Vec<PathBuf> = Vec::with_capacity(3);
-    for root in [policy.workspace_root.as_path(), Path::new("/tmp"), temp.as_path()] {
+    for (i, root) in spellings.iter().enumerate() {
+        if spellings[..i].contains(root) {
+            continue;
+        }
         let canonical = std::fs::canonicalize(root).unwrap_or_else(|_| root.to_path_buf());
         if !roots.contains(&canonical) {
             roots.push(canonical);

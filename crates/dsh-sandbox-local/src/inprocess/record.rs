@@ -2,10 +2,15 @@
 //!
 //! The standard library only carries an errno from a failed pre-exec hook back to the parent,
 //! which cannot tell "the confinement refused" from "exec failed". The child therefore writes
-//! which step failed into a shared anonymous page before returning the error; the spawn's own
-//! error pipe orders that write before the parent sees the failure.
+//! which step failed into shared memory before returning the error; the spawn's own error pipe
+//! orders that write before the parent sees the failure.
+//!
+//! Mapping a shared page per spawn costs tens of microseconds (a shmem object, a fault, a
+//! teardown), so records are slots of one process-wide shared page, handed out and returned
+//! with atomics; only when every slot is taken does a record map a page of its own.
 
 use std::ptr::NonNull;
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// One step of the in-child confinement, packed with an index and an errno into the record.
@@ -41,25 +46,36 @@ pub(crate) struct Failure {
     pub errno: i32,
 }
 
-/// A page shared between the parent and the children forked while it lives.
-#[derive(Debug)]
-pub(crate) struct FailureRecord {
-    slot: NonNull<AtomicU64>,
+/// Packs a failure into one word (`step << 56 | index << 32 | errno`); 0 means "none".
+pub(crate) fn pack(step: Step, index: usize, errno: i32) -> u64 {
+    (u64::from(step as u8) << 56) | (((index as u64) & 0x00FF_FFFF) << 32) | u64::from(errno as u32)
 }
 
-// SAFETY: the slot is an `AtomicU64` in a private mapping owned by this value; atomics are
-// safe to share between threads.
-unsafe impl Send for FailureRecord {}
-// SAFETY: as above; every access goes through atomic operations.
-unsafe impl Sync for FailureRecord {}
+pub(crate) fn unpack(packed: u64) -> Option<Failure> {
+    let step = Step::from_u8((packed >> 56) as u8)?;
+    Some(Failure { step, index: ((packed >> 32) & 0x00FF_FFFF) as u32, errno: packed as u32 as i32 })
+}
 
-impl FailureRecord {
-    pub(crate) fn new() -> std::io::Result<Self> {
-        // SAFETY: an anonymous shared mapping of one page; no existing memory is touched.
+/// A shared anonymous page, never unmapped while a slot in it may be used.
+#[derive(Debug)]
+struct SharedPage {
+    base: NonNull<AtomicU64>,
+    len: usize,
+}
+
+// SAFETY: the page holds only atomics, accessed through atomic operations.
+unsafe impl Send for SharedPage {}
+// SAFETY: as above.
+unsafe impl Sync for SharedPage {}
+
+impl SharedPage {
+    fn map() -> std::io::Result<Self> {
+        let len = page_size();
+        // SAFETY: an anonymous shared mapping; no existing memory is touched.
         let ptr = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
-                page_size(),
+                len,
                 libc::PROT_READ | libc::PROT_WRITE,
                 libc::MAP_SHARED | libc::MAP_ANONYMOUS,
                 -1,
@@ -69,34 +85,132 @@ impl FailureRecord {
         if ptr == libc::MAP_FAILED {
             return Err(std::io::Error::last_os_error());
         }
-        let slot = NonNull::new(ptr.cast::<AtomicU64>()).ok_or_else(std::io::Error::last_os_error)?;
-        // SAFETY: the mapping is page-aligned, zero-filled and large enough for an AtomicU64.
-        unsafe { slot.as_ref() }.store(0, Ordering::Relaxed);
-        Ok(Self { slot })
+        let base = NonNull::new(ptr.cast::<AtomicU64>()).ok_or_else(std::io::Error::last_os_error)?;
+        Ok(Self { base, len })
+    }
+
+    fn slots(&self) -> usize {
+        self.len / std::mem::size_of::<AtomicU64>()
+    }
+
+    fn slot(&self, index: usize) -> &AtomicU64 {
+        debug_assert!(index < self.slots());
+        // SAFETY: the mapping is page-aligned, zero-filled, and `index` is within it.
+        unsafe { &*self.base.as_ptr().add(index) }
+    }
+
+    fn unmap(&self) {
+        // SAFETY: unmapping a page this value mapped; the caller guarantees no further use.
+        unsafe {
+            libc::munmap(self.base.as_ptr().cast(), self.len);
+        }
+    }
+}
+
+/// The process-wide pool: one shared page of slots plus a bitmap of the taken ones.
+struct Pool {
+    page: SharedPage,
+    taken: Vec<AtomicU64>,
+}
+
+fn pool() -> Option<&'static Pool> {
+    static POOL: OnceLock<Option<Pool>> = OnceLock::new();
+    POOL.get_or_init(|| {
+        let page = SharedPage::map().ok()?;
+        let words = page.slots().div_ceil(64);
+        Some(Pool { page, taken: (0..words).map(|_| AtomicU64::new(0)).collect() })
+    })
+    .as_ref()
+}
+
+impl Pool {
+    fn take(&self) -> Option<usize> {
+        let slots = self.page.slots();
+        for (w, word) in self.taken.iter().enumerate() {
+            let mut current = word.load(Ordering::Relaxed);
+            loop {
+                let free = !current;
+                if free == 0 {
+                    break;
+                }
+                let bit = free.trailing_zeros() as usize;
+                let index = w * 64 + bit;
+                if index >= slots {
+                    break;
+                }
+                match word.compare_exchange_weak(
+                    current,
+                    current | (1 << bit),
+                    Ordering::AcqRel,
+                    Ordering::Relaxed,
+                ) {
+                    Ok(_) => return Some(index),
+                    Err(now) => current = now,
+                }
+            }
+        }
+        None
+    }
+
+    fn give_back(&self, index: usize) {
+        self.taken[index / 64].fetch_and(!(1 << (index % 64)), Ordering::AcqRel);
+    }
+}
+
+/// Where a record lives.
+#[derive(Debug)]
+enum Home {
+    Pooled(usize),
+    Own(SharedPage),
+}
+
+/// One spawn's failure record.
+#[derive(Debug)]
+pub(crate) struct FailureRecord {
+    home: Home,
+}
+
+impl FailureRecord {
+    pub(crate) fn new() -> std::io::Result<Self> {
+        let home = match pool().and_then(|p| p.take()) {
+            Some(index) => Home::Pooled(index),
+            None => Home::Own(SharedPage::map()?),
+        };
+        let record = Self { home };
+        record.slot().store(0, Ordering::SeqCst);
+        Ok(record)
+    }
+
+    fn slot(&self) -> &AtomicU64 {
+        match &self.home {
+            Home::Own(page) => page.slot(0),
+            Home::Pooled(index) => match pool() {
+                Some(pool) => pool.page.slot(*index),
+                None => unreachable!("a pooled record exists only once the pool does"),
+            },
+        }
     }
 
     /// Child side: record the first failure. Async-signal-safe (one atomic operation).
     pub(crate) fn set(&self, step: Step, index: usize, errno: i32) {
-        let packed =
-            (u64::from(step as u8) << 56) | (((index as u64) & 0x00FF_FFFF) << 32) | u64::from(errno as u32);
-        // SAFETY: the slot stays mapped while `self` lives.
-        let _ = unsafe { self.slot.as_ref() }.compare_exchange(0, packed, Ordering::SeqCst, Ordering::SeqCst);
+        let _ = self.slot().compare_exchange(0, pack(step, index, errno), Ordering::SeqCst, Ordering::SeqCst);
     }
 
     /// Parent side: the recorded failure, if any.
     pub(crate) fn get(&self) -> Option<Failure> {
-        // SAFETY: the slot stays mapped while `self` lives.
-        let packed = unsafe { self.slot.as_ref() }.load(Ordering::SeqCst);
-        let step = Step::from_u8((packed >> 56) as u8)?;
-        Some(Failure { step, index: ((packed >> 32) & 0x00FF_FFFF) as u32, errno: packed as u32 as i32 })
+        unpack(self.slot().load(Ordering::SeqCst))
     }
 }
 
 impl Drop for FailureRecord {
     fn drop(&mut self) {
-        // SAFETY: unmapping the page this value mapped; nothing references it afterwards.
-        unsafe {
-            libc::munmap(self.slot.as_ptr().cast(), page_size());
+        match &self.home {
+            Home::Own(page) => page.unmap(),
+            Home::Pooled(index) => {
+                if let Some(pool) = pool() {
+                    pool.give_back(*index);
+                }
+            }
         }
     }
 }
@@ -128,5 +242,22 @@ mod tests {
         // SAFETY: waiting for the child forked above.
         assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
         assert_eq!(record.get(), Some(Failure { step: Step::Bind, index: 2, errno: libc::EPERM }));
+    }
+
+    #[test]
+    fn slots_are_reused_cleared_and_overflow_gets_its_own_page() {
+        let records: Vec<FailureRecord> =
+            (0..page_size() / 8 + 3).map(|_| FailureRecord::new().unwrap()).collect();
+        assert!(records.iter().any(|r| matches!(r.home, Home::Own(_))));
+        for (i, r) in records.iter().enumerate() {
+            r.set(Step::Chdir, i, 2);
+        }
+        for (i, r) in records.iter().enumerate() {
+            assert_eq!(r.get(), Some(Failure { step: Step::Chdir, index: i as u32, errno: 2 }));
+        }
+        drop(records);
+        let fresh = FailureRecord::new().unwrap();
+        assert_eq!(fresh.get(), None);
+        assert!(matches!(fresh.home, Home::Pooled(_)));
     }
 }

@@ -12,7 +12,7 @@ use std::io::Read;
 use std::os::fd::{FromRawFd, OwnedFd};
 
 use super::child::{self, MountPlan, StepError, Template};
-use super::record::Step;
+use super::record::{self, Step};
 
 /// Builds the namespace in a helper child and keeps fds to it.
 pub(crate) fn create(plan: &MountPlan) -> Result<Template, TemplateError> {
@@ -28,9 +28,7 @@ pub(crate) fn create(plan: &MountPlan) -> Result<Template, TemplateError> {
         drop(release_write);
         let packed: u64 = match child::build_namespace(plan) {
             Ok(userns) => 1 | (u64::from(userns) << 1),
-            Err((step, index, errno)) => {
-                (u64::from(step as u8) << 56) | (((index as u64) & 0xFF_FFFF) << 32) | u64::from(errno as u32)
-            }
+            Err((step, index, errno)) => record::pack(step, index, errno),
         };
         let bytes = packed.to_ne_bytes();
         let mut byte = 0u8;
