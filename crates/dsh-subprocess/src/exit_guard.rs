@@ -21,6 +21,7 @@ extern "C" fn kill_live_groups_at_exit() {
             crate::tree::signal_group(*pgid, Signal::SIGKILL);
         }
     }
+    crate::containment::sweep_at_exit();
 }
 
 pub(crate) fn register(pgid: i32) {
@@ -37,4 +38,9 @@ pub(crate) fn register(pgid: i32) {
 
 pub(crate) fn unregister(pgid: i32) {
     LIVE_GROUPS.lock().remove(&pgid);
+}
+
+/// Whether `pgid` is the group of a tree that is not confirmed gone yet.
+pub(crate) fn is_live_group(pgid: i32) -> bool {
+    LIVE_GROUPS.lock().contains(&pgid)
 }

@@ -15,6 +15,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::collector::OutputCollector;
+use crate::containment::Reaper;
 use crate::service::LiveSet;
 use crate::tree::{group_alive, signal_group};
 
@@ -41,6 +42,8 @@ pub(crate) struct ProcessInner {
     tree_gone: watch::Sender<bool>,
     outcome: watch::Sender<Option<ProcessOutcome>>,
     live: Weak<LiveSet>,
+    /// Present when the service contains strays.
+    reaper: Option<Arc<Reaper>>,
 }
 
 impl ProcessInner {
@@ -51,6 +54,7 @@ impl ProcessInner {
         streams: (OutputCollector, OutputCollector),
         runtime: tokio::runtime::Handle,
         live: Weak<LiveSet>,
+        reaper: Option<Arc<Reaper>>,
     ) -> Self {
         Self {
             id,
@@ -64,11 +68,22 @@ impl ProcessInner {
             tree_gone: watch::Sender::new(false),
             outcome: watch::Sender::new(None),
             live,
+            reaper,
         }
     }
 
     pub(crate) fn mark_leader_reaped(&self) {
         self.leader_reaped.store(true, Ordering::SeqCst);
+    }
+
+    /// With containment, the leader's exit ends the tree: what is left of its group is
+    /// killed (opted-out members aside) and the reaper sweeps strays that left the group.
+    pub(crate) fn contain_leftovers(&self) {
+        if let Some(reaper) = &self.reaper {
+            crate::containment::forget_spawned(self.pid);
+            crate::containment::kill_leftovers(self.pid);
+            reaper.wake();
+        }
     }
 
     pub(crate) fn settle(&self, outcome: ProcessOutcome) {

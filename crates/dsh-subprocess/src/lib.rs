@@ -3,12 +3,16 @@
 //! [`SubprocessService`] starts children in their own process groups, collects each output
 //! stream into a bounded tail with an optional spill file ([`OutputCollector`]), scrubs
 //! credentials and stale `DSH_*` values from the inherited environment, terminates process
-//! trees with `SIGTERM` → grace → `SIGKILL`, and owns every tree until it is gone.
+//! trees with `SIGTERM` → grace → `SIGKILL`, and owns every tree until it is gone. With
+//! [`Containment::Subreaper`] (the default, Linux) nothing a tree starts outlives it: what is
+//! left of a group dies with its leader, and `setsid`/double-forked strays are adopted and
+//! killed (opt out with `DSH_DETACH=1` in a `setsid` process's environment).
 //!
 //! It knows nothing about bash, the shell executor seam, sandboxes (a sandbox only hands it a
 //! [`PreExecHook`]) or any tool or host. Linux is the supported platform.
 
 mod collector;
+mod containment;
 mod env;
 mod error;
 mod exit_guard;
@@ -22,6 +26,7 @@ mod tree;
 mod utf8;
 
 pub use collector::{CaptureLimits, CollectedStream, OutputCollector, StreamRead};
+pub use containment::{Containment, ContainmentStatus, DETACH_ENV};
 pub use env::{AmbientEnv, EnvEntry, is_scrubbed};
 pub use error::{OsSpawnError, SpawnError, SpawnStage};
 pub use handle::{ProcessHandle, ProcessOutcome};

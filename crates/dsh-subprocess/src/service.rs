@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use nix::sys::signal::Signal;
 use parking_lot::Mutex;
 
+use crate::containment::{Containment, ContainmentStatus, Reaper};
 use crate::env::AmbientEnv;
 use crate::error::SpawnError;
 use crate::handle::ProcessHandle;
@@ -30,13 +31,23 @@ pub struct ServiceOptions {
     /// The environment children inherit (after the credential scrub).
     pub ambient_env: AmbientEnv,
     pub spill_namer: Arc<dyn SpillNamer>,
+    /// Whether stray descendants are contained (default: [`Containment::Subreaper`]).
+    pub containment: Containment,
 }
 
 impl Default for ServiceOptions {
     fn default() -> Self {
-        Self { spill_dir: None, ambient_env: AmbientEnv::Process, spill_namer: Arc::new(DefaultSpillNamer) }
+        Self {
+            spill_dir: None,
+            ambient_env: AmbientEnv::Process,
+            spill_namer: Arc::new(DefaultSpillNamer),
+            containment: Containment::Subreaper,
+        }
     }
 }
+
+/// How long disposal waits for killed strays to be reaped.
+const STRAY_BOUND: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Handles whose process tree may still be alive, by service-local id.
 #[derive(Default)]
@@ -67,6 +78,9 @@ pub struct SubprocessService {
     pub(crate) ambient_env: AmbientEnv,
     pub(crate) spill: Arc<SpillLocation>,
     pub(crate) live: Arc<LiveSet>,
+    pub(crate) containment: ContainmentStatus,
+    /// Present when containment is active.
+    pub(crate) reaper: Option<Arc<Reaper>>,
     next_id: AtomicU64,
 }
 
@@ -76,13 +90,25 @@ impl SubprocessService {
         Self::with_options(ServiceOptions::default())
     }
 
+    /// A service with `options`. With [`Containment::Subreaper`] (the default) this makes
+    /// the whole process a child subreaper.
     pub fn with_options(options: ServiceOptions) -> Arc<Self> {
+        let containment = crate::containment::establish(options.containment);
+        let reaper = containment.is_active().then(|| Arc::new(Reaper::new()));
         Arc::new(Self {
             ambient_env: options.ambient_env,
             spill: Arc::new(SpillLocation::new(options.spill_dir, options.spill_namer)),
             live: Arc::new(LiveSet::default()),
+            containment,
+            reaper,
             next_id: AtomicU64::new(1),
         })
+    }
+
+    /// The containment in effect: a child subreaper that kills stray descendants, or none
+    /// (with the reason).
+    pub fn containment(&self) -> &ContainmentStatus {
+        &self.containment
     }
 
     /// Starts a process. Must be called inside a tokio runtime.
@@ -117,6 +143,10 @@ impl SubprocessService {
             handle.wait().await;
             handle.wait_for_exit(None).await;
         }
+        if self.reaper.is_some() {
+            // Strays re-parented while the trees went down die before disposal resolves.
+            crate::containment::settle_strays(STRAY_BOUND).await;
+        }
     }
 }
 
@@ -126,6 +156,9 @@ impl Drop for SubprocessService {
             if !handle.is_tree_gone() {
                 crate::tree::signal_group(handle.inner.pid, Signal::SIGKILL);
             }
+        }
+        if self.reaper.is_some() {
+            crate::containment::sweep();
         }
     }
 }

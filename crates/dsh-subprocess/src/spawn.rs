@@ -161,10 +161,19 @@ pub(crate) fn spawn_process(
         None => None,
     };
 
+    // The spawn lock is held until the pid is registered, so the reaper never mistakes this
+    // fresh child for a stray.
+    let mut spawned_pids = service.reaper.as_ref().map(|_| crate::containment::spawn_lock());
     let spawned = {
         let _guard = runtime.enter();
         tokio::process::Command::from(command).kill_on_drop(false).spawn()
     };
+    if let (Some(pids), Ok(child)) = (spawned_pids.as_mut(), &spawned)
+        && let Some(pid) = child.id()
+    {
+        pids.insert(pid as i32);
+    }
+    drop(spawned_pids);
     let mut child = match spawned {
         Ok(child) => child,
         Err(e) => {
@@ -188,8 +197,19 @@ pub(crate) fn spawn_process(
         OutputCollector::new(spec.stdout.clone(), spec.stdout.spill_cap.and(factory.clone())),
         OutputCollector::new(spec.stderr.clone(), spec.stderr.spill_cap.and(factory)),
     );
-    let inner =
-        Arc::new(ProcessInner::new(id, pid, grace, streams, runtime.clone(), Arc::downgrade(&service.live)));
+    let reaper = service.reaper.clone();
+    if let Some(reaper) = &reaper {
+        reaper.ensure_started(&runtime);
+    }
+    let inner = Arc::new(ProcessInner::new(
+        id,
+        pid,
+        grace,
+        streams,
+        runtime.clone(),
+        Arc::downgrade(&service.live),
+        reaper,
+    ));
     let handle = ProcessHandle { inner: Arc::clone(&inner) };
     service.live.insert(id, handle.clone());
 
@@ -312,6 +332,7 @@ async fn run_to_exit(
         }
     };
     inner.mark_leader_reaped();
+    inner.contain_leftovers();
     if !pumps_done {
         let drain = tokio::time::sleep(inner.grace);
         tokio::pin!(drain);

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use dsh_subprocess::{SpawnSpec, SubprocessService};
+use dsh_subprocess::{Containment, ServiceOptions, SpawnSpec, SubprocessService};
 use nix::sys::signal::killpg;
 use nix::unistd::Pid;
 
@@ -14,7 +14,11 @@ async fn sp_08_a_group_of_zombies_counts_as_exited() {
     let rc = unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
     assert_eq!(rc, 0, "prctl(PR_SET_CHILD_SUBREAPER)");
 
-    let service = SubprocessService::new();
+    // Without containment: a containing service would kill and reap the stray itself.
+    let service = SubprocessService::with_options(ServiceOptions {
+        containment: Containment::None,
+        ..ServiceOptions::default()
+    });
     let mut spec =
         SpawnSpec::new(vec!["bash".into(), "-c".into(), "sleep 0.2 >/dev/null 2>&1 & echo bye".into()]);
     spec.grace_ms = 200.0;

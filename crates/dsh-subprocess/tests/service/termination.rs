@@ -2,7 +2,7 @@ use std::time::{Duration, Instant};
 
 use crate::{bash, group_has_live_member as group_exists};
 use dsh_core::{AbortReason, AbortSignal};
-use dsh_subprocess::{SpawnSpec, SubprocessService};
+use dsh_subprocess::{Containment, ServiceOptions, SpawnSpec, SubprocessService};
 
 /// Waits until the process has printed at least one byte (e.g. its "armed" line).
 async fn armed(handle: &dsh_subprocess::ProcessHandle) {
@@ -59,7 +59,11 @@ async fn sp_08_a_term_trapping_loop_is_killed_after_grace() {
 
 #[tokio::test]
 async fn a_term_trapping_descendant_is_killed_after_the_leader_exits() {
-    let service = SubprocessService::new();
+    // Without containment (which would kill it as soon as the leader exits).
+    let service = SubprocessService::with_options(ServiceOptions {
+        containment: Containment::None,
+        ..ServiceOptions::default()
+    });
     // The leader dies on TERM; the descendant ignores it (armed once its trap is set) and
     // holds no pipe.
     let handle = service
@@ -91,7 +95,11 @@ async fn sp_08_wait_for_exit_returns_false_when_its_signal_fires_first() {
 
 #[tokio::test]
 async fn bf_18_an_inherited_pipe_is_bounded_by_grace() {
-    let service = SubprocessService::new();
+    // The reference behaviour (B.6): settlement leaves the descendant to the service.
+    let service = SubprocessService::with_options(ServiceOptions {
+        containment: Containment::None,
+        ..ServiceOptions::default()
+    });
     let started = Instant::now();
     let handle = service.spawn(bash("sleep 100 & echo hi")).expect("spawn");
     let outcome = handle.wait().await;
@@ -99,10 +107,24 @@ async fn bf_18_an_inherited_pipe_is_bounded_by_grace() {
     assert_eq!(outcome.exit_code, Some(0));
     assert_eq!(handle.stdout().collected().text, "hi\n");
     assert!(elapsed < Duration::from_secs(5), "returned in about grace, took {elapsed:?}");
-    // The descendant is not killed by settlement; the service still owns it.
     assert!(group_exists(handle.pid()));
     assert_eq!(service.live_count(), 1);
     service.dispose().await;
+    assert!(!group_exists(handle.pid()));
+    assert_eq!(service.live_count(), 0);
+}
+
+#[tokio::test]
+async fn bf_18_with_containment_the_leaders_exit_ends_its_group() {
+    let service = SubprocessService::new();
+    assert!(service.containment().is_active(), "{}", service.containment());
+    let started = Instant::now();
+    let handle = service.spawn(bash("sleep 100 & echo hi")).expect("spawn");
+    let outcome = handle.wait().await;
+    assert_eq!(outcome.exit_code, Some(0));
+    assert_eq!(handle.stdout().collected().text, "hi\n");
+    assert!(started.elapsed() < Duration::from_secs(5), "took {:?}", started.elapsed());
+    assert!(handle.wait_for_exit(None).await);
     assert!(!group_exists(handle.pid()));
     assert_eq!(service.live_count(), 0);
 }

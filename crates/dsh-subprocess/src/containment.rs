@@ -1,0 +1,330 @@
+//! Containment: nothing a process tree starts outlives it.
+//!
+//! Killing a process group (contract §4.7) misses descendants that left the group: a `setsid`
+//! or double-forked daemon, a process that called `setpgid`. With [`Containment::Subreaper`]
+//! the harness becomes a child subreaper (`PR_SET_CHILD_SUBREAPER`), so every orphaned
+//! descendant of any call or job is re-parented to the harness instead of init, and:
+//!
+//! * when a tree's leader exits (it finished, was killed, timed out or was aborted), what is
+//!   left of its group is killed — except members whose initial environment holds
+//!   `DSH_DETACH=1`, the documented opt-out (`DSH_DETACH=1 setsid server &`);
+//! * a reaper task, woken by `SIGCHLD` and after each leader exit, lists the harness's
+//!   children and kills every one the service did not spawn itself, unless it is in the
+//!   harness's own group (spawns by other in-process code), in the group of a live tree (it is
+//!   still inside its call), or opted out with `DSH_DETACH=1`. Killing a re-parented process
+//!   re-parents its children to the harness in turn, so the sweep converges. Strays are reaped
+//!   with `waitpid(pid)`, never `waitpid(-1)`, which would steal the runtime's own statuses.
+//!
+//! The subreaper flag is per process, so the bookkeeping (pids the services spawned, groups
+//! still live) is process-wide: several services in one process never kill each other's
+//! trees.
+
+use std::collections::HashSet;
+use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, LazyLock};
+
+use nix::errno::Errno;
+use nix::sys::signal::{Signal, kill, killpg};
+use nix::unistd::Pid;
+use parking_lot::{Mutex, MutexGuard};
+use tokio::sync::{Notify, watch};
+
+/// The environment entry by which a process opts out of containment.
+pub const DETACH_ENV: &str = "DSH_DETACH=1";
+
+/// Which containment mechanism a service asks for.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Containment {
+    /// Make the harness a child subreaper and kill every stray descendant (Linux only).
+    #[default]
+    Subreaper,
+    /// The reference behaviour: only process groups are signalled; `setsid` and
+    /// double-forked descendants escape, and settlement leaves descendants running.
+    None,
+}
+
+/// The containment a service actually has, with the reason when it is not what was asked.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ContainmentStatus {
+    pub mechanism: Containment,
+    pub reason: String,
+}
+
+impl ContainmentStatus {
+    /// Whether strays are being contained.
+    pub fn is_active(&self) -> bool {
+        self.mechanism == Containment::Subreaper
+    }
+}
+
+impl fmt::Display for ContainmentStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let name = match self.mechanism {
+            Containment::Subreaper => "subreaper",
+            Containment::None => "none",
+        };
+        write!(f, "{name} ({})", self.reason)
+    }
+}
+
+/// Pids the services spawned whose leader has not been reaped yet. The same lock is held
+/// across `spawn` and the insertion, so a sweep never mistakes a fresh child for a stray.
+static SPAWNED: LazyLock<Mutex<HashSet<i32>>> = LazyLock::new(|| Mutex::new(HashSet::new()));
+
+/// Whether some service made this process a subreaper (then the exit hook sweeps too).
+static ACTIVE: AtomicBool = AtomicBool::new(false);
+
+/// Held across a spawn and the registration of its pid.
+pub(crate) fn spawn_lock() -> MutexGuard<'static, HashSet<i32>> {
+    SPAWNED.lock()
+}
+
+/// The leader was reaped: its pid may be reused and is no longer ours.
+pub(crate) fn forget_spawned(pid: i32) {
+    SPAWNED.lock().remove(&pid);
+}
+
+/// Turns containment on for this process when asked and possible.
+pub(crate) fn establish(asked: Containment) -> ContainmentStatus {
+    match asked {
+        Containment::None => {
+            ContainmentStatus { mechanism: Containment::None, reason: "disabled by configuration".to_owned() }
+        }
+        Containment::Subreaper => become_subreaper(),
+    }
+}
+
+#[cfg(target_os = "linux")]
+fn become_subreaper() -> ContainmentStatus {
+    // SAFETY: PR_SET_CHILD_SUBREAPER only changes which process adopts orphaned descendants;
+    // it takes no pointers.
+    let rc = unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
+    if rc == 0 {
+        ACTIVE.store(true, Ordering::SeqCst);
+        ContainmentStatus {
+            mechanism: Containment::Subreaper,
+            reason: "stray descendants are adopted and killed; opt out with DSH_DETACH=1 and setsid"
+                .to_owned(),
+        }
+    } else {
+        ContainmentStatus {
+            mechanism: Containment::None,
+            reason: format!("prctl(PR_SET_CHILD_SUBREAPER) failed: {}", Errno::last()),
+        }
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn become_subreaper() -> ContainmentStatus {
+    ContainmentStatus { mechanism: Containment::None, reason: "child subreapers need Linux".to_owned() }
+}
+
+/// A service's reaper: a task that sweeps strays on `SIGCHLD` and on request.
+pub(crate) struct Reaper {
+    wake: Arc<Notify>,
+    started: std::sync::Once,
+    /// Dropping the sender (with the service) ends the task.
+    stop: watch::Sender<()>,
+}
+
+impl Reaper {
+    pub(crate) fn new() -> Self {
+        Self { wake: Arc::new(Notify::new()), started: std::sync::Once::new(), stop: watch::Sender::new(()) }
+    }
+
+    /// Starts the task on `runtime` the first time a tree is spawned.
+    pub(crate) fn ensure_started(&self, runtime: &tokio::runtime::Handle) {
+        self.started.call_once(|| {
+            let wake = Arc::clone(&self.wake);
+            let mut stop = self.stop.subscribe();
+            let _guard = runtime.enter();
+            let mut sigchld = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::child())
+                .map_err(|e| tracing::warn!(error = %e, "no SIGCHLD stream; strays are swept after each exit only"))
+                .ok();
+            runtime.spawn(async move {
+                loop {
+                    let sigchld = async {
+                        match &mut sigchld {
+                            Some(stream) => {
+                                stream.recv().await;
+                            }
+                            None => std::future::pending().await,
+                        }
+                    };
+                    tokio::select! {
+                        () = sigchld => {}
+                        () = wake.notified() => {}
+                        changed = stop.changed() => if changed.is_err() { return },
+                    }
+                    sweep();
+                }
+            });
+        });
+    }
+
+    /// Asks for a sweep soon.
+    pub(crate) fn wake(&self) {
+        self.wake.notify_one();
+    }
+}
+
+/// Kills what is left of group `pgid` after its leader exited, sparing opted-out members.
+/// Costs one `kill(-pgid, 0)` when nothing is left.
+pub(crate) fn kill_leftovers(pgid: i32) {
+    if matches!(killpg(Pid::from_raw(pgid), None), Err(Errno::ESRCH)) {
+        return;
+    }
+    let members = group_members(pgid);
+    let detached: Vec<i32> = members.iter().copied().filter(|pid| opted_out(*pid)).collect();
+    if detached.is_empty() {
+        let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
+    } else {
+        for pid in members.into_iter().filter(|pid| !detached.contains(pid)) {
+            let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+        }
+    }
+}
+
+/// One pass over the harness's children; returns how many strays are still pending (killed
+/// but not yet reaped, or not yet dead).
+pub(crate) fn sweep() -> usize {
+    sweep_with(|| Some(SPAWNED.lock()))
+}
+
+fn sweep_with(lock: impl FnOnce() -> Option<MutexGuard<'static, HashSet<i32>>>) -> usize {
+    let me = std::process::id() as i32;
+    let own_group = nix::unistd::getpgrp().as_raw();
+    let children = children_of(me);
+    if children.is_empty() {
+        return 0;
+    }
+    let candidates: Vec<i32> = {
+        let Some(spawned) = lock() else { return 0 };
+        children.into_iter().filter(|pid| !spawned.contains(pid)).collect()
+    };
+    let mut pending = 0;
+    for pid in candidates {
+        let Some(stat) = read_stat(pid) else { continue };
+        if stat.ppid != me || stat.pgrp == own_group {
+            continue;
+        }
+        if stat.state == 'Z' {
+            reap(pid);
+            continue;
+        }
+        if crate::exit_guard::is_live_group(stat.pgrp) || opted_out(pid) {
+            continue;
+        }
+        tracing::debug!(pid, pgrp = stat.pgrp, "killing a stray descendant");
+        let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+        // Its group is neither ours nor a live tree's (checked above).
+        let _ = killpg(Pid::from_raw(stat.pgrp), Signal::SIGKILL);
+        if !reap(pid) {
+            pending += 1;
+        }
+    }
+    pending
+}
+
+/// Reaps `pid` if it is a zombie; `true` when it is gone.
+fn reap(pid: i32) -> bool {
+    use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+    !matches!(waitpid(Pid::from_raw(pid), Some(WaitPidFlag::WNOHANG)), Ok(WaitStatus::StillAlive))
+}
+
+/// Sweeps until no stray is pending, for at most `bound`.
+pub(crate) async fn settle_strays(bound: std::time::Duration) {
+    let deadline = tokio::time::Instant::now() + bound;
+    let mut poll = std::time::Duration::from_millis(2);
+    while sweep() > 0 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(poll).await;
+        poll = (poll * 2).min(std::time::Duration::from_millis(50));
+    }
+}
+
+/// At harness exit: kill every stray still around (best effort, no waiting, never blocking
+/// on a lock another thread may hold while the process goes down).
+pub(crate) fn sweep_at_exit() {
+    if ACTIVE.load(Ordering::SeqCst) {
+        let _ = sweep_with(|| SPAWNED.try_lock());
+    }
+}
+
+/// Whether the process's initial environment holds `DSH_DETACH=1`.
+fn opted_out(pid: i32) -> bool {
+    std::fs::read(format!("/proc/{pid}/environ"))
+        .is_ok_and(|env| env.split(|b| *b == 0).any(|entry| entry == DETACH_ENV.as_bytes()))
+}
+
+struct Stat {
+    state: char,
+    ppid: i32,
+    pgrp: i32,
+}
+
+fn read_stat(pid: i32) -> Option<Stat> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    parse_stat(&stat)
+}
+
+fn parse_stat(stat: &str) -> Option<Stat> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let mut fields = rest.split_whitespace();
+    let state = fields.next()?.chars().next()?;
+    let ppid = fields.next()?.parse().ok()?;
+    let pgrp = fields.next()?.parse().ok()?;
+    Some(Stat { state, ppid, pgrp })
+}
+
+fn numeric_entries(dir: &str) -> impl Iterator<Item = i32> {
+    std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str().and_then(|name| name.parse::<i32>().ok()))
+}
+
+/// The children of `me`, from every thread's `children` file (orphans are adopted by one of
+/// our threads), or from a `/proc` scan when the kernel lacks those files.
+fn children_of(me: i32) -> Vec<i32> {
+    let mut children = Vec::new();
+    let mut readable = false;
+    for tid in numeric_entries("/proc/self/task") {
+        if let Ok(list) = std::fs::read_to_string(format!("/proc/self/task/{tid}/children")) {
+            readable = true;
+            children.extend(list.split_whitespace().filter_map(|pid| pid.parse::<i32>().ok()));
+        }
+    }
+    if !readable {
+        children =
+            numeric_entries("/proc").filter(|pid| read_stat(*pid).is_some_and(|s| s.ppid == me)).collect();
+    }
+    children
+}
+
+/// Live (non-zombie) members of group `pgid`.
+fn group_members(pgid: i32) -> Vec<i32> {
+    numeric_entries("/proc")
+        .filter(|pid| read_stat(*pid).is_some_and(|s| s.pgrp == pgid && s.state != 'Z' && s.state != 'X'))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_ppid_and_group() {
+        let stat = parse_stat("42 (a) b) S 7 42 42 0").expect("stat");
+        assert_eq!((stat.state, stat.ppid, stat.pgrp), ('S', 7, 42));
+        assert!(parse_stat("garbage").is_none());
+    }
+
+    #[test]
+    fn status_reads_for_a_report() {
+        let off = establish(Containment::None);
+        assert_eq!(off.to_string(), "none (disabled by configuration)");
+        assert!(!off.is_active());
+    }
+}
