@@ -2,11 +2,13 @@
 //! `dsh-bash mcp` does; the end-to-end tests drive it with an independent MCP client.
 //!
 //! ```text
-//! mcp_stdio [--sandbox MODE] [--workspace-root DIR] [--fakes] [--http ADDR --token TOKEN]
+//! mcp_stdio [--sandbox MODE] [--workspace-root DIR] [--no-elicitation] [--fakes] [--http ADDR]
 //! ```
 //!
 //! `--sandbox MODE` swaps the local executor for the sandboxing one (local provider, policy
-//! default MODE); `--fakes` also registers the protocol stand-in tools of the test suite.
+//! default MODE); `--http ADDR` serves streamable HTTP with the bearer token taken from
+//! `$DSH_MCP_TOKEN` (as `dsh-bash mcp` does); `--fakes` also registers the protocol stand-in
+//! tools of the test suite.
 
 #[path = "../tests/support/fakes.rs"]
 mod fakes;
@@ -89,7 +91,7 @@ struct Args {
     workspace_root: Option<PathBuf>,
     fakes: bool,
     http: Option<SocketAddr>,
-    token: Option<String>,
+    no_elicitation: bool,
 }
 
 fn parse_args() -> anyhow::Result<Args> {
@@ -102,7 +104,7 @@ fn parse_args() -> anyhow::Result<Args> {
             "--workspace-root" => args.workspace_root = Some(PathBuf::from(value("--workspace-root")?)),
             "--fakes" => args.fakes = true,
             "--http" => args.http = Some(value("--http")?.parse().context("--http ADDR")?),
-            "--token" => args.token = Some(value("--token")?),
+            "--no-elicitation" => args.no_elicitation = true,
             other => bail!("unknown argument {other}"),
         }
     }
@@ -146,11 +148,19 @@ fn compose(args: &Args) -> anyhow::Result<Context> {
 async fn main() -> anyhow::Result<()> {
     let args = parse_args()?;
     let ctx = compose(&args)?;
-    let options = McpOptions { workspace_root: args.workspace_root.clone(), ..McpOptions::default() };
+    let options = McpOptions {
+        workspace_root: args.workspace_root.clone(),
+        elicitation: !args.no_elicitation,
+        ..McpOptions::default()
+    };
     match args.http {
         None => dsh_mcp::serve_stdio(ctx, options).await,
         Some(addr) => {
-            let token = args.token.clone().context("--http needs --token")?;
+            let token = std::env::var("DSH_MCP_TOKEN").ok().filter(|t| !t.trim().is_empty());
+            let Some(token) = token else {
+                ctx.dispose().await;
+                bail!("--http needs a bearer token in $DSH_MCP_TOKEN");
+            };
             dsh_mcp::serve_http(ctx, options, addr, token).await
         }
     }

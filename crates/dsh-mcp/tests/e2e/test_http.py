@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import secrets
 import signal
 import socket
@@ -49,7 +50,7 @@ class HttpServer:
 
     async def __aenter__(self) -> "HttpServer":
         self.process = await asyncio.create_subprocess_exec(
-            *SERVER, "--http", f"127.0.0.1:{self.port}", "--token", self.token
+            *SERVER, "--http", f"127.0.0.1:{self.port}", env={**os.environ, "DSH_MCP_TOKEN": self.token}
         )
         deadline = time.monotonic() + 30
         while True:

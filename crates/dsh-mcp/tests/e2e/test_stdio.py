@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -177,6 +178,25 @@ async def test_denied_then_escalated_with_elicitation() -> None:
         assert "[sandbox: file access denied under read-only mode]" in text(again)
 
 
+async def test_sigterm_tears_the_composition_down() -> None:
+    pidfile = Path(tempdir()) / "pid"
+    pids: dict[str, int] = {}
+    try:
+        async with Client(server_params()) as client:
+            # The server spawns `bash -c` itself, so the command's parent is the server.
+            pids["server"] = int(text(await client.call_tool("bash", bash("echo $PPID"))))
+            await client.call_tool("bash", bash(f"echo $$ > {pidfile}; exec sleep 60", run_in_background=True))
+            await eventually("the job to start", lambda: pidfile.exists() and pidfile.read_text().strip() != "")
+            pids["job"] = int(pidfile.read_text())
+            os.kill(pids["server"], signal.SIGTERM)
+            await eventually("the server to exit", lambda: not process_alive(pids["server"]))
+    except Exception:  # the client may complain that its server went away
+        if "job" not in pids:
+            raise
+    assert not process_alive(pids["server"]), "the server exited on SIGTERM"
+    assert not process_alive(pids["job"]), "the server killed its jobs before exiting"
+
+
 if __name__ == "__main__":
     sys.exit(
         run(
@@ -188,6 +208,7 @@ if __name__ == "__main__":
                 test_cancellation_kills_the_running_command,
                 test_progress_notifications_while_a_command_runs,
                 test_denied_then_escalated_with_elicitation,
+                test_sigterm_tears_the_composition_down,
             ]
         )
     )
