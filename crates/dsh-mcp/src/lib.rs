@@ -2,16 +2,48 @@
 //!
 //! [`serve_stdio`] and [`serve_http`] serve every tool registered in a [`dsh_core::Context`]
 //! to MCP clients. Each MCP session is a session of the composition: its own agent (registered
-//! in `agents`, so its background jobs are its own), its own cwd (the client's first `file://`
-//! root, else [`McpOptions::workspace_root`], else the server's cwd), approvals asked through
-//! MCP elicitation, completion notices sent as logging notifications and attached to the next
-//! tool result. Results carry the model-facing text, `isError`, and the canonical value as
-//! `structuredContent` (see [`output`] for how non-object values are carried).
+//! in `agents`, so its background jobs are its own), its own cwd, approvals asked through MCP
+//! elicitation, completion notices sent as logging notifications. It knows the core seams and
+//! the approval hub, and nothing of shells, sandboxes or jobs: those arrive as tools.
 //!
 //! The server owns the composition it is given: when it stops (the client closes stdin, or
 //! SIGINT/SIGTERM, or [`McpOptions::shutdown`]) it ends every session and disposes the
-//! context. It knows the core seams and the approval hub, and nothing of shells, sandboxes or
-//! jobs: those arrive as tools.
+//! context before returning.
+//!
+//! Choices a client can observe:
+//!
+//! * **Protocol**: revisions up to 2025-11-25 over the `initialize` handshake. The session-less
+//!   2026-07-28 revision is not offered (sessions are the point here); a client probing for it
+//!   falls back to the handshake.
+//! * **Results**: the model-facing text blocks, `isError`, and the canonical value as
+//!   `structuredContent`; a failure's `{message, info}` is in `_meta["dsh/error"]`. Output
+//!   schemas are advertised only as object schemas — see [`output`] for how a `oneOf` (bash)
+//!   and non-object values (`job_list`) are carried.
+//! * **Session cwd**: fixed when the session's first call arrives — the client's first
+//!   `file://` root, else [`McpOptions::workspace_root`], else the server's cwd. Later root
+//!   changes are ignored (a session's cwd is immutable).
+//! * **Calls** of one session run one at a time in arrival order (tools declare no
+//!   concurrency classifier, so they are exclusive); the agent is busy during a call and idle
+//!   between calls, and each call runs inside its own turn.
+//! * **Cancellation**: `notifications/cancelled` fires the call's abort signal (the pipeline
+//!   then yields `tool call aborted`; per MCP, a cancelled request gets no response).
+//! * **Progress**: with a progress token, `notifications/progress` every
+//!   [`McpOptions::progress_interval`] (never more than two per second) carrying the elapsed
+//!   seconds; the command's latest output line is not observable through the tool seam, so it
+//!   is not reported.
+//! * **Notices** delivered to a session's agent (a background job finished) are sent at once
+//!   as a `notifications/message` (level `notice`), and every message waiting in the agent's
+//!   inbox is attached to the session's next tool result, as text blocks after the result's
+//!   own text and as `_meta["dsh/notices"]`.
+//! * **Approvals**: when an approval hub is composed, each session registers an answerer that
+//!   asks through form elicitation (`accept` → allowed once, `decline` → rejected, `cancel` →
+//!   cancelled); a client without elicitation passes to the next answerer (`unavailable` when
+//!   there is none).
+//! * **Bad input** gets JSON-RPC errors and the session goes on (see the `stdio` module); over
+//!   HTTP, every request needs `Authorization: Bearer <token>` (401 otherwise), bodies above
+//!   [`McpOptions::max_message_bytes`] get 413, and a session idle for
+//!   [`McpOptions::http_idle_timeout`] or deleted by its client ends (its agent and jobs with
+//!   it).
 
 mod approval;
 mod http;
