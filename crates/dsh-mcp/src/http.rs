@@ -46,8 +46,13 @@ pub async fn serve_http(
     addr: SocketAddr,
     token: String,
 ) -> anyhow::Result<()> {
-    let listener = TcpListener::bind(addr).await?;
-    serve_http_on(ctx, options, listener, token).await
+    match TcpListener::bind(addr).await {
+        Ok(listener) => serve_http_on(ctx, options, listener, token).await,
+        Err(error) => {
+            ctx.dispose().await;
+            Err(anyhow::Error::from(error).context(format!("cannot listen on {addr}")))
+        }
+    }
 }
 
 /// [`serve_http`] on an already bound listener (e.g. port 0 in tests).
@@ -57,8 +62,14 @@ pub async fn serve_http_on(
     listener: TcpListener,
     token: String,
 ) -> anyhow::Result<()> {
-    anyhow::ensure!(!token.trim().is_empty(), "the HTTP bearer token must not be empty");
-    let local = listener.local_addr()?;
+    let local = match listener.local_addr() {
+        Ok(local) if !token.trim().is_empty() => local,
+        local => {
+            ctx.dispose().await;
+            local?;
+            anyhow::bail!("the HTTP bearer token must not be empty");
+        }
+    };
     if !local.ip().is_loopback() {
         tracing::warn!(%local, "serving MCP on a non-loopback address; the bearer token is the only gate");
     }

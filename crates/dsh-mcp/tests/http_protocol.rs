@@ -179,3 +179,14 @@ async fn shutdown_ends_every_session_and_disposes_the_composition() {
     assert!(agent.is_disposed());
     assert!(server.ctx.get(AGENTS).is_none(), "the composition is disposed");
 }
+
+#[tokio::test]
+async fn an_empty_token_is_refused_and_the_composition_disposed() {
+    let ctx = Context::new();
+    ctx.load_default::<AgentsPlugin>().expect("agents");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let options = McpOptions { handle_signals: false, ..McpOptions::default() };
+    let error = serve_http_on(ctx.clone(), options, listener, "  ".to_owned()).await.expect_err("refused");
+    assert_eq!(error.to_string(), "the HTTP bearer token must not be empty");
+    assert!(ctx.get(AGENTS).is_none());
+}
