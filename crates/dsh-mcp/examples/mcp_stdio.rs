@@ -25,7 +25,9 @@ use dsh_core::plugins::{AgentsPlugin, NoConfig, SystemPromptPlugin, ToolsPlugin}
 use dsh_core::{Context, Disposer, Plugin, PluginError, PluginScope};
 use dsh_jobs::JobsPlugin;
 use dsh_mcp::McpOptions;
+#[cfg(target_os = "linux")]
 use dsh_sandbox::{SANDBOX, SandboxProvider};
+#[cfg(target_os = "linux")]
 use dsh_sandbox_local::{LocalSandboxConfig, LocalSandboxProvider};
 use dsh_sandbox_policy::{SandboxPolicyConfig, SandboxPolicyPlugin};
 use dsh_shell::{SHELL, ShellEnvPlugin, ShellExecutor};
@@ -70,8 +72,10 @@ impl Plugin for BashLocal {
 }
 
 /// The local sandbox provider (Landlock, bubblewrap; fails closed).
+#[cfg(target_os = "linux")]
 struct SandboxLocal;
 
+#[cfg(target_os = "linux")]
 impl Plugin for SandboxLocal {
     const NAME: &'static str = "@deepseek-ai/dsh-sandbox-local";
     const SHORT_NAME: &'static str = "sandbox-local";
@@ -121,7 +125,10 @@ fn compose(args: &Args) -> anyhow::Result<Context> {
     match &args.sandbox {
         None => ctx.load::<BashLocal>(executor)?,
         Some(mode) => {
+            #[cfg(not(target_os = "linux"))]
+            bail!("--sandbox {mode}: the local sandbox provider is Linux-only");
             ctx.load::<BashSandboxPlugin>(executor)?;
+            #[cfg(target_os = "linux")]
             ctx.load_default::<SandboxLocal>()?;
             ctx.load::<SandboxPolicyPlugin>(SandboxPolicyConfig {
                 mode: Some(mode.clone()),

@@ -1,8 +1,6 @@
 //! A session's working directory: the client's first `file://` root, else the configured
 //! workspace root, else the server's cwd.
 
-use std::ffi::OsString;
-use std::os::unix::ffi::OsStringExt;
 use std::path::PathBuf;
 
 /// The local path of a `file://` URI (`file:///a%20b` → `/a b`; host `localhost` or empty).
@@ -20,7 +18,18 @@ pub fn file_uri_path(uri: &str) -> Option<PathBuf> {
     };
     let path = path.split(['?', '#']).next().unwrap_or(path);
     let bytes = percent_decode(path.as_bytes())?;
-    Some(PathBuf::from(OsString::from_vec(bytes)))
+    path_from_bytes(bytes)
+}
+
+#[cfg(unix)]
+fn path_from_bytes(bytes: Vec<u8>) -> Option<PathBuf> {
+    use std::os::unix::ffi::OsStringExt;
+    Some(PathBuf::from(std::ffi::OsString::from_vec(bytes)))
+}
+
+#[cfg(not(unix))]
+fn path_from_bytes(bytes: Vec<u8>) -> Option<PathBuf> {
+    String::from_utf8(bytes).ok().map(PathBuf::from)
 }
 
 fn percent_decode(input: &[u8]) -> Option<Vec<u8>> {
