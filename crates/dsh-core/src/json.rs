@@ -16,13 +16,41 @@ pub fn js_number(n: f64) -> Value {
     }
 }
 
-/// `n` in its shortest JS text form (`100`, not `100.0`; `0.5`).
+/// `n` in its shortest JS text form (`100`, not `100.0`; `0.5`; `1e+21`; `0.000001`), as
+/// ECMAScript's `Number::toString` writes it.
 pub fn js_number_text(n: f64) -> String {
-    match js_number(n) {
-        Value::Number(num) => num.to_string(),
-        _ if n.is_nan() => "NaN".to_owned(),
-        _ if n > 0.0 => "Infinity".to_owned(),
-        _ => "-Infinity".to_owned(),
+    if n.is_nan() {
+        return "NaN".to_owned();
+    }
+    if n.is_infinite() {
+        return if n > 0.0 { "Infinity" } else { "-Infinity" }.to_owned();
+    }
+    if n == 0.0 {
+        return "0".to_owned();
+    }
+    if n < 0.0 {
+        return format!("-{}", js_number_text(-n));
+    }
+    // `{:e}` prints the shortest round-tripping digits as `d[.ddd]e<exponent>`; JavaScript
+    // places the same digits by the decimal exponent.
+    let sci = format!("{n:e}");
+    let Some((mantissa, exponent)) = sci.split_once('e') else { return sci };
+    let Ok(exponent) = exponent.parse::<i32>() else { return sci };
+    let digits: String = mantissa.chars().filter(|c| *c != '.').collect();
+    let k = digits.len() as i32;
+    let point = exponent + 1;
+    if k <= point && point <= 21 {
+        format!("{digits}{}", "0".repeat((point - k) as usize))
+    } else if 0 < point && point <= 21 {
+        let (int, frac) = digits.split_at(point as usize);
+        format!("{int}.{frac}")
+    } else if -6 < point && point <= 0 {
+        format!("0.{}{digits}", "0".repeat(point.unsigned_abs() as usize))
+    } else {
+        let sign = if exponent >= 0 { '+' } else { '-' };
+        let (first, rest) = digits.split_at(1);
+        let mantissa = if rest.is_empty() { first.to_owned() } else { format!("{first}.{rest}") };
+        format!("{mantissa}e{sign}{}", exponent.unsigned_abs())
     }
 }
 
@@ -77,8 +105,31 @@ mod tests {
         assert_eq!(js_number_text(100.0), "100");
         assert_eq!(js_number_text(0.5), "0.5");
         assert_eq!(js_number_text(-1.0), "-1");
+        assert_eq!(js_number_text(-0.0), "0");
+        assert_eq!(js_number_text(f64::NAN), "NaN");
+        assert_eq!(js_number_text(f64::NEG_INFINITY), "-Infinity");
         let mut v = json!({"a": 10000.0, "b": [1.5, 2.0]});
         normalize_numbers(&mut v);
         assert_eq!(v.to_string(), r#"{"a":10000,"b":[1.5,2]}"#);
+    }
+
+    #[test]
+    fn number_texts_follow_ecmascript_number_to_string() {
+        let cases = [
+            (9_007_199_254_740_992.0, "9007199254740992"),
+            (1e16, "10000000000000000"),
+            (123_456_789_012_345_680_000.0, "123456789012345680000"),
+            (1e21, "1e+21"),
+            (-1.5e300, "-1.5e+300"),
+            (0.000001, "0.000001"),
+            (-0.0000015, "-0.0000015"),
+            (1e-7, "1e-7"),
+            (2.5, "2.5"),
+            (f64::MAX, "1.7976931348623157e+308"),
+            (5e-324, "5e-324"),
+        ];
+        for (n, text) in cases {
+            assert_eq!(js_number_text(n), text, "{n:e}");
+        }
     }
 }

@@ -25,9 +25,10 @@ pub(crate) struct BashArgs {
     pub escalation: Option<EscalationRequest>,
 }
 
-/// Blank as JavaScript's `trim()` sees it.
+/// Blank as JavaScript's `trim()` sees it: Unicode White_Space minus NEL (U+0085), plus the
+/// byte order mark (U+FEFF).
 fn is_blank(s: &str) -> bool {
-    s.chars().all(|c| c.is_whitespace() || c == '\u{FEFF}')
+    s.chars().all(|c| (c.is_whitespace() && c != '\u{85}') || c == '\u{FEFF}')
 }
 
 fn plain(message: &str) -> ToolError {
@@ -110,6 +111,15 @@ mod tests {
         assert_eq!(
             err(json!({"command": "x", "description": "d", "timeoutMs": -1, "justification": ""})),
             "invalid timeoutMs: expected a positive number, got -1"
+        );
+        assert_eq!(
+            err(json!({"command": "\u{FEFF}\u{2028}", "description": "d"})),
+            "invalid command: expected a non-empty string"
+        );
+        assert_eq!(
+            err(json!({"command": "x", "description": "\u{85}", "timeoutMs": 0})),
+            "invalid timeoutMs: expected a positive number, got 0",
+            "NEL is not whitespace to JavaScript's trim()"
         );
         assert_eq!(
             err(json!({"command": "x", "description": "d", "timeoutMs": 0})),
