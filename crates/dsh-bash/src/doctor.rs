@@ -22,6 +22,7 @@ pub async fn run(composition: &CompositionArgs) -> anyhow::Result<u8> {
     let comp = Composition::start(composition, Pending::Report).await?;
     let plugins = comp.ctx().plugins();
     let spill_dir = comp.ctx().get(SUBPROCESS).and_then(|service| service.spill_dir());
+    let containment = comp.ctx().get(SUBPROCESS).map(|service| service.containment().to_string());
     let provider = comp.ctx().get(SANDBOX);
     comp.dispose().await;
     // Probing runs runner programs synchronously.
@@ -37,6 +38,7 @@ pub async fn run(composition: &CompositionArgs) -> anyhow::Result<u8> {
         None => report.push("bash: not found on PATH".to_owned()),
     }
     report.push(format!("spill directory: {}", spill_directory(spill_dir.as_deref())));
+    report.push(format!("containment: {}", containment.as_deref().unwrap_or("none (no subprocess service)")));
     report.extend(runners.lines().map(str::to_owned));
     report.push("available plugins:".to_owned());
     for factory in Catalog::builtin().entries() {
