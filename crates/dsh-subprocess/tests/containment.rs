@@ -7,6 +7,7 @@ use std::time::Duration;
 use dsh_core::{AbortReason, AbortSignal};
 use dsh_subprocess::{SpawnSpec, SubprocessService};
 
+#[allow(dead_code)]
 mod escape {
     include!("support/escape.rs");
 }
