@@ -482,7 +482,14 @@ impl JobRegistry for LocalJobRegistry {
             Some(read) => read(),
             None => fallback.0,
         };
-        let snapshot = self.inner.mark_reported_if_terminal(id).unwrap_or(fallback.1);
+        // The status reported is the one taken before the read: a job terminal by then has no
+        // output left after this read, while one that settles during the read reports its end
+        // (with anything written meanwhile) on the next read, never over undelivered output.
+        let snapshot = if fallback.1.status.is_terminal() {
+            self.inner.mark_reported_if_terminal(id).unwrap_or(fallback.1)
+        } else {
+            fallback.1
+        };
         Ok((text, snapshot))
     }
 
