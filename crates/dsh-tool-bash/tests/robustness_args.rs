@@ -10,11 +10,10 @@
 mod common;
 mod robustness_json;
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use common::{FakeApproval, FakeProcess, Harness};
+use common::{FakeApproval, FakeExecutor, FakeProcess, Harness};
 use dsh_core::{Agent, ApprovalOutcome, ToolExec, ToolResult};
 use dsh_jobs::JobsPlugin;
 use dsh_sandbox::{ESCALATION_HINT, SandboxEnforcement, SandboxMode};
@@ -101,17 +100,7 @@ impl ShellExecutor for RecordingExecutor {
 
     fn resolve(&self, request: ShellExecRequest) -> Result<ShellExecSpec, ShellError> {
         self.requests.lock().push(request.clone());
-        Ok(ShellExecSpec {
-            command: request.command,
-            workdir: request.workdir.unwrap_or_else(|| PathBuf::from("/fake-cwd")),
-            timeout_ms: request.timeout_ms.unwrap_or(10000.0),
-            stdout_max_bytes: request.stdout_max_bytes.unwrap_or(64000.0),
-            signal: request.signal,
-            stdin: request.stdin,
-            env: request.env,
-            dsh_env: request.dsh_env,
-            sandbox_policy: request.sandbox_policy,
-        })
+        FakeExecutor::local().resolve(request)
     }
 
     async fn run(&self, spec: ShellExecSpec) -> Result<ShellRunResult, ShellError> {
@@ -185,6 +174,12 @@ enum Expect {
     Error(String),
     Foreground,
     Background,
+}
+
+impl Expect {
+    fn is_error(&self) -> bool {
+        matches!(self, Expect::InvalidArgs | Expect::Error(_))
+    }
 }
 
 fn type_ok(value: &Value, ty: &str) -> bool {
@@ -611,10 +606,4 @@ fn bash_tool_survives_arbitrary_arguments() {
             disposal.await.expect("the composition disposes within a generous bound");
         }
     });
-}
-
-impl Expect {
-    fn is_error(&self) -> bool {
-        matches!(self, Expect::InvalidArgs | Expect::Error(_))
-    }
 }
