@@ -1,0 +1,227 @@
+//! What the executor is measured against: raw spawns, plain pipes, and confinement.
+
+use std::io::Read;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::{Context as _, bail};
+use dsh_bash_local::{LocalBashConfig, LocalBashExecutor};
+use dsh_bash_sandbox::SandboxBashExecutor;
+use dsh_sandbox_local::{LocalSandboxConfig, LocalSandboxProvider, RunnerKind};
+use dsh_sandbox_policy::{LocalSandboxPolicy, SandboxPolicyConfig};
+use dsh_shell::{ShellExecRequest, ShellExecutor};
+use dsh_subprocess::{SpawnSpec, SubprocessService};
+use serde_json::{Map, Value, json};
+
+use crate::measure::{max_rss_mib, ms, pct, round, stats};
+use crate::peer::throughput_command;
+use crate::{Args, Composed, Outcome, run, run_with};
+
+/// `bash -c true` by std: posix_spawn (no hook), or fork+exec (a no-op `pre_exec` hook).
+fn raw_spawn(fork: bool) -> anyhow::Result<()> {
+    let mut cmd = Command::new("bash");
+    cmd.args(["-c", "true"]).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
+    if fork {
+        // SAFETY: the hook does nothing, so it is trivially async-signal-safe; it only makes
+        // std fork instead of using posix_spawn, as every hooked spawn does.
+        unsafe { cmd.pre_exec(|| Ok(())) };
+    }
+    let status = cmd.status()?;
+    if !status.success() {
+        bail!("bash -c true: {status}");
+    }
+    Ok(())
+}
+
+pub(crate) async fn overhead(c: &Composed, args: &Args) -> anyhow::Result<Outcome> {
+    let n = args.int_at(1, "N")?;
+    let warmup = args.int_flag("warmup", 20)?;
+    let service_spawn = || async {
+        let spec = SpawnSpec::new(vec!["bash".into(), "-c".into(), "true".into()]);
+        c.service.spawn(spec).map_err(|e| anyhow::anyhow!("{e}"))?.wait().await;
+        anyhow::Ok(())
+    };
+    for _ in 0..warmup {
+        raw_spawn(false)?;
+        raw_spawn(true)?;
+        service_spawn().await?;
+        run(c.executor.as_ref(), "true").await?;
+    }
+    let mut samples: [Vec<f64>; 4] = Default::default();
+    for _ in 0..n {
+        let t = Instant::now();
+        raw_spawn(false)?;
+        samples[0].push(ms(t.elapsed()));
+        let t = Instant::now();
+        raw_spawn(true)?;
+        samples[1].push(ms(t.elapsed()));
+        let t = Instant::now();
+        service_spawn().await?;
+        samples[2].push(ms(t.elapsed()));
+        let t = Instant::now();
+        let r = run(c.executor.as_ref(), "true").await?;
+        samples[3].push(ms(t.elapsed()));
+        if r.exit_code != Some(0) {
+            bail!("run(true) exit {:?}", r.exit_code);
+        }
+    }
+    let p50 = |s: &[f64]| {
+        let mut v = s.to_vec();
+        v.sort_by(f64::total_cmp);
+        pct(&v, 50.0)
+    };
+    Ok(Outcome {
+        params: json!({"n": n, "warmup": warmup, "command": "true", "interleaved": true}),
+        results: json!({
+            "raw_spawn": stats(&samples[0]),
+            "raw_fork": stats(&samples[1]),
+            "service": stats(&samples[2]),
+            "run": stats(&samples[3]),
+            "run_vs_raw_p50": round(p50(&samples[3]) / p50(&samples[0]), 3),
+        }),
+        shape: Value::Null,
+    })
+}
+
+/// The throughput command through a plain pipe: read and discarded by this process, and
+/// redirected to `/dev/null` inside bash.
+pub(crate) fn pipe(args: &Args) -> anyhow::Result<Outcome> {
+    let bytes = args.int_at(1, "BYTES")?;
+    let command = throughput_command(bytes, args.has("plain"));
+    let t0 = Instant::now();
+    let mut child = Command::new("bash").args(["-c", &command]).stdout(Stdio::piped()).spawn()?;
+    let mut stdout = child.stdout.take().context("stdout pipe")?;
+    let mut buf = vec![0u8; 1 << 16];
+    let mut total = 0u64;
+    loop {
+        let got = stdout.read(&mut buf)?;
+        if got == 0 {
+            break;
+        }
+        total += got as u64;
+    }
+    child.wait()?;
+    let read_s = t0.elapsed().as_secs_f64();
+    let t0 = Instant::now();
+    Command::new("bash").args(["-c", &format!("{command} > /dev/null")]).status()?;
+    let devnull_s = t0.elapsed().as_secs_f64();
+    Ok(Outcome {
+        params: json!({"bytes": bytes, "command": command}),
+        results: json!({
+            "read": {"wall_s": round(read_s, 4), "mb_per_s": round(bytes as f64 / 1e6 / read_s, 1), "bytes": total},
+            "devnull": {"wall_s": round(devnull_s, 4), "mb_per_s": round(bytes as f64 / 1e6 / devnull_s, 1)},
+            "max_rss_mib": round(max_rss_mib(), 1),
+        }),
+        shape: Value::Null,
+    })
+}
+
+/// The concurrency baseline: N `bash -c 'sleep 0.5; echo done'` spawned by std with stdout
+/// piped, then each awaited and read.
+pub(crate) fn raw_concurrent(args: &Args) -> anyhow::Result<Outcome> {
+    let n = args.int_at(1, "N")?;
+    let command = "sleep 0.5; echo done";
+    let t0 = Instant::now();
+    let mut children = Vec::with_capacity(n as usize);
+    for _ in 0..n {
+        children.push(
+            Command::new("bash").args(["-c", command]).stdin(Stdio::null()).stdout(Stdio::piped()).spawn()?,
+        );
+    }
+    let started = ms(t0.elapsed());
+    let mut ok = 0;
+    for child in children {
+        let output = child.wait_with_output()?;
+        if output.status.success() && output.stdout == b"done\n" {
+            ok += 1;
+        }
+    }
+    let wall = ms(t0.elapsed());
+    Ok(Outcome {
+        params: json!({"n": n, "command": command}),
+        results: json!({
+            "wall_ms": round(wall, 3),
+            "overhead_ms": round(wall - 500.0, 3),
+            "start_all_ms": round(started, 3),
+            "all_ok": ok == n,
+            "ok": ok,
+        }),
+        shape: Value::Null,
+    })
+}
+
+/// A sandboxing executor confining under exactly one runner, `workspace-write` at `root`.
+fn confined_executor(
+    service: &Arc<SubprocessService>,
+    runner: RunnerKind,
+    root: &Path,
+) -> anyhow::Result<SandboxBashExecutor> {
+    let local = LocalBashExecutor::new(LocalBashConfig::default(), Arc::clone(service))?;
+    let provider = LocalSandboxProvider::new(LocalSandboxConfig {
+        runners: vec![runner],
+        ..LocalSandboxConfig::default()
+    })?;
+    let policy = LocalSandboxPolicy::new(&SandboxPolicyConfig {
+        mode: Some("workspace-write".into()),
+        workspace_root: Some(root.to_string_lossy().into_owned()),
+    })
+    .map_err(anyhow::Error::msg)?;
+    Ok(SandboxBashExecutor::new(local, Arc::new(provider), Arc::new(policy)))
+}
+
+pub(crate) async fn confined(c: &Composed, args: &Args) -> anyhow::Result<Outcome> {
+    let n = args.int_at(1, "N")?;
+    let warmup = args.int_flag("warmup", 10)?;
+    let base = if Path::new("/var/tmp").is_dir() { PathBuf::from("/var/tmp") } else { std::env::temp_dir() };
+    let dir = tempfile::Builder::new().prefix("dsh-bench-root-").tempdir_in(base)?;
+    let root = std::fs::canonicalize(dir.path())?;
+    let request = || ShellExecRequest {
+        command: "true".to_owned(),
+        workdir: Some(root.clone()),
+        ..ShellExecRequest::default()
+    };
+    let mut variants: Vec<(&str, Arc<dyn ShellExecutor>)> = vec![("unconfined", c.executor.clone())];
+    let mut skipped = Map::new();
+    for (name, runner) in [("landlock", RunnerKind::Landlock), ("bwrap", RunnerKind::Bwrap)] {
+        let executor: Arc<dyn ShellExecutor> = Arc::new(confined_executor(&c.service, runner, &root)?);
+        match run_with(executor.as_ref(), request()).await {
+            Ok(r) if r.exit_code == Some(0) => variants.push((name, executor)),
+            Ok(r) => {
+                skipped
+                    .insert(name.into(), json!(format!("exit {:?}: {}", r.exit_code, r.stderr.text.trim())));
+            }
+            Err(e) => {
+                skipped.insert(name.into(), json!(e.to_string()));
+            }
+        }
+    }
+    for _ in 0..warmup {
+        for (_, executor) in &variants {
+            run_with(executor.as_ref(), request()).await?;
+        }
+    }
+    let mut samples = vec![Vec::with_capacity(n as usize); variants.len()];
+    for _ in 0..n {
+        for (i, (name, executor)) in variants.iter().enumerate() {
+            let t = Instant::now();
+            let r = run_with(executor.as_ref(), request()).await?;
+            samples[i].push(ms(t.elapsed()));
+            if r.exit_code != Some(0) {
+                bail!("{name}: exit {:?}: {}", r.exit_code, r.stderr.text);
+            }
+        }
+    }
+    let mut results = Map::new();
+    for ((name, _), s) in variants.iter().zip(&samples) {
+        results.insert((*name).into(), Value::Object(stats(s)));
+    }
+    results.insert("skipped".into(), Value::Object(skipped));
+    Ok(Outcome {
+        params: json!({"n": n, "warmup": warmup, "command": "true", "mode": "workspace-write", "interleaved": true}),
+        results: Value::Object(results),
+        shape: Value::Null,
+    })
+}

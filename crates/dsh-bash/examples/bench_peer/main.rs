@@ -1,0 +1,296 @@
+//! The Rust peer of the reference executor's benchmark harness, and the extra measurements
+//! and the comparison table of `scripts/bench-compare`.
+//!
+//! Peer subcommands answer like the harness's `bench.mjs`: a fresh process composes
+//! `LocalBashExecutor` over `SubprocessService`, runs one benchmark, disposes, and prints ONE
+//! JSON line `{impl, bench, params, results, shape, compose_ms, dispose_ms, executor_config,
+//! env, ts}` with the same `results` keys.
+//!
+//! ```text
+//! bench_peer latency N [--warmup W]
+//! bench_peer throughput BYTES [--plain]
+//! bench_peer concurrent N
+//! bench_peer background N
+//! bench_peer timeout [--timeout-ms MS] [--command CMD]
+//!     common: --config JSON   (bash-local keys: timeoutMs, maxOutputBytes, graceMs, …)
+//! ```
+//!
+//! Extra subcommands (same line layout, `bench` named after the subcommand):
+//!
+//! ```text
+//! bench_peer overhead N        raw `bash -c true` spawns vs the service vs run("true"), interleaved
+//! bench_peer pipe BYTES [--plain]   the throughput command through a plain pipe, read and discarded
+//! bench_peer raw-concurrent N  N `sleep 0.5; echo done` spawned by std at once, then awaited
+//! bench_peer batch N [--bin DSH_BASH] [--warmup W]   `dsh-bash batch`: per-line cost and round trip
+//! bench_peer mcp N [--bin DSH_BASH] [--warmup W]     `dsh-bash mcp` over stdio: tools/call round trip
+//! bench_peer confined N        run("true") unconfined vs under Landlock vs under bubblewrap
+//! bench_peer report FILE...    the comparison table of collected JSON lines
+//! ```
+//!
+//! `--plain` drops `| tr '\0' a` from the throughput command, leaving `head -c BYTES /dev/zero`.
+
+mod baselines;
+mod hosts;
+mod measure;
+mod peer;
+mod report;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context as _, bail};
+use dsh_bash_local::{LocalBashConfig, LocalBashExecutor};
+use dsh_shell::{ShellExecRequest, ShellExecutor, ShellRunResult};
+use dsh_subprocess::{ServiceOptions, SubprocessService};
+use serde_json::{Map, Value, json};
+
+use crate::measure::{js, ms, round};
+
+const MIB: f64 = 1024.0 * 1024.0;
+
+/// Positional arguments and `--flag [value]` pairs, parsed like `bench.mjs` does: a flag
+/// followed by nothing or by another flag is a boolean.
+struct Args {
+    positional: Vec<String>,
+    flags: BTreeMap<String, Option<String>>,
+}
+
+impl Args {
+    fn parse(argv: &[String]) -> Self {
+        let mut positional = Vec::new();
+        let mut flags = BTreeMap::new();
+        let mut i = 0;
+        while i < argv.len() {
+            if let Some(key) = argv[i].strip_prefix("--") {
+                match argv.get(i + 1) {
+                    Some(next) if !next.starts_with("--") => {
+                        flags.insert(key.to_owned(), Some(next.clone()));
+                        i += 1;
+                    }
+                    _ => {
+                        flags.insert(key.to_owned(), None);
+                    }
+                }
+            } else {
+                positional.push(argv[i].clone());
+            }
+            i += 1;
+        }
+        Self { positional, flags }
+    }
+
+    fn flag(&self, name: &str) -> Option<&str> {
+        self.flags.get(name).and_then(|v| v.as_deref())
+    }
+
+    fn has(&self, name: &str) -> bool {
+        self.flags.contains_key(name)
+    }
+
+    /// A non-negative integer: positional `index`, else `default`.
+    fn int_at(&self, index: usize, name: &str) -> anyhow::Result<u64> {
+        int_arg(self.positional.get(index).map(String::as_str), name, None)
+    }
+
+    fn int_flag(&self, name: &str, default: u64) -> anyhow::Result<u64> {
+        int_arg(self.flag(name), &format!("--{name}"), Some(default))
+    }
+}
+
+fn int_arg(value: Option<&str>, name: &str, default: Option<u64>) -> anyhow::Result<u64> {
+    match (value, default) {
+        (None, Some(d)) => Ok(d),
+        (None, None) => bail!("missing {name}"),
+        (Some(v), _) => v.parse().with_context(|| format!("{name} must be a non-negative integer, got {v}")),
+    }
+}
+
+fn first_line(path: &str, prefix: &str) -> Option<String> {
+    let text = std::fs::read_to_string(path).ok()?;
+    let line = text.lines().find(|l| l.starts_with(prefix))?;
+    Some(line.split_once(':').map(|(_, v)| v.trim()).unwrap_or(line).to_owned())
+}
+
+fn env_info() -> Value {
+    json!({
+        "rust_peer": env!("CARGO_PKG_VERSION"),
+        "platform": format!("{}-{}", std::env::consts::OS, std::env::consts::ARCH),
+        "kernel": std::fs::read_to_string("/proc/sys/kernel/osrelease").map(|s| s.trim().to_owned()).ok(),
+        "nproc": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+        "cpu": first_line("/proc/cpuinfo", "model name"),
+        "packages": {"dsh-bash-local": env!("CARGO_PKG_VERSION"), "dsh-subprocess": env!("CARGO_PKG_VERSION")},
+    })
+}
+
+/// `YYYY-MM-DDTHH:MM:SS.mmmZ` for now.
+fn iso_now() -> String {
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+    let secs = now.as_secs() as i64;
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    // Civil date from days since the epoch (H. Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
+        rem / 3600,
+        rem / 60 % 60,
+        rem % 60,
+        now.subsec_millis()
+    )
+}
+
+/// The peer's composition: one subprocess service with a private spill directory (removed
+/// on exit) and the local executor over it.
+struct Composed {
+    executor: Arc<LocalBashExecutor>,
+    service: Arc<SubprocessService>,
+    _spill: tempfile::TempDir,
+}
+
+fn compose(config_json: Option<&str>) -> anyhow::Result<Composed> {
+    let config: LocalBashConfig = match config_json {
+        Some(text) => serde_json::from_str(text).context("--config")?,
+        None => LocalBashConfig::default(),
+    };
+    let spill = tempfile::Builder::new().prefix("dsh-bench-peer-").tempdir()?;
+    let service = SubprocessService::with_options(ServiceOptions {
+        spill_dir: Some(spill.path().to_path_buf()),
+        ..ServiceOptions::default()
+    });
+    let executor = LocalBashExecutor::new(config, Arc::clone(&service))?;
+    Ok(Composed { executor: Arc::new(executor), service, _spill: spill })
+}
+
+fn executor_config(config: &LocalBashConfig) -> Value {
+    let mut m = Map::new();
+    if let Some(cwd) = &config.cwd {
+        m.insert("cwd".into(), json!(cwd));
+    }
+    m.insert("timeoutMs".into(), js(config.timeout_ms));
+    m.insert("maxTimeoutMs".into(), js(config.max_timeout_ms));
+    m.insert("maxOutputBytes".into(), js(config.max_output_bytes));
+    m.insert("maxSpillBytes".into(), js(config.max_spill_bytes));
+    m.insert("graceMs".into(), js(config.grace_ms));
+    Value::Object(m)
+}
+
+async fn run_with(executor: &dyn ShellExecutor, request: ShellExecRequest) -> anyhow::Result<ShellRunResult> {
+    let spec = executor.resolve(request)?;
+    Ok(executor.run(spec).await?)
+}
+
+async fn run(executor: &dyn ShellExecutor, command: &str) -> anyhow::Result<ShellRunResult> {
+    run_with(executor, ShellExecRequest { command: command.to_owned(), ..ShellExecRequest::default() }).await
+}
+
+/// What a benchmark reports: `params`, `results` and the result `shape`.
+struct Outcome {
+    params: Value,
+    results: Value,
+    shape: Value,
+}
+
+const USAGE: &str = "usage: bench_peer <latency|throughput|concurrent|background|timeout|overhead|pipe|raw-concurrent|batch|mcp|confined> ARG [--config JSON] [--warmup W] [--timeout-ms MS] [--command CMD] | bench_peer report FILE...";
+
+fn main() -> std::process::ExitCode {
+    let argv: Vec<String> = std::env::args().skip(1).collect();
+    let args = Args::parse(&argv);
+    let name = args.positional.first().cloned().unwrap_or_default();
+    if name == "report" {
+        return match report::print(&args.positional[1..]) {
+            Ok(()) => std::process::ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("bench_peer report: {e:#}");
+                std::process::ExitCode::FAILURE
+            }
+        };
+    }
+    let known = [
+        "latency",
+        "throughput",
+        "concurrent",
+        "background",
+        "timeout",
+        "overhead",
+        "pipe",
+        "raw-concurrent",
+        "batch",
+        "mcp",
+        "confined",
+    ];
+    if !known.contains(&name.as_str()) {
+        eprintln!("{USAGE}");
+        return std::process::ExitCode::from(2);
+    }
+    match bench(&name, &args) {
+        Ok(line) => {
+            println!("{line}");
+            std::process::ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("bench failed: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn bench(name: &str, args: &Args) -> anyhow::Result<Value> {
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let t_compose = Instant::now();
+    let composed = compose(args.flag("config"))?;
+    let compose_ms = ms(t_compose.elapsed());
+    let composed = Arc::new(composed);
+    let in_task = Arc::clone(&composed);
+    let (name_owned, positional, flags) = (name.to_owned(), args.positional.clone(), args.flags.clone());
+    let outcome = match name {
+        // Blocking measurements of other processes: run on this thread.
+        "pipe" => baselines::pipe(args),
+        "raw-concurrent" => baselines::raw_concurrent(args),
+        "batch" => hosts::batch(args),
+        "mcp" => hosts::mcp(args),
+        // The executor's, measured inside a runtime task, where a host makes its calls.
+        _ => runtime.block_on(async move {
+            tokio::spawn(async move {
+                let args = Args { positional, flags };
+                let c = in_task.as_ref();
+                match name_owned.as_str() {
+                    "latency" => peer::latency(c, &args).await,
+                    "throughput" => peer::throughput(c, &args).await,
+                    "concurrent" => peer::concurrent(c, &args).await,
+                    "background" => peer::background(c, &args).await,
+                    "timeout" => peer::timeout(c, &args).await,
+                    "overhead" => baselines::overhead(c, &args).await,
+                    "confined" => baselines::confined(c, &args).await,
+                    other => bail!("unknown benchmark {other}"),
+                }
+            })
+            .await
+            .map_err(|e| anyhow::anyhow!("benchmark task: {e}"))?
+        }),
+    };
+    let config = composed.executor.config().clone();
+    let t_dispose = Instant::now();
+    runtime.block_on(composed.service.dispose());
+    let dispose_ms = ms(t_dispose.elapsed());
+    let outcome = outcome?;
+    Ok(json!({
+        "impl": "rust",
+        "bench": name,
+        "params": outcome.params,
+        "results": outcome.results,
+        "shape": outcome.shape,
+        "compose_ms": round(compose_ms, 3),
+        "executor_config": executor_config(&config),
+        "env": env_info(),
+        "ts": iso_now(),
+        "dispose_ms": round(dispose_ms, 3),
+    }))
+}
