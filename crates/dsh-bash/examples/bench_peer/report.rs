@@ -4,6 +4,8 @@ use std::path::Path;
 
 use serde_json::{Value, json};
 
+use crate::peer::throughput_command;
+
 fn get<'a>(v: &'a Value, path: &str) -> Option<&'a Value> {
     path.split('.').try_fold(v, |a, k| a.get(k))
 }
@@ -17,465 +19,315 @@ fn median(mut xs: Vec<f64>) -> Option<f64> {
     Some(if xs.len() % 2 == 1 { xs[m] } else { (xs[m - 1] + xs[m]) / 2.0 })
 }
 
+/// Every collected line; raw.mjs lines become peer `node-raw` with their baseline as `bench`.
 struct Lines(Vec<Value>);
 
 impl Lines {
-    /// Median over reps of `path` in lines of `peer` and `bench` whose `params.<key>` are
+    fn load(files: &[String]) -> anyhow::Result<Self> {
+        let mut lines = Vec::new();
+        for file in files.iter().filter(|f| Path::new(f).exists()) {
+            for line in std::fs::read_to_string(file)?.lines().filter(|l| !l.trim().is_empty()) {
+                let mut v: Value = serde_json::from_str(line)?;
+                let baseline = (v["impl"] == "raw").then(|| v["baseline"].clone());
+                if let (Some(obj), Some(baseline)) = (v.as_object_mut(), baseline) {
+                    obj.insert("peer".into(), json!("node-raw"));
+                    obj.insert("bench".into(), baseline);
+                }
+                lines.push(v);
+            }
+        }
+        Ok(Self(lines))
+    }
+
+    fn of<'a>(&'a self, peer: &'a str, bench: &'a str) -> impl Iterator<Item = &'a Value> {
+        self.0.iter().filter(move |l| l["peer"] == peer && l["bench"] == bench)
+    }
+
+    /// Median over reps of `path` in the lines of `peer` and `bench` whose `params.<key>` are
     /// the given values.
     fn med(&self, peer: &str, bench: &str, params: &[(&str, Value)], path: &str) -> Option<f64> {
         let xs = self
-            .0
-            .iter()
-            .filter(|l| get(l, "peer").and_then(Value::as_str) == Some(peer))
-            .filter(|l| get(l, "bench").and_then(Value::as_str) == Some(bench))
-            .filter(|l| params.iter().all(|(k, v)| get(l, &format!("params.{k}")) == Some(v)))
+            .of(peer, bench)
+            .filter(|l| params.iter().all(|(k, v)| l["params"].get(k) == Some(v)))
             .filter_map(|l| get(l, path).and_then(Value::as_f64))
             .collect();
         median(xs)
     }
 
+    /// `Some(false)` when any line of `peer` and `bench` has `path` false.
     fn all_true(&self, peer: &str, bench: &str, path: &str) -> Option<bool> {
-        let vals: Vec<bool> = self
-            .0
-            .iter()
-            .filter(|l| get(l, "peer").and_then(Value::as_str) == Some(peer))
-            .filter(|l| get(l, "bench").and_then(Value::as_str) == Some(bench))
-            .filter_map(|l| get(l, path).and_then(Value::as_bool))
-            .collect();
+        let vals: Vec<bool> =
+            self.of(peer, bench).filter_map(|l| get(l, path).and_then(Value::as_bool)).collect();
         (!vals.is_empty()).then(|| vals.iter().all(|&b| b))
     }
 
-    fn skipped(&self, name: &str) -> Option<String> {
-        self.0
-            .iter()
-            .filter(|l| get(l, "bench").and_then(Value::as_str) == Some("confined"))
-            .find_map(|l| get(l, &format!("results.skipped.{name}")).and_then(Value::as_str))
-            .map(str::to_owned)
-    }
-
-    fn reps(&self, peer: &str, bench: &str) -> usize {
-        self.0
-            .iter()
-            .filter(|l| get(l, "peer").and_then(Value::as_str) == Some(peer))
-            .filter(|l| get(l, "bench").and_then(Value::as_str) == Some(bench))
-            .count()
+    fn confined_skip(&self, runner: &str) -> Option<String> {
+        self.of("rust", "confined").find_map(|l| l["results"]["skipped"][runner].as_str()).map(str::to_owned)
     }
 }
 
+#[derive(Clone, Copy)]
+enum Unit {
+    Ms,
+    MbPerS,
+    Mib,
+    PerS,
+}
+
+fn fmt(x: Option<f64>, unit: Unit) -> String {
+    match (x, unit) {
+        (None, _) => "—".into(),
+        (Some(x), Unit::Ms) => format!("{x:.3} ms"),
+        (Some(x), Unit::MbPerS) => format!("{x:.1} MB/s"),
+        (Some(x), Unit::Mib) => format!("{x:.1} MiB"),
+        (Some(x), Unit::PerS) => format!("{x:.1}/s"),
+    }
+}
+
+/// A target and the number it judges: the ratio to the baseline, or the value itself.
 enum Target {
     Info,
-    AtMost(f64, &'static str),
-    AtLeast(f64, &'static str),
+    RatioAtMost(f64, &'static str),
+    RatioAtLeast(f64, &'static str),
+    ValueAtMost(f64, &'static str),
+    ValueAtLeast(f64, &'static str),
 }
 
-struct Row {
-    what: String,
-    value: String,
-    baseline: String,
-    ratio: Option<f64>,
-    target: String,
-    met: &'static str,
-}
-
-struct Table(Vec<Option<Row>>);
-
-fn fmt_ms(x: Option<f64>) -> String {
-    x.map_or("—".into(), |x| format!("{x:.3} ms"))
-}
-
-impl Table {
-    fn section(&mut self, title: &str) {
-        self.0.push(None);
-        self.0.push(Some(Row {
-            what: format!("## {title}"),
-            value: String::new(),
-            baseline: String::new(),
-            ratio: None,
-            target: String::new(),
-            met: "",
-        }));
-    }
-
-    /// A row; `checked` is the number the target applies to (the ratio, or the value).
-    fn row(
-        &mut self,
-        what: &str,
+enum Line {
+    Title(String),
+    Row {
+        what: String,
         value: String,
         baseline: String,
         ratio: Option<f64>,
-        target: Target,
-        checked: Option<f64>,
-    ) {
-        let (target, met) = match target {
-            Target::Info => ("(info)".to_owned(), ""),
-            Target::AtMost(limit, label) => (
-                label.to_owned(),
-                match checked {
-                    Some(x) if x <= limit => "yes",
-                    Some(_) => "NO",
-                    None => "n/a",
-                },
-            ),
-            Target::AtLeast(limit, label) => (
-                label.to_owned(),
-                match checked {
-                    Some(x) if x >= limit => "yes",
-                    Some(_) => "NO",
-                    None => "n/a",
-                },
-            ),
+        target: String,
+        met: &'static str,
+    },
+}
+
+#[derive(Default)]
+struct Table(Vec<Line>);
+
+impl Table {
+    fn section(&mut self, title: &str) {
+        self.0.push(Line::Title(title.to_owned()));
+    }
+
+    fn add(&mut self, what: &str, unit: Unit, value: Option<f64>, baseline: Option<f64>, target: Target) {
+        let ratio = match (value, baseline) {
+            (Some(a), Some(b)) if b != 0.0 => Some(a / b),
+            _ => None,
         };
-        self.0.push(Some(Row { what: what.to_owned(), value, baseline, ratio, target, met }));
+        let judge = |checked: Option<f64>, ok: &dyn Fn(f64) -> bool| match checked {
+            Some(x) if ok(x) => "yes",
+            Some(_) => "NO",
+            None => "n/a",
+        };
+        let (label, met) = match target {
+            Target::Info => ("(info)", ""),
+            Target::RatioAtMost(limit, label) => (label, judge(ratio, &|x| x <= limit)),
+            Target::RatioAtLeast(limit, label) => (label, judge(ratio, &|x| x >= limit)),
+            Target::ValueAtMost(limit, label) => (label, judge(value, &|x| x <= limit)),
+            Target::ValueAtLeast(limit, label) => (label, judge(value, &|x| x >= limit)),
+        };
+        self.0.push(Line::Row {
+            what: what.to_owned(),
+            value: fmt(value, unit),
+            baseline: if baseline.is_some() { fmt(baseline, unit) } else { String::new() },
+            ratio,
+            target: label.to_owned(),
+            met,
+        });
+    }
+
+    /// An informational row, compared with `baseline` when there is one.
+    fn info(&mut self, what: &str, unit: Unit, value: Option<f64>, baseline: Option<f64>) {
+        self.add(what, unit, value, baseline, Target::Info);
     }
 
     fn print(&self) {
+        let header = ["measurement (median over reps)", "value", "baseline", "ratio", "target"];
         println!(
-            "{:<58} {:>15} {:>15} {:>8}  {:<26} met",
-            "measurement (median over reps)", "value", "baseline", "ratio", "target"
+            "{:<58} {:>15} {:>15} {:>8}  {:<24} met",
+            header[0], header[1], header[2], header[3], header[4]
         );
-        for row in &self.0 {
-            match row {
-                None => println!(),
-                Some(r) if r.what.starts_with("## ") => println!("{}", r.what),
-                Some(r) => println!(
-                    "{:<58} {:>15} {:>15} {:>8}  {:<26} {}",
-                    r.what,
-                    r.value,
-                    r.baseline,
-                    r.ratio.map_or(String::new(), |x| format!("{x:.2}x")),
-                    r.target,
-                    r.met
-                ),
+        for line in &self.0 {
+            match line {
+                Line::Title(title) => println!("\n## {title}"),
+                Line::Row { what, value, baseline, ratio, target, met } => {
+                    let ratio = ratio.map_or(String::new(), |x| format!("{x:.2}x"));
+                    println!("{what:<58} {value:>15} {baseline:>15} {ratio:>8}  {target:<24} {met}");
+                }
             }
         }
     }
-}
-
-fn ratio(a: Option<f64>, b: Option<f64>) -> Option<f64> {
-    match (a, b) {
-        (Some(a), Some(b)) if b != 0.0 => Some(a / b),
-        _ => None,
-    }
-}
-
-fn load(files: &[String]) -> anyhow::Result<Lines> {
-    let mut lines = Vec::new();
-    for file in files {
-        if !Path::new(file).exists() {
-            continue;
-        }
-        for line in std::fs::read_to_string(file)?.lines().filter(|l| !l.trim().is_empty()) {
-            let mut v: Value = serde_json::from_str(line)?;
-            // raw.mjs lines: {"impl":"raw","baseline":…} -> peer "node-raw", bench = baseline.
-            if let (Some(obj), Some(baseline)) = (v.as_object_mut(), line_baseline(line)) {
-                obj.insert("peer".into(), Value::from("node-raw"));
-                obj.insert("bench".into(), Value::from(baseline));
-            }
-            lines.push(v);
-        }
-    }
-    Ok(Lines(lines))
-}
-
-fn line_baseline(line: &str) -> Option<String> {
-    let v: Value = serde_json::from_str(line).ok()?;
-    (v.get("impl")?.as_str()? == "raw").then(|| v.get("baseline")?.as_str().map(str::to_owned))?
 }
 
 pub(crate) fn print(files: &[String]) -> anyhow::Result<()> {
-    let d = load(files)?;
-    let mut t = Table(Vec::new());
-    let has_ts = d.reps("ts", "latency") + d.reps("ts", "throughput") > 0;
-
-    // Per-call latency of `true`.
-    t.section("per-call latency of `true` (p50 per rep)");
-    let raw = d.med("rust", "overhead", &[], "results.raw_spawn.p50_ms");
-    t.row(
-        "raw `bash -c true`: std spawn+wait (posix_spawn)",
-        fmt_ms(raw),
-        String::new(),
-        None,
-        Target::Info,
-        None,
-    );
-    let fork = d.med("rust", "overhead", &[], "results.raw_fork.p50_ms");
-    t.row(
-        "raw `bash -c true`: std fork+exec (pre_exec hook)",
-        fmt_ms(fork),
-        fmt_ms(raw),
-        ratio(fork, raw),
-        Target::Info,
-        None,
-    );
-    let service = d.med("rust", "overhead", &[], "results.service.p50_ms");
-    t.row(
-        "SubprocessService spawn+wait",
-        fmt_ms(service),
-        fmt_ms(raw),
-        ratio(service, raw),
-        Target::Info,
-        None,
-    );
-    let ours = d.med("rust", "overhead", &[], "results.run.p50_ms");
-    let r = ratio(ours, raw);
-    t.row(
-        "LocalBashExecutor::run(`true`)",
-        fmt_ms(ours),
-        fmt_ms(raw),
-        r,
-        Target::AtMost(1.10, "<= 1.10x raw spawn"),
-        r,
-    );
-    let batch = d.med("rust", "batch", &[], "results.pipelined_per_line_ms");
-    t.row(
-        "dsh-bash batch, per line (N lines fed at once)",
-        fmt_ms(batch),
-        fmt_ms(raw),
-        ratio(batch, raw),
-        Target::Info,
-        None,
-    );
-    let batch_rt = d.med("rust", "batch", &[], "results.round_trip.p50_ms");
-    t.row(
-        "dsh-bash batch, one-line round trip",
-        fmt_ms(batch_rt),
-        fmt_ms(raw),
-        ratio(batch_rt, raw),
-        Target::Info,
-        None,
-    );
-    let mcp = d.med("rust", "mcp", &[], "results.p50_ms");
-    t.row(
-        "dsh-bash mcp (stdio), tools/call bash round trip",
-        fmt_ms(mcp),
-        fmt_ms(raw),
-        ratio(mcp, raw),
-        Target::Info,
-        None,
-    );
-    let cold = d.med("rust", "batch", &[], "results.cold_first_ms");
-    t.row("dsh-bash batch: start + first response", fmt_ms(cold), String::new(), None, Target::Info, None);
-    let init = d.med("rust", "mcp", &[], "results.initialize_ms");
-    t.row("dsh-bash mcp: start + initialize", fmt_ms(init), String::new(), None, Target::Info, None);
-
-    if has_ts {
-        t.section("Rust peer vs the reference executor (bench.mjs latency, sequential `true`)");
-        let (rp, tp) =
-            (d.med("rust", "latency", &[], "results.p50_ms"), d.med("ts", "latency", &[], "results.p50_ms"));
-        t.row(
-            "latency p50: Rust peer vs reference",
-            fmt_ms(rp),
-            fmt_ms(tp),
-            ratio(rp, tp),
-            Target::Info,
-            None,
-        );
-        let (rp, tp) =
-            (d.med("rust", "latency", &[], "results.p99_ms"), d.med("ts", "latency", &[], "results.p99_ms"));
-        t.row(
-            "latency p99: Rust peer vs reference",
-            fmt_ms(rp),
-            fmt_ms(tp),
-            ratio(rp, tp),
-            Target::Info,
-            None,
-        );
-        let (rc, tc) = (
-            d.med("rust", "latency", &[], "results.calls_per_s"),
-            d.med("ts", "latency", &[], "results.calls_per_s"),
-        );
-        let r = ratio(rc, tc);
-        let f = |x: Option<f64>| x.map_or("—".into(), |x| format!("{x:.1}/s"));
-        t.row("calls/s: Rust peer vs reference", f(rc), f(tc), r, Target::AtLeast(2.0, ">= 2x reference"), r);
-        for (name, label) in [
-            ("spawnsync", "node spawnSync `bash -c true`"),
-            ("spawn-async", "node async spawn `bash -c true`"),
-            ("shell-loop", "bash fork loop `bash -c true`"),
-            ("hyperfine", "hyperfine -N `bash -c true`"),
-        ] {
-            if let Some(x) = d.med("node-raw", name, &[], "results.p50_ms") {
-                t.row(&format!("raw.mjs: {label}"), fmt_ms(Some(x)), String::new(), None, Target::Info, None);
-            }
-        }
-    }
-
-    // Throughput and RSS.
-    t.section("stdout capture: `head -c BYTES /dev/zero | tr '\\0' a`, default caps (fresh process per run)");
-    let mbs = |x: Option<f64>| x.map_or("—".into(), |x| format!("{x:.1} MB/s"));
-    let mib = |x: Option<f64>| x.map_or("—".into(), |x| format!("{x:.1} MiB"));
-    let sizes = [(1_000_000u64, "1 MB"), (100_000_000, "100 MB"), (1_000_000_000, "1 GB")];
-    for (bytes, label) in sizes {
-        let p = [("bytes", json!(bytes)), ("command", json!(crate::peer::throughput_command(bytes, false)))];
-        let ours = d.med("rust", "throughput", &p, "results.mb_per_s");
-        let pipe = d.med("rust", "pipe", &p, "results.read.mb_per_s");
-        let target =
-            if bytes >= 100_000_000 { Target::AtLeast(1000.0, ">= 1000 MB/s") } else { Target::Info };
-        t.row(
-            &format!("{label}: Rust capture vs plain pipe read"),
-            mbs(ours),
-            mbs(pipe),
-            ratio(ours, pipe),
-            target,
-            ours,
-        );
-        let devnull = d.med("rust", "pipe", &p, "results.devnull.mb_per_s");
-        t.row(
-            &format!("{label}: same pipeline > /dev/null inside bash"),
-            mbs(devnull),
-            String::new(),
-            None,
-            Target::Info,
-            None,
-        );
-        if has_ts {
-            let theirs = d.med("ts", "throughput", &p, "results.mb_per_s");
-            t.row(
-                &format!("{label}: Rust capture vs reference"),
-                mbs(ours),
-                mbs(theirs),
-                ratio(ours, theirs),
-                Target::Info,
-                None,
-            );
-        }
-        let rss = d.med("rust", "throughput", &p, "results.max_rss_mib");
-        if has_ts {
-            let theirs = d.med("ts", "throughput", &p, "results.max_rss_mib");
-            let r = ratio(rss, theirs);
-            t.row(
-                &format!("{label}: peak RSS, Rust vs reference"),
-                mib(rss),
-                mib(theirs),
-                r,
-                Target::AtMost(0.25, "<= 1/4 of reference"),
-                r,
-            );
-        } else {
-            t.row(
-                &format!("{label}: peak RSS, Rust peer"),
-                mib(rss),
-                String::new(),
-                None,
-                Target::Info,
-                None,
-            );
-        }
-    }
-    let rss_at = |bytes: u64| {
-        let p = [("bytes", json!(bytes)), ("command", json!(crate::peer::throughput_command(bytes, false)))];
-        d.med("rust", "throughput", &p, "results.max_rss_mib")
-    };
-    let (small, large) = (rss_at(1_000_000), rss_at(1_000_000_000));
-    let growth = match (small, large) {
-        (Some(s), Some(l)) => Some(l - s),
-        _ => None,
-    };
-    t.row(
-        "peak RSS growth, 1 MB -> 1 GB (Rust)",
-        mib(growth),
-        mib(small),
-        None,
-        Target::AtMost(2.0, "flat: <= 2 MiB growth"),
-        growth,
-    );
-    let gb = 1_000_000_000u64;
-    let p = [("bytes", json!(gb)), ("command", json!(crate::peer::throughput_command(gb, true)))];
-    let plain_ours = d.med("rust", "throughput", &p, "results.mb_per_s");
-    let plain_pipe = d.med("rust", "pipe", &p, "results.read.mb_per_s");
-    if plain_ours.is_some() {
-        t.row(
-            "1 GB plain `head -c` (no tr): Rust capture vs pipe read",
-            mbs(plain_ours),
-            mbs(plain_pipe),
-            ratio(plain_ours, plain_pipe),
-            Target::AtLeast(1000.0, ">= 1000 MB/s"),
-            plain_ours,
-        );
-    }
-
-    // Concurrency.
-    t.section("concurrency (100 calls at once; raw = std spawn of the same commands)");
-    let n100 = [("n", json!(100))];
-    let raw_over = d.med("rust", "raw-concurrent", &n100, "results.overhead_ms");
-    t.row(
-        "raw: 100 x `sleep 0.5; echo done`, wall - 500 ms",
-        fmt_ms(raw_over),
-        String::new(),
-        None,
-        Target::Info,
-        None,
-    );
-    for (peer, label) in [("rust", "Rust"), ("ts", "reference")] {
-        if peer == "ts" && !has_ts {
-            continue;
-        }
-        let over = d.med(peer, "concurrent", &n100, "results.overhead_ms");
-        let ok = d.all_true(peer, "concurrent", "results.all_ok");
-        let what = format!(
-            "{label}: 100 concurrent run(), wall - 500 ms{}",
-            if ok == Some(false) { " (NOT all ok)" } else { "" }
-        );
-        t.row(&what, fmt_ms(over), fmt_ms(raw_over), ratio(over, raw_over), Target::Info, None);
-    }
-    for (peer, label) in [("rust", "Rust"), ("ts", "reference")] {
-        if peer == "ts" && !has_ts {
-            continue;
-        }
-        let wall = d.med(peer, "background", &n100, "results.wall_ms");
-        let start = d.med(peer, "background", &n100, "results.start_all_ms");
-        let exact = d.all_true(peer, "background", "results.all_exact");
-        let what = format!(
-            "{label}: 100 background jobs started, drained, read{}",
-            if exact == Some(false) { " (NOT all exact)" } else { "" }
-        );
-        t.row(&what, fmt_ms(wall), String::new(), None, Target::Info, None);
-        t.row(
-            &format!("{label}: ... of which starting all 100"),
-            fmt_ms(start),
-            String::new(),
-            None,
-            Target::Info,
-            None,
-        );
-    }
-
-    // Confinement.
-    t.section("confined `true` (run() through the sandboxing executor, workspace-write)");
-    let unconfined = d.med("rust", "confined", &[], "results.unconfined.p50_ms");
-    t.row("unconfined LocalBashExecutor::run", fmt_ms(unconfined), String::new(), None, Target::Info, None);
-    for (name, label) in [("landlock", "Landlock (in-process) + mount namespace"), ("bwrap", "bubblewrap")] {
-        match d.med("rust", "confined", &[], &format!("results.{name}.p50_ms")) {
-            Some(x) => t.row(
-                label,
-                fmt_ms(Some(x)),
-                fmt_ms(unconfined),
-                ratio(Some(x), unconfined),
-                Target::Info,
-                None,
-            ),
-            None => {
-                let why = d.skipped(name).unwrap_or_else(|| "not measured".into());
-                t.row(
-                    &format!("{label}: skipped ({why})"),
-                    "—".into(),
-                    String::new(),
-                    None,
-                    Target::Info,
-                    None,
-                );
-            }
-        }
-    }
-
-    // Timeout.
-    t.section("timeout 500 ms of `sleep 30`: overshoot");
-    for (peer, label) in [("rust", "Rust"), ("ts", "reference")] {
-        let p = [("timeoutMs", json!(500)), ("command", json!("sleep 30"))];
-        let over = d.med(peer, "timeout", &p, "results.overshoot_ms");
-        if over.is_some() {
-            t.row(&format!("{label}: wall - timeout"), fmt_ms(over), String::new(), None, Target::Info, None);
+    let d = Lines::load(files)?;
+    let mut t = Table::default();
+    let has_ts = d.of("ts", "latency").next().is_some() || d.of("ts", "throughput").next().is_some();
+    latency(&d, &mut t, has_ts);
+    capture(&d, &mut t, has_ts);
+    concurrency(&d, &mut t, has_ts);
+    confinement(&d, &mut t);
+    t.section("timeout 500 ms of `sleep 30`: overshoot (wall - timeout)");
+    let p = [("timeoutMs", json!(500)), ("command", json!("sleep 30"))];
+    for (peer, label) in [("rust", "Rust peer"), ("ts", "reference")] {
+        if let Some(x) = d.med(peer, "timeout", &p, "results.overshoot_ms") {
+            t.info(label, Unit::Ms, Some(x), None);
         }
     }
     t.print();
     Ok(())
+}
+
+fn latency(d: &Lines, t: &mut Table, has_ts: bool) {
+    t.section("per-call latency of `true` (p50 of each rep)");
+    let raw = d.med("rust", "overhead", &[], "results.raw_spawn.p50_ms");
+    t.info("raw `bash -c true`: std spawn+wait (posix_spawn)", Unit::Ms, raw, None);
+    let fork = d.med("rust", "overhead", &[], "results.raw_fork.p50_ms");
+    t.info("raw `bash -c true`: std fork+exec (pre_exec hook)", Unit::Ms, fork, raw);
+    let service = d.med("rust", "overhead", &[], "results.service.p50_ms");
+    t.info("SubprocessService spawn+wait", Unit::Ms, service, raw);
+    let run = d.med("rust", "overhead", &[], "results.run.p50_ms");
+    t.add(
+        "LocalBashExecutor::run(`true`)",
+        Unit::Ms,
+        run,
+        raw,
+        Target::RatioAtMost(1.10, "<= 1.10x raw spawn"),
+    );
+    let batch = d.med("rust", "batch", &[], "results.pipelined_per_line_ms");
+    t.info("dsh-bash batch, per line (N lines fed at once)", Unit::Ms, batch, raw);
+    let batch_rt = d.med("rust", "batch", &[], "results.round_trip.p50_ms");
+    t.info("dsh-bash batch, one-line round trip", Unit::Ms, batch_rt, raw);
+    let mcp = d.med("rust", "mcp", &[], "results.p50_ms");
+    t.info("dsh-bash mcp (stdio), tools/call bash round trip", Unit::Ms, mcp, raw);
+    t.info(
+        "dsh-bash batch: start + first response",
+        Unit::Ms,
+        d.med("rust", "batch", &[], "results.cold_first_ms"),
+        None,
+    );
+    t.info(
+        "dsh-bash mcp: start + initialize",
+        Unit::Ms,
+        d.med("rust", "mcp", &[], "results.initialize_ms"),
+        None,
+    );
+    if !has_ts {
+        return;
+    }
+    t.section("Rust peer vs the reference executor (bench.mjs latency, sequential `true`)");
+    let both = |path: &str| (d.med("rust", "latency", &[], path), d.med("ts", "latency", &[], path));
+    let (ours, theirs) = both("results.p50_ms");
+    t.info("latency p50: Rust peer vs reference", Unit::Ms, ours, theirs);
+    let (ours, theirs) = both("results.p99_ms");
+    t.info("latency p99: Rust peer vs reference", Unit::Ms, ours, theirs);
+    let (ours, theirs) = both("results.calls_per_s");
+    t.add(
+        "calls/s: Rust peer vs reference",
+        Unit::PerS,
+        ours,
+        theirs,
+        Target::RatioAtLeast(2.0, ">= 2x reference"),
+    );
+    for (name, label) in [
+        ("spawnsync", "node spawnSync"),
+        ("spawn-async", "node async spawn"),
+        ("shell-loop", "bash fork loop"),
+        ("hyperfine", "hyperfine -N"),
+    ] {
+        if let Some(x) = d.med("node-raw", name, &[], "results.p50_ms") {
+            t.info(&format!("raw.mjs `bash -c true`: {label}"), Unit::Ms, Some(x), None);
+        }
+    }
+}
+
+fn capture(d: &Lines, t: &mut Table, has_ts: bool) {
+    t.section("stdout capture of `head -c BYTES /dev/zero | tr '\\0' a`, default caps, fresh process each");
+    let params = |bytes: u64, plain: bool| {
+        [("bytes", json!(bytes)), ("command", json!(throughput_command(bytes, plain)))]
+    };
+    for (bytes, label) in [(1_000_000u64, "1 MB"), (100_000_000, "100 MB"), (1_000_000_000, "1 GB")] {
+        let p = params(bytes, false);
+        let ours = d.med("rust", "throughput", &p, "results.mb_per_s");
+        let pipe = d.med("rust", "pipe", &p, "results.read.mb_per_s");
+        let what = format!("{label}: Rust capture vs plain pipe read");
+        if bytes >= 100_000_000 {
+            t.add(&what, Unit::MbPerS, ours, pipe, Target::ValueAtLeast(1000.0, ">= 1000 MB/s"));
+        } else {
+            t.info(&what, Unit::MbPerS, ours, pipe);
+        }
+        let devnull = d.med("rust", "pipe", &p, "results.devnull.mb_per_s");
+        t.info(&format!("{label}: the pipeline > /dev/null inside bash"), Unit::MbPerS, devnull, None);
+        let rss = d.med("rust", "throughput", &p, "results.max_rss_mib");
+        if has_ts {
+            let theirs = d.med("ts", "throughput", &p, "results.mb_per_s");
+            t.info(&format!("{label}: Rust capture vs reference"), Unit::MbPerS, ours, theirs);
+            let theirs = d.med("ts", "throughput", &p, "results.max_rss_mib");
+            let what = format!("{label}: peak RSS, Rust vs reference");
+            t.add(&what, Unit::Mib, rss, theirs, Target::RatioAtMost(0.25, "<= 1/4 of reference"));
+        } else {
+            t.info(&format!("{label}: peak RSS, Rust peer"), Unit::Mib, rss, None);
+        }
+    }
+    let rss = |bytes| d.med("rust", "throughput", &params(bytes, false), "results.max_rss_mib");
+    let growth = rss(1_000_000_000).zip(rss(1_000_000)).map(|(large, small)| large - small);
+    t.add(
+        "peak RSS growth 1 MB -> 1 GB (Rust)",
+        Unit::Mib,
+        growth,
+        None,
+        Target::ValueAtMost(2.0, "flat: <= 2 MiB"),
+    );
+    let p = params(1_000_000_000, true);
+    let ours = d.med("rust", "throughput", &p, "results.mb_per_s");
+    let pipe = d.med("rust", "pipe", &p, "results.read.mb_per_s");
+    let what = "1 GB without `tr`: Rust capture vs pipe read";
+    t.add(what, Unit::MbPerS, ours, pipe, Target::ValueAtLeast(1000.0, ">= 1000 MB/s"));
+}
+
+fn concurrency(d: &Lines, t: &mut Table, has_ts: bool) {
+    t.section("100 at once (raw: std spawns the same commands, then waits for each)");
+    let n100 = [("n", json!(100))];
+    let raw = d.med("rust", "raw-concurrent", &n100, "results.overhead_ms");
+    t.info("raw: 100 x `sleep 0.5; echo done`, wall - 500 ms", Unit::Ms, raw, None);
+    let peers: &[(&str, &str)] =
+        if has_ts { &[("rust", "Rust"), ("ts", "reference")] } else { &[("rust", "Rust")] };
+    for (peer, label) in peers {
+        let failed = d.all_true(peer, "concurrent", "results.all_ok") == Some(false);
+        let what = format!(
+            "{label}: 100 concurrent run(), wall - 500 ms{}",
+            if failed { " (NOT all ok)" } else { "" }
+        );
+        t.info(&what, Unit::Ms, d.med(peer, "concurrent", &n100, "results.overhead_ms"), raw);
+    }
+    for (peer, label) in peers {
+        let failed = d.all_true(peer, "background", "results.all_exact") == Some(false);
+        let what = format!(
+            "{label}: 100 background starts, drained, read{}",
+            if failed { " (NOT exact)" } else { "" }
+        );
+        t.info(&what, Unit::Ms, d.med(peer, "background", &n100, "results.wall_ms"), None);
+        let start = d.med(peer, "background", &n100, "results.start_all_ms");
+        t.info(&format!("{label}: ... of which the 100 starts"), Unit::Ms, start, None);
+    }
+}
+
+fn confinement(d: &Lines, t: &mut Table) {
+    t.section("confined `true`: run() through the sandboxing executor, workspace-write (p50)");
+    let unconfined = d.med("rust", "confined", &[], "results.unconfined.p50_ms");
+    t.info("unconfined LocalBashExecutor::run", Unit::Ms, unconfined, None);
+    for (runner, label) in [("landlock", "Landlock in-process (+ mount namespace)"), ("bwrap", "bubblewrap")]
+    {
+        match d.med("rust", "confined", &[], &format!("results.{runner}.p50_ms")) {
+            Some(x) => t.info(label, Unit::Ms, Some(x), unconfined),
+            None => {
+                let why = d.confined_skip(runner).unwrap_or_else(|| "not measured".into());
+                t.info(&format!("{label}: skipped ({why})"), Unit::Ms, None, None);
+            }
+        }
+    }
 }
