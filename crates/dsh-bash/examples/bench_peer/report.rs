@@ -217,6 +217,8 @@ fn latency(d: &Lines, t: &mut Table, has_ts: bool) {
         None,
     );
     if !has_ts {
+        let calls = d.med("rust", "latency", &[], "results.calls_per_s");
+        t.info("Rust peer, bench.mjs `latency`: calls/s", Unit::PerS, calls, None);
         return;
     }
     t.section("Rust peer vs the reference executor (bench.mjs latency, sequential `true`)");
