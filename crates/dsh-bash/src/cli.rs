@@ -83,10 +83,17 @@ pub struct CallArgs {
 
 #[derive(Debug, Args)]
 pub struct McpArgs {
-    /// Serve streamable HTTP at http://ADDR/mcp instead of stdio; every request must carry
-    /// `Authorization: Bearer $DSH_MCP_TOKEN`.
-    #[arg(long, value_name = "ADDR")]
+    /// Serve streamable HTTP at http://ADDR/mcp instead of stdio. ADDR is `PORT` (loopback,
+    /// 127.0.0.1) or `HOST:PORT`; every request must carry `Authorization: Bearer <token>`.
+    #[arg(long, value_name = "ADDR", value_parser = parse_http_addr)]
     pub http: Option<std::net::SocketAddr>,
+    /// Let `--http` listen on an address that is not loopback (the token is then the only gate).
+    #[arg(long, requires = "http")]
+    pub allow_remote: bool,
+    /// Read the HTTP bearer token from this file (trimmed). Without it the token is
+    /// `$DSH_MCP_TOKEN`, else a fresh random token printed once on stderr at start.
+    #[arg(long, value_name = "FILE", requires = "http")]
+    pub token_file: Option<PathBuf>,
     /// Do not ask approvals through MCP elicitation.
     #[arg(long)]
     pub no_elicitation: bool,
@@ -104,4 +111,37 @@ pub enum SchemaFormat {
     Mcp,
     Openai,
     Anthropic,
+}
+
+/// `--http ADDR`: a bare port means loopback (`127.0.0.1:PORT`); otherwise a socket address
+/// (`HOST:PORT`, `[V6]:PORT`) or a resolvable `NAME:PORT` (`localhost:8080`).
+pub fn parse_http_addr(text: &str) -> Result<std::net::SocketAddr, String> {
+    use std::net::{Ipv4Addr, SocketAddr, ToSocketAddrs};
+    let text = text.trim();
+    if let Ok(port) = text.parse::<u16>() {
+        return Ok(SocketAddr::from((Ipv4Addr::LOCALHOST, port)));
+    }
+    if let Ok(addr) = text.parse::<SocketAddr>() {
+        return Ok(addr);
+    }
+    match text.to_socket_addrs() {
+        Ok(mut addrs) => addrs.next().ok_or_else(|| format!("{text:?} resolves to no address")),
+        Err(_) => Err(format!("expected PORT or HOST:PORT, got {text:?}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_http_addr;
+
+    #[test]
+    fn http_addresses_default_to_loopback() {
+        assert_eq!(parse_http_addr("8080").expect("port").to_string(), "127.0.0.1:8080");
+        assert_eq!(parse_http_addr(" 0 ").expect("port").to_string(), "127.0.0.1:0");
+        assert_eq!(parse_http_addr("[::1]:9").expect("v6").to_string(), "[::1]:9");
+        assert_eq!(parse_http_addr("10.0.0.1:80").expect("v4").to_string(), "10.0.0.1:80");
+        assert!(parse_http_addr("localhost:7").expect("name").ip().is_loopback());
+        assert_eq!(parse_http_addr("nope").unwrap_err(), "expected PORT or HOST:PORT, got \"nope\"");
+        assert!(parse_http_addr("70000").is_err());
+    }
 }

@@ -14,8 +14,9 @@ pub fn user_home() -> PathBuf {
 /// `<home>/.dsh`; a leading `~`/`~/` expands to the user home; relative values resolve against
 /// the process cwd. Always absolute and lexically normalized.
 pub fn resolve_dsh_home(configured: Option<&str>, ambient: Option<&str>) -> PathBuf {
-    let chosen =
-        configured.map(str::to_owned).or_else(|| ambient.filter(|v| !v.trim().is_empty()).map(str::to_owned));
+    let chosen = configured
+        .map(str::to_owned)
+        .or_else(|| ambient.filter(|v| !crate::json::js_is_blank(v)).map(str::to_owned));
     let Some(raw) = chosen else {
         return user_home().join(".dsh");
     };

@@ -94,8 +94,22 @@ pub fn normalize_numbers(value: &mut Value) {
     }
 }
 
+/// Whether `s` is empty after JavaScript's `String.prototype.trim()`: every char is Unicode
+/// White_Space except NEL (U+0085, which `trim()` keeps), or the byte order mark (U+FEFF).
+pub fn js_is_blank(s: &str) -> bool {
+    s.chars().all(|c| (c.is_whitespace() && c != '\u{85}') || c == '\u{FEFF}')
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn blank_follows_javascript_trim() {
+        assert!(super::js_is_blank(""));
+        assert!(super::js_is_blank(" \t\n\r\u{a0}\u{2028}\u{3000}\u{feff}"));
+        assert!(!super::js_is_blank("\u{85}"), "trim() keeps NEL");
+        assert!(!super::js_is_blank(" x "));
+    }
+
     use super::*;
     use serde_json::json;
 

@@ -131,7 +131,7 @@ fn is_valid_key(key: &str) -> bool {
 
 /// Blank as JavaScript's `trim()` sees it.
 fn is_blank(s: &str) -> bool {
-    s.chars().all(|c| c.is_whitespace() || c == '\u{FEFF}')
+    dsh_core::json::js_is_blank(s)
 }
 
 impl ShellEnvRegistry {

@@ -25,10 +25,9 @@ pub(crate) struct BashArgs {
     pub escalation: Option<EscalationRequest>,
 }
 
-/// Blank as JavaScript's `trim()` sees it: Unicode White_Space minus NEL (U+0085), plus the
-/// byte order mark (U+FEFF).
+/// Blank as JavaScript's `trim()` sees it.
 fn is_blank(s: &str) -> bool {
-    s.chars().all(|c| (c.is_whitespace() && c != '\u{85}') || c == '\u{FEFF}')
+    dsh_core::json::js_is_blank(s)
 }
 
 fn plain(message: &str) -> ToolError {

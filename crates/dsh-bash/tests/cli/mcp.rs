@@ -59,9 +59,121 @@ fn mcp_serves_the_default_composition_on_stdio() {
     assert_eq!(status.code(), Some(0));
 }
 
+/// The status code of one `initialize` POST to `url`, with `token` as the bearer if given.
+fn post_initialize(url: &str, token: Option<&str>) -> u16 {
+    use std::io::Read;
+    let rest = url.strip_prefix("http://").expect("http url");
+    let (authority, path) = rest.split_at(rest.find('/').expect("path"));
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "test", "version": "0"}}})
+    .to_string();
+    let auth = token.map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
+    let mut stream = std::net::TcpStream::connect(authority).expect("connect");
+    write!(
+        stream,
+        "POST {path} HTTP/1.1\r\nHost: {authority}\r\nContent-Type: application/json\r\n\
+         Accept: application/json, text/event-stream\r\n{auth}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .expect("write");
+    let mut head = [0u8; 12];
+    stream.read_exact(&mut head).expect("status line");
+    std::str::from_utf8(&head[9..12]).expect("ascii").parse().expect("status code")
+}
+
+/// Starts `dsh-bash mcp --http ...` and returns the child with its stderr start line.
+fn start_http(sandbox: &Sandbox, args: &[&str], token_env: Option<&str>) -> (std::process::Child, String) {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_dsh-bash"));
+    command
+        .arg("mcp")
+        .args(args)
+        .env("DSH_HOME", sandbox.path().join("home"))
+        .env_remove(TOKEN_VAR)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    if let Some(token) = token_env {
+        command.env(TOKEN_VAR, token);
+    }
+    let mut child = command.spawn().expect("spawn");
+    let mut stderr = BufReader::new(child.stderr.take().expect("stderr"));
+    let mut line = String::new();
+    stderr.read_line(&mut line).expect("start line");
+    // Keep draining stderr so the server never blocks on a full pipe.
+    std::thread::spawn(move || std::io::copy(&mut stderr, &mut std::io::sink()));
+    (child, line.trim_end().to_owned())
+}
+
+const TOKEN_VAR: &str = "DSH_MCP_TOKEN";
+
+fn stop(mut child: std::process::Child) {
+    let killed = Command::new("kill").args(["-TERM", &child.id().to_string()]).status().expect("kill");
+    assert!(killed.success());
+    let status = child.wait().expect("wait");
+    assert_eq!(status.code(), Some(0), "SIGTERM ends the server cleanly");
+}
+
 #[test]
-fn mcp_over_http_needs_a_token() {
+fn mcp_over_http_generates_a_token_and_shows_it_once() {
     let sandbox = Sandbox::new();
-    let out = sandbox.run(&["mcp", "--http", "127.0.0.1:0"], "");
-    assert_eq!(out.assert_usage_error(), "dsh-bash: --http needs a bearer token in $DSH_MCP_TOKEN");
+    let (child, line) = start_http(&sandbox, &["--http", "0"], None);
+    let rest =
+        line.strip_prefix("dsh-bash: serving MCP at http://127.0.0.1:").unwrap_or_else(|| panic!("{line}"));
+    let (port, rest) = rest.split_once("/mcp (Authorization: Bearer ").unwrap_or_else(|| panic!("{line}"));
+    let token = rest.strip_suffix("; shown once)").unwrap_or_else(|| panic!("{line}"));
+    assert_eq!(token.len(), 64, "256 bits in hex: {token}");
+    assert!(token.bytes().all(|b| b.is_ascii_hexdigit()));
+    let url = format!("http://127.0.0.1:{port}/mcp");
+    assert_eq!(post_initialize(&url, None), 401);
+    assert_eq!(post_initialize(&url, Some("0".repeat(64).as_str())), 401);
+    assert_eq!(post_initialize(&url, Some(token)), 200);
+    stop(child);
+    // A second server gets a different token.
+    let (child, again) = start_http(&sandbox, &["--http", "127.0.0.1:0"], None);
+    assert!(!again.contains(token), "{again}");
+    stop(child);
+}
+
+#[test]
+fn mcp_over_http_takes_the_token_from_a_file_or_the_environment() {
+    let sandbox = Sandbox::new();
+    let file = sandbox.write("token", "  file-token-123\n");
+    let (child, line) = start_http(
+        &sandbox,
+        &["--http", "0", "--token-file", file.to_str().expect("utf-8")],
+        Some("env-token"),
+    );
+    let url = line.strip_prefix("dsh-bash: serving MCP at ").unwrap_or_else(|| panic!("{line}"));
+    assert!(!line.contains("token"), "a given token is never printed: {line}");
+    assert_eq!(post_initialize(url, Some("env-token")), 401, "the file wins over the environment");
+    assert_eq!(post_initialize(url, Some("file-token-123")), 200);
+    stop(child);
+
+    let (child, line) = start_http(&sandbox, &["--http", "0"], Some("env-token"));
+    let url = line.strip_prefix("dsh-bash: serving MCP at ").unwrap_or_else(|| panic!("{line}"));
+    assert_eq!(post_initialize(url, Some("env-token")), 200);
+    stop(child);
+}
+
+#[test]
+fn mcp_over_http_refuses_bad_tokens_and_remote_addresses() {
+    let sandbox = Sandbox::new();
+    let empty = sandbox.write("empty", " \n");
+    let out = sandbox.run(&["mcp", "--http", "0", "--token-file", empty.to_str().expect("utf-8")], "");
+    assert_eq!(out.assert_usage_error(), format!("dsh-bash: the token file {} is empty", empty.display()));
+    let missing = sandbox.path().join("missing");
+    let out = sandbox.run(&["mcp", "--http", "0", "--token-file", missing.to_str().expect("utf-8")], "");
+    assert!(
+        out.assert_usage_error()
+            .starts_with(&format!("dsh-bash: cannot read the token file {}", missing.display())),
+        "{}",
+        out.assert_usage_error()
+    );
+    let out = sandbox.run(&["mcp", "--http", "0.0.0.0:0"], "");
+    assert_eq!(
+        out.assert_usage_error(),
+        "dsh-bash: --http 0.0.0.0:0 is not a loopback address; add --allow-remote to serve it"
+    );
+    let out = sandbox.run(&["mcp", "--token-file", "x"], "");
+    assert_eq!(out.code, Some(2), "--token-file needs --http");
 }
