@@ -2,7 +2,8 @@
 //!
 //! `bench_exec [--spawns N] [--stream-runs N]` runs every measurement; `bench_exec rss SIZE`
 //! (used internally, one fresh process per size) streams `head -c SIZE /dev/zero` through the
-//! executor and prints this process's peak RSS in KiB.
+//! executor and prints this process's peak RSS in KiB. `--no-containment` measures the
+//! service without the subreaper (the reference's process-group-only behaviour).
 
 use std::process::Command;
 use std::sync::Arc;
@@ -32,6 +33,11 @@ fn peak_rss_kib() -> u64 {
 fn executor(config: LocalBashConfig, spill_dir: &std::path::Path) -> LocalBashExecutor {
     let service = SubprocessService::with_options(ServiceOptions {
         spill_dir: Some(spill_dir.to_path_buf()),
+        containment: if std::env::args().any(|a| a == "--no-containment") {
+            dsh_subprocess::Containment::None
+        } else {
+            dsh_subprocess::Containment::Subreaper
+        },
         ..ServiceOptions::default()
     });
     LocalBashExecutor::new(config, service).expect("valid config")
@@ -43,6 +49,18 @@ async fn run(executor: &LocalBashExecutor, command: &str) -> dsh_shell::ShellRun
     let result = executor.run(spec).await.expect("run");
     assert_eq!(result.exit_code, Some(0), "{command}: {:?}", result.stderr.text);
     result
+}
+
+/// CPU time (user + system) this process has used, all threads, children excluded.
+fn own_cpu() -> Duration {
+    // SAFETY: getrusage writes into the zeroed struct we pass and nothing else.
+    let usage = unsafe {
+        let mut usage: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_SELF, &mut usage);
+        usage
+    };
+    let time = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    time(usage.ru_utime) + time(usage.ru_stime)
 }
 
 fn raw_bash(command: &str) -> Duration {
@@ -128,6 +146,33 @@ fn main() {
         ratio,
         target: "<= 1.15x",
         met: ratio <= 1.15,
+    });
+
+    // The harness's own CPU per call (all its threads, the child's excluded): the part of
+    // the overhead that wall-clock medians on a noisy machine blur.
+    let measuring = Arc::clone(&local);
+    let (cpu, raw_cpu) = runtime
+        .block_on(runtime.spawn(async move {
+            let before = own_cpu();
+            for _ in 0..spawns {
+                run(&measuring, "true").await;
+            }
+            let ours = own_cpu() - before;
+            let before = own_cpu();
+            for _ in 0..spawns {
+                raw_bash("true");
+            }
+            (ours, own_cpu() - before)
+        }))
+        .expect("measuring task");
+    let per_call = |total: Duration| total.as_secs_f64() * 1e6 / spawns as f64;
+    rows.push(Row {
+        what: "harness CPU per call: run() vs raw spawn",
+        ours: format!("{:.0} us", per_call(cpu)),
+        baseline: format!("{:.0} us", per_call(raw_cpu)),
+        ratio: per_call(cpu) / per_call(raw_cpu).max(1e-9),
+        target: "(info)",
+        met: true,
     });
 
     if spawn_only {

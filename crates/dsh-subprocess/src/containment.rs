@@ -14,6 +14,9 @@
 //!   still inside its call), or opted out with `DSH_DETACH=1`. Killing a re-parented process
 //!   re-parents its children to the harness in turn, so the sweep converges. Strays are reaped
 //!   with `waitpid(pid)`, never `waitpid(-1)`, which would steal the runtime's own statuses.
+//!   The kernel hands orphans to the subreaper's first live thread, the main thread, so these
+//!   per-exit sweeps read that one thread's `children` file (kept open, one `pread`); the
+//!   sweeps of disposal and process exit read every thread's.
 //!
 //! The subreaper flag is per process, so the bookkeeping (pids the services spawned, groups
 //! still live) is process-wide: several services in one process never kill each other's
@@ -157,7 +160,7 @@ impl Reaper {
                         () = wake.notified() => {}
                         changed = stop.changed() => if changed.is_err() { return },
                     }
-                    sweep();
+                    sweep_scoped(Scope::Adopter);
                 }
             });
         });
@@ -186,16 +189,31 @@ pub(crate) fn kill_leftovers(pgid: i32) {
     }
 }
 
+/// Which of the harness's threads a sweep lists the children of.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Scope {
+    /// Only the thread that adopts orphans. The kernel hands an orphan to the first live
+    /// thread of the subreaper, which is the main thread for as long as the process runs, so
+    /// one small read finds every stray: the cheap pass made after each exit.
+    Adopter,
+    /// Every thread (the main thread may be exiting, or the kernel may lack the files).
+    All,
+}
+
 /// One pass over the harness's children; returns how many strays are still pending (killed
 /// but not yet reaped, or not yet dead).
 pub(crate) fn sweep() -> usize {
-    sweep_with(|| Some(SPAWNED.lock()))
+    sweep_with(Scope::All, || Some(SPAWNED.lock()))
 }
 
-fn sweep_with(lock: impl FnOnce() -> Option<MutexGuard<'static, HashSet<i32>>>) -> usize {
+fn sweep_scoped(scope: Scope) -> usize {
+    sweep_with(scope, || Some(SPAWNED.lock()))
+}
+
+fn sweep_with(scope: Scope, lock: impl FnOnce() -> Option<MutexGuard<'static, HashSet<i32>>>) -> usize {
     let me = std::process::id() as i32;
     let own_group = nix::unistd::getpgrp().as_raw();
-    let children = children_of(me);
+    let children = children_of(me, scope);
     if children.is_empty() {
         return 0;
     }
@@ -247,7 +265,7 @@ pub(crate) async fn settle_strays(bound: std::time::Duration) {
 /// on a lock another thread may hold while the process goes down).
 pub(crate) fn sweep_at_exit() {
     if ACTIVE.load(Ordering::SeqCst) {
-        let _ = sweep_with(|| SPAWNED.try_lock());
+        let _ = sweep_with(Scope::All, || SPAWNED.try_lock());
     }
 }
 
@@ -285,9 +303,15 @@ fn numeric_entries(dir: &str) -> impl Iterator<Item = i32> {
         .filter_map(|entry| entry.file_name().to_str().and_then(|name| name.parse::<i32>().ok()))
 }
 
-/// The children of `me`, from every thread's `children` file (orphans are adopted by one of
-/// our threads), or from a `/proc` scan when the kernel lacks those files.
-fn children_of(me: i32) -> Vec<i32> {
+/// The children of `me`: of the adopting main thread alone ([`Scope::Adopter`]) when its
+/// `children` file reads, else from every thread's `children` file, else from a `/proc` scan
+/// when the kernel lacks those files.
+fn children_of(me: i32, scope: Scope) -> Vec<i32> {
+    if scope == Scope::Adopter
+        && let Some(children) = adopter_children(me)
+    {
+        return children;
+    }
     let mut children = Vec::new();
     let mut readable = false;
     for tid in numeric_entries("/proc/self/task") {
@@ -301,6 +325,34 @@ fn children_of(me: i32) -> Vec<i32> {
             numeric_entries("/proc").filter(|pid| read_stat(*pid).is_some_and(|s| s.ppid == me)).collect();
     }
     children
+}
+
+/// The main thread's children, read with one `pread` from a `children` file kept open (the
+/// kernel regenerates it on every read from offset 0). `None` when it cannot be read.
+fn adopter_children(me: i32) -> Option<Vec<i32>> {
+    use std::os::unix::fs::FileExt;
+    static FILE: LazyLock<Mutex<Option<(i32, std::fs::File)>>> = LazyLock::new(|| Mutex::new(None));
+    let mut cached = FILE.lock();
+    // A forked copy of the harness has another pid: reopen for it.
+    if cached.as_ref().is_none_or(|(pid, _)| *pid != me) {
+        let file = std::fs::File::open(format!("/proc/self/task/{me}/children")).ok()?;
+        *cached = Some((me, file));
+    }
+    let (_, file) = cached.as_ref()?;
+    let mut buf = [0u8; 4096];
+    let mut text = Vec::new();
+    loop {
+        let n = file.read_at(&mut buf, text.len() as u64).ok()?;
+        if n == 0 {
+            break;
+        }
+        text.extend_from_slice(&buf[..n]);
+    }
+    Some(
+        text.split(|b| b.is_ascii_whitespace())
+            .filter_map(|pid| std::str::from_utf8(pid).ok()?.parse::<i32>().ok())
+            .collect(),
+    )
 }
 
 /// Live (non-zombie) members of group `pgid`.
@@ -319,6 +371,28 @@ mod tests {
         let stat = parse_stat("42 (a) b) S 7 42 42 0").expect("stat");
         assert_eq!((stat.state, stat.ppid, stat.pgrp), ('S', 7, 42));
         assert!(parse_stat("garbage").is_none());
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn orphans_are_adopted_by_the_main_thread() {
+        assert!(establish(Containment::Subreaper).is_active());
+        let me = std::process::id() as i32;
+        // Spawned from a thread other than main, like a runtime worker does.
+        let orphan = std::thread::spawn(|| {
+            let out = std::process::Command::new("sh")
+                .args(["-c", "sleep 30 </dev/null >/dev/null 2>&1 & echo $!"])
+                .output()
+                .expect("sh");
+            String::from_utf8_lossy(&out.stdout).trim().parse::<i32>().expect("pid")
+        })
+        .join()
+        .expect("thread");
+        let adopted = adopter_children(me).expect("the main thread's children file reads");
+        let _ = kill(Pid::from_raw(orphan), Signal::SIGKILL);
+        let _ = nix::sys::wait::waitpid(Pid::from_raw(orphan), None);
+        assert!(adopted.contains(&orphan), "{orphan} not in {adopted:?}");
+        assert!(children_of(me, Scope::All).iter().all(|pid| *pid != orphan), "reaped");
     }
 
     #[test]
