@@ -2,7 +2,10 @@
 //!
 //! Prints the model-facing text exactly (no newline added), or with `--json` one line
 //! `{"content","isError","structured","presentCall","presentResult"}`. Exit 0 for a result,
-//! 1 for `isError`; start-up and usage failures are errors of this function (exit 2).
+//! 1 for `isError`; start-up and usage failures are errors of this function (exit 2), and so
+//! is a tool name the composition does not register (the one-line error lists the tools; a
+//! model-facing host such as `batch` or `mcp` answers it with the contract's
+//! `Error: unknown tool "<name>"` result instead).
 
 use std::io::Write;
 
@@ -35,6 +38,10 @@ pub async fn run(composition: &CompositionArgs, args: CallArgs) -> anyhow::Resul
 
 async fn call_in(comp: &Composition, args: &CallArgs, tool_args: Value) -> anyhow::Result<CallOutcome> {
     let tools = comp.tools()?;
+    if tools.get(&args.tool).is_none() {
+        let names: Vec<String> = tools.schemas().into_iter().map(|s| s.name).collect();
+        anyhow::bail!("unknown tool {:?} (this composition has: {})", args.tool, names.join(", "));
+    }
     let agent = match &args.session {
         Some(id) => {
             Some(Sessions::default().open(comp.ctx(), id, args.cwd.as_deref()).map_err(anyhow::Error::msg)?)
