@@ -8,7 +8,7 @@
 //! * when a tree's leader exits (it finished, was killed, timed out or was aborted), what is
 //!   left of its group is killed — except members whose initial environment holds
 //!   `DSH_DETACH=1`, the documented opt-out (`DSH_DETACH=1 setsid server &`);
-//! * a reaper task, woken by `SIGCHLD` and after each leader exit, lists the harness's
+//! * a reaper task, woken after each leader exit (and on a slow timer), lists the harness's
 //!   children and kills every one the service did not spawn itself, unless it is in the
 //!   harness's own group (spawns by other in-process code), in the group of a live tree (it is
 //!   still inside its call), or opted out with `DSH_DETACH=1`. Killing a re-parented process
@@ -123,7 +123,13 @@ fn become_subreaper() -> ContainmentStatus {
     ContainmentStatus { mechanism: Containment::None, reason: "child subreapers need Linux".to_owned() }
 }
 
-/// A service's reaper: a task that sweeps strays on `SIGCHLD` and on request.
+/// How often the reaper looks for strays when nothing asked.
+const IDLE_SWEEP: std::time::Duration = std::time::Duration::from_secs(1);
+/// The first and the longest wait before sweeping again for a killed, unreaped stray.
+const RETRY_FIRST: std::time::Duration = std::time::Duration::from_millis(2);
+const RETRY_MAX: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// A service's reaper: a task that sweeps strays when asked and on a timer.
 pub(crate) struct Reaper {
     wake: Arc<Notify>,
     started: std::sync::Once,
@@ -136,31 +142,26 @@ impl Reaper {
         Self { wake: Arc::new(Notify::new()), started: std::sync::Once::new(), stop: watch::Sender::new(()) }
     }
 
-    /// Starts the task on `runtime` the first time a tree is spawned.
+    /// Starts the task on `runtime` the first time a tree is spawned. It sweeps when asked
+    /// (after every leader exit), again with a short backoff while a killed stray is not yet
+    /// reaped, and once every [`IDLE_SWEEP`] for strays that exited on their own. No `SIGCHLD`
+    /// stream: adoption sends no signal, the leaders' exits already ask, and a signal-driven
+    /// sweep per exit would double the harness's work on every call.
     pub(crate) fn ensure_started(&self, runtime: &tokio::runtime::Handle) {
         self.started.call_once(|| {
             let wake = Arc::clone(&self.wake);
             let mut stop = self.stop.subscribe();
-            let _guard = runtime.enter();
-            let mut sigchld = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::child())
-                .map_err(|e| tracing::warn!(error = %e, "no SIGCHLD stream; strays are swept after each exit only"))
-                .ok();
             runtime.spawn(async move {
+                let mut pending = 0;
+                let mut retry = RETRY_FIRST;
                 loop {
-                    let sigchld = async {
-                        match &mut sigchld {
-                            Some(stream) => {
-                                stream.recv().await;
-                            }
-                            None => std::future::pending().await,
-                        }
-                    };
+                    let after = if pending > 0 { retry } else { IDLE_SWEEP };
                     tokio::select! {
-                        () = sigchld => {}
-                        () = wake.notified() => {}
+                        () = wake.notified() => retry = RETRY_FIRST,
+                        () = tokio::time::sleep(after) => retry = (retry * 2).min(RETRY_MAX),
                         changed = stop.changed() => if changed.is_err() { return },
                     }
-                    sweep_scoped(Scope::Adopter);
+                    pending = sweep_scoped(Scope::Adopter);
                 }
             });
         });
