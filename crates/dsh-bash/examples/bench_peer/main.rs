@@ -1,7 +1,7 @@
-//! The Rust peer of the reference executor's benchmark harness, and the extra measurements
-//! and the comparison table of `scripts/bench-compare`.
+//! The Rust peer of the reference executor's benchmark driver (`scripts/reference/bench.mjs`),
+//! and the extra measurements and the comparison table of `scripts/bench-compare`.
 //!
-//! Peer subcommands answer like the harness's `bench.mjs`: a fresh process composes
+//! Peer subcommands answer like `bench.mjs`: a fresh process composes
 //! `LocalBashExecutor` over `SubprocessService`, runs one benchmark, disposes, and prints ONE
 //! JSON line `{impl, bench, params, results, shape, compose_ms, dispose_ms, executor_config,
 //! env, ts}` with the same `results` keys.

@@ -1,4 +1,5 @@
-//! The benchmarks of the reference harness's `bench.mjs`, with its parameters and result keys.
+//! The benchmarks of `scripts/reference/bench.mjs` (the reference executor's driver), with its
+//! parameters and result keys.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
