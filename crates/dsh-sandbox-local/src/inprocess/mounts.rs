@@ -87,8 +87,8 @@ mod tests {
     const MOUNTINFO: &str = "\
 22 27 0:21 / /proc rw,relatime - proc proc rw
 27 1 254:0 / / rw,relatime - ext4 /dev/vda rw
-40 27 0:40 / /work/ws/node\\040modules rw,relatime - tmpfs tmpfs rw
-41 27 0:41 / /work/ws/vendor ro,relatime - tmpfs tmpfs rw
+40 27 0:40 / /srv/ws/node\\040modules rw,relatime - tmpfs tmpfs rw
+41 27 0:41 / /srv/ws/vendor ro,relatime - tmpfs tmpfs rw
 42 27 0:42 / /srv/ro ro,relatime - tmpfs tmpfs rw
 43 42 0:43 / /srv/ro/inner rw,relatime - tmpfs tmpfs rw
 ";
@@ -97,7 +97,7 @@ mod tests {
     fn parses_mount_points_and_read_only_flags() {
         let mounts = parse_mountinfo(MOUNTINFO);
         assert_eq!(mounts.len(), 6);
-        assert_eq!(mounts[2].mount_point, PathBuf::from("/work/ws/node modules"));
+        assert_eq!(mounts[2].mount_point, PathBuf::from("/srv/ws/node modules"));
         assert!(!mounts[2].read_only);
         assert!(mounts[3].read_only);
         assert_eq!(unescape("a\\134b\\011c\\012"), OsString::from("a\\b\tc\n"));
@@ -107,10 +107,10 @@ mod tests {
     #[test]
     fn keeps_host_read_only_mounts_read_only() {
         let mounts = parse_mountinfo(MOUNTINFO);
-        let roots = vec![PathBuf::from("/work/ws"), PathBuf::from("/tmp"), PathBuf::from("/srv/ro/x")];
+        let roots = vec![PathBuf::from("/srv/ws"), PathBuf::from("/tmp"), PathBuf::from("/srv/ro/x")];
         assert_eq!(
             writable_mounts(&roots, &mounts),
-            vec![PathBuf::from("/work/ws"), PathBuf::from("/work/ws/node modules"), PathBuf::from("/tmp")]
+            vec![PathBuf::from("/srv/ws"), PathBuf::from("/srv/ws/node modules"), PathBuf::from("/tmp")]
         );
         let inner = vec![PathBuf::from("/srv/ro")];
         assert_eq!(writable_mounts(&inner, &mounts), vec![PathBuf::from("/srv/ro/inner")]);
