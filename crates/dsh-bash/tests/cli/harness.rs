@@ -83,3 +83,18 @@ impl Sandbox {
 pub fn run(args: &[&str]) -> Run {
     Sandbox::new().run(args, "")
 }
+
+/// A scratch directory outside `/tmp` and the OS temp dir (both writable under
+/// workspace-write), wherever the checkout lives: under `/var/tmp`, else under `$HOME`.
+pub fn scratch_outside_tmp() -> tempfile::TempDir {
+    let tmp = std::fs::canonicalize("/tmp").expect("/tmp");
+    let os_tmp = std::fs::canonicalize(std::env::temp_dir()).unwrap_or_else(|_| tmp.clone());
+    let candidates =
+        [PathBuf::from("/var/tmp"), std::env::var_os("HOME").map(PathBuf::from).unwrap_or_default()];
+    let parent = candidates
+        .into_iter()
+        .filter_map(|p| std::fs::canonicalize(p).ok())
+        .find(|p| !p.starts_with(&tmp) && !p.starts_with(&os_tmp) && p != Path::new("/"))
+        .expect("a scratch directory outside /tmp (/var/tmp or $HOME)");
+    tempfile::Builder::new().prefix("dsh-bash-cli-").tempdir_in(parent).expect("tempdir")
+}

@@ -110,8 +110,8 @@ fn approve_answers_escalations() {
 #[test]
 fn workspace_write_with_a_workspace_root_writes_there_only() {
     let Some(sandbox) = confining_host() else { return };
-    // Outside the OS temp dir, which workspace-write leaves writable.
-    let scratch = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("tempdir");
+    // Outside /tmp and the OS temp dir, which workspace-write leaves writable.
+    let scratch = crate::harness::scratch_outside_tmp();
     let root = scratch.path().join("root");
     std::fs::create_dir(&root).expect("mkdir");
     let out = sandbox.run(
