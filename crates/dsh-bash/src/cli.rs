@@ -94,6 +94,10 @@ pub struct McpArgs {
     /// `$DSH_MCP_TOKEN`, else a fresh random token printed once on stderr at start.
     #[arg(long, value_name = "FILE", requires = "http")]
     pub token_file: Option<PathBuf>,
+    /// End an HTTP session after this many seconds without a request (its jobs are killed).
+    #[arg(long, value_name = "SECS", requires = "http", default_value_t = 3600,
+          value_parser = clap::value_parser!(u64).range(1..=30 * 24 * 3600))]
+    pub idle_timeout: u64,
     /// Do not ask approvals through MCP elicitation.
     #[arg(long)]
     pub no_elicitation: bool,

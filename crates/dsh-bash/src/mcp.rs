@@ -1,4 +1,5 @@
-//! `dsh-bash mcp [--http ADDR [--token-file FILE] [--allow-remote]] [--no-elicitation]`: the
+//! `dsh-bash mcp [--http ADDR [--token-file FILE] [--allow-remote] [--idle-timeout SECS]]
+//! [--no-elicitation]`: the
 //! composition's tools served over the Model Context Protocol, on stdio by default.
 //!
 //! The approval service is always part of an MCP composition: MCP elicitation is its answer
@@ -62,6 +63,7 @@ pub async fn run(composition: &CompositionArgs, args: McpArgs) -> anyhow::Result
         server_version: env!("CARGO_PKG_VERSION").to_owned(),
         workspace_root: composition.workspace_root.as_deref().map(dsh_core::home::absolutize),
         elicitation: !args.no_elicitation,
+        http_idle_timeout: std::time::Duration::from_secs(args.idle_timeout),
         shutdown: interrupted.token().clone(),
         handle_signals: false,
         ..McpOptions::default()

@@ -176,4 +176,8 @@ fn mcp_over_http_refuses_bad_tokens_and_remote_addresses() {
     );
     let out = sandbox.run(&["mcp", "--token-file", "x"], "");
     assert_eq!(out.code, Some(2), "--token-file needs --http");
+    let out = sandbox.run(&["mcp", "--http", "0", "--idle-timeout", "0"], "");
+    assert_eq!(out.code, Some(2), "an idle timeout is at least a second: {out:?}");
+    let out = sandbox.run(&["mcp", "--idle-timeout", "60"], "");
+    assert_eq!(out.code, Some(2), "--idle-timeout needs --http");
 }
