@@ -151,8 +151,16 @@ fn compose(args: &Args) -> anyhow::Result<Context> {
     Ok(ctx)
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+fn main() -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let served = runtime.block_on(serve());
+    // tokio reads stdin on a blocking thread that only ends when stdin does; after a SIGTERM
+    // the client may still hold it open, so do not wait for that thread.
+    runtime.shutdown_timeout(std::time::Duration::from_millis(200));
+    served
+}
+
+async fn serve() -> anyhow::Result<()> {
     let args = parse_args()?;
     let ctx = compose(&args)?;
     let options = McpOptions {

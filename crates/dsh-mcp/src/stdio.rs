@@ -39,6 +39,10 @@ type SharedWriter<W> = Arc<Mutex<W>>;
 
 /// Serves the composition over the process's stdin/stdout until the client closes stdin or
 /// a shutdown is requested; then ends the session and disposes the composition.
+///
+/// tokio reads stdin on a blocking thread that ends only when stdin does: after a shutdown
+/// with the client still connected, end the runtime with `shutdown_timeout` (or exit)
+/// instead of dropping it, or the process lingers until the client closes its end.
 pub async fn serve_stdio(ctx: Context, options: McpOptions) -> anyhow::Result<()> {
     serve_io(ctx, options, tokio::io::stdin(), tokio::io::stdout()).await
 }

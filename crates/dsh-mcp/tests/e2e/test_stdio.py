@@ -189,10 +189,13 @@ async def test_sigterm_tears_the_composition_down() -> None:
             await eventually("the job to start", lambda: pidfile.exists() and pidfile.read_text().strip() != "")
             pids["job"] = int(pidfile.read_text())
             os.kill(pids["server"], signal.SIGTERM)
-            await eventually("the server to exit", lambda: not process_alive(pids["server"]))
+            await eventually("the server to exit", lambda: not process_alive(pids["server"]), timeout=10)
+            pids["exited"] = pids["server"]
     except Exception:  # the client may complain that its server went away
         if "job" not in pids:
             raise
+    # Checked while the client still held the server's stdin open: SIGTERM alone ends it.
+    assert "exited" in pids, "the server exited on SIGTERM while its client was connected"
     assert not process_alive(pids["server"]), "the server exited on SIGTERM"
     assert not process_alive(pids["job"]), "the server killed its jobs before exiting"
 
