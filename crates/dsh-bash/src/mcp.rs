@@ -1,6 +1,6 @@
 //! `dsh-bash mcp [--http ADDR [--token-file FILE] [--allow-remote] [--idle-timeout SECS]]
-//! [--no-elicitation]`: the
-//! composition's tools served over the Model Context Protocol, on stdio by default.
+//! [--no-elicitation]`: the composition's tools served over the Model Context Protocol, on
+//! stdio by default.
 //!
 //! The approval service is always part of an MCP composition: MCP elicitation is its answer
 //! channel (unless `--no-elicitation`, or an `--approve` answer is given). The server owns the

@@ -102,14 +102,6 @@ pub fn js_is_blank(s: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
-    #[test]
-    fn blank_follows_javascript_trim() {
-        assert!(super::js_is_blank(""));
-        assert!(super::js_is_blank(" \t\n\r\u{a0}\u{2028}\u{3000}\u{feff}"));
-        assert!(!super::js_is_blank("\u{85}"), "trim() keeps NEL");
-        assert!(!super::js_is_blank(" x "));
-    }
-
     use super::*;
     use serde_json::json;
 
@@ -145,5 +137,13 @@ mod tests {
         for (n, text) in cases {
             assert_eq!(js_number_text(n), text, "{n:e}");
         }
+    }
+
+    #[test]
+    fn blank_follows_javascript_trim() {
+        assert!(js_is_blank(""));
+        assert!(js_is_blank(" \t\n\r\u{a0}\u{2028}\u{3000}\u{feff}"));
+        assert!(!js_is_blank("\u{85}"), "trim() keeps NEL");
+        assert!(!js_is_blank(" x "));
     }
 }

@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use dsh_core::json::js_is_blank as is_blank;
 use dsh_core::{Disposer, ServiceKey, ToolExec};
 use parking_lot::Mutex;
 use serde::Serialize;
@@ -127,11 +128,6 @@ fn is_valid_key(key: &str) -> bool {
     let mut chars = rest.chars();
     chars.next().is_some_and(|c| c.is_ascii_uppercase())
         && chars.all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')
-}
-
-/// Blank as JavaScript's `trim()` sees it.
-fn is_blank(s: &str) -> bool {
-    dsh_core::json::js_is_blank(s)
 }
 
 impl ShellEnvRegistry {

@@ -204,7 +204,7 @@ enum Scope {
 /// One pass over the harness's children; returns how many strays are still pending (killed
 /// but not yet reaped, or not yet dead).
 pub(crate) fn sweep() -> usize {
-    sweep_with(Scope::All, || Some(SPAWNED.lock()))
+    sweep_scoped(Scope::All)
 }
 
 fn sweep_scoped(scope: Scope) -> usize {
@@ -318,7 +318,7 @@ fn children_of(me: i32, scope: Scope) -> Vec<i32> {
     for tid in numeric_entries("/proc/self/task") {
         if let Ok(list) = std::fs::read_to_string(format!("/proc/self/task/{tid}/children")) {
             readable = true;
-            children.extend(list.split_whitespace().filter_map(|pid| pid.parse::<i32>().ok()));
+            children.extend(parse_pids(&list));
         }
     }
     if !readable {
@@ -349,11 +349,12 @@ fn adopter_children(me: i32) -> Option<Vec<i32>> {
         }
         text.extend_from_slice(&buf[..n]);
     }
-    Some(
-        text.split(|b| b.is_ascii_whitespace())
-            .filter_map(|pid| std::str::from_utf8(pid).ok()?.parse::<i32>().ok())
-            .collect(),
-    )
+    Some(parse_pids(std::str::from_utf8(&text).ok()?).collect())
+}
+
+/// The pids of a `children` file: decimal numbers separated by spaces.
+fn parse_pids(list: &str) -> impl Iterator<Item = i32> + '_ {
+    list.split_whitespace().filter_map(|pid| pid.parse::<i32>().ok())
 }
 
 /// Live (non-zombie) members of group `pgid`.

@@ -2,7 +2,7 @@
 //! (contract §2.4 step 1; first failure wins).
 
 use dsh_core::ToolError;
-use dsh_core::json::js_json_text;
+use dsh_core::json::{js_is_blank as is_blank, js_json_text};
 use serde_json::Value;
 
 /// A requested escalation: both fields present and paired.
@@ -23,11 +23,6 @@ pub(crate) struct BashArgs {
     /// Only the literal `true` selects background.
     pub background: bool,
     pub escalation: Option<EscalationRequest>,
-}
-
-/// Blank as JavaScript's `trim()` sees it.
-fn is_blank(s: &str) -> bool {
-    dsh_core::json::js_is_blank(s)
 }
 
 fn plain(message: &str) -> ToolError {
