@@ -99,12 +99,8 @@ impl LocalSandboxProvider {
         argv: &[String],
         policy: &SandboxExecutionPolicy,
     ) -> Result<ConfinedCommand, String> {
-        let mut wrapped = self.config.runner_command.clone();
-        wrapped.extend(bwrap_profile_args(policy)?);
-        wrapped.push("--".to_owned());
-        wrapped.extend_from_slice(argv);
         Ok(ConfinedCommand {
-            argv: wrapped,
+            argv: bwrap_argv(self.config.runner_command.clone(), policy, argv)?,
             child_confinement: None,
             enforcement: SandboxEnforcement::Full,
             denial_signatures: RUNNER_COMMAND_DENIAL_SIGNATURES.map(str::to_owned).to_vec(),
@@ -118,17 +114,26 @@ impl LocalSandboxProvider {
     }
 }
 
+/// `launcher` (bubblewrap, or a configured command taking its arguments), the profile of
+/// `policy`, `--`, then the command itself.
+fn bwrap_argv(
+    mut launcher: Vec<String>,
+    policy: &SandboxExecutionPolicy,
+    argv: &[String],
+) -> Result<Vec<String>, String> {
+    launcher.extend(bwrap_profile_args(policy)?);
+    launcher.push("--".to_owned());
+    launcher.extend_from_slice(argv);
+    Ok(launcher)
+}
+
 fn bwrap_command(
     argv: &[String],
     policy: &SandboxExecutionPolicy,
     capability: &RunnerCapability,
 ) -> Result<ConfinedCommand, String> {
-    let mut wrapped = vec!["bwrap".to_owned()];
-    wrapped.extend(bwrap_profile_args(policy)?);
-    wrapped.push("--".to_owned());
-    wrapped.extend_from_slice(argv);
     Ok(ConfinedCommand {
-        argv: wrapped,
+        argv: bwrap_argv(vec!["bwrap".to_owned()], policy, argv)?,
         child_confinement: None,
         enforcement: capability.enforcement,
         denial_signatures: BWRAP_DENIAL_SIGNATURES.map(str::to_owned).to_vec(),
