@@ -26,15 +26,6 @@ fn local() -> (Harness, Arc<LocalBashExecutor>) {
     (Harness::with(executor.clone()), executor)
 }
 
-/// Resolves once every escape of `marker` runs.
-async fn armed(marker: &str) {
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while escape::survivors(marker).len() < escape::CASES {
-        assert!(std::time::Instant::now() < deadline, "the escapes never all started");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
-
 #[tokio::test]
 async fn containment_normal_foreground_end_leaves_no_escapee() {
     let (h, _executor) = local();
@@ -68,7 +59,7 @@ async fn containment_foreground_abort_leaves_no_escapee() {
         ToolExec::new(None, "c").with_signal(signal.clone()),
     );
     let aborter = async {
-        armed(&marker).await;
+        escape::armed(&marker).await;
         signal.abort_default();
     };
     let (r, ()) = tokio::join!(call, aborter);
@@ -85,7 +76,7 @@ async fn containment_service_disposal_leaves_no_escapee() {
     let command = escape::script(&marker, "echo armed; sleep 1000");
     let r = h.call(json!({"command": command, "description": "d", "run_in_background": true})).await;
     assert_eq!(text(&r), "started background job bash-1");
-    armed(&marker).await;
+    escape::armed(&marker).await;
     executor.service().dispose().await;
     // Disposal resolves once the strays are reaped.
     assert_eq!(escape::names(&escape::survivors(&marker)), Vec::<String>::new());

@@ -4,7 +4,6 @@
 //! scans `/proc` for its own markers only.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use dsh_bash_local::{LocalBashConfig, LocalBashExecutor};
 use dsh_core::plugins::{AgentsPlugin, SystemPromptPlugin, ToolsPlugin};
@@ -60,15 +59,6 @@ fn bg(command: &str) -> Value {
     json!({"command": command, "description": "d", "run_in_background": true})
 }
 
-/// Resolves once every escape of `marker` runs.
-async fn armed(marker: &str) {
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while escape::survivors(marker).len() < escape::CASES {
-        assert!(std::time::Instant::now() < deadline, "the escapes never all started");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
-
 #[tokio::test]
 async fn containment_a_finished_job_leaves_no_escapee() {
     let fx = compose();
@@ -89,7 +79,7 @@ async fn containment_job_kill_leaves_no_escapee() {
     let marker = escape::marker();
     let command = escape::script(&marker, "echo armed; sleep 1000");
     assert_eq!(fx.call("bash", bg(&command), None).await.text(), "started background job bash-1");
-    armed(&marker).await;
+    escape::armed(&marker).await;
     assert_eq!(
         fx.call("job_kill", json!({"job_id": "bash-1"}), None).await.text(),
         "requested cancellation of job bash-1"
@@ -104,7 +94,7 @@ async fn containment_session_close_leaves_no_escapee() {
     let marker = escape::marker();
     let command = escape::script(&marker, "echo armed; sleep 1000");
     assert_eq!(fx.call("bash", bg(&command), Some(&alice)).await.text(), "started background job bash-1");
-    armed(&marker).await;
+    escape::armed(&marker).await;
     fx.ctx.get(AGENTS).expect("agents").unregister("alice").await.expect("registered");
     escape::assert_no_survivors(&marker).await;
 }

@@ -55,6 +55,15 @@ pub fn names(pids: &[i32]) -> Vec<String> {
         .collect()
 }
 
+/// Resolves once every escape of `marker` runs (fails after 20 s).
+pub async fn armed(marker: &str) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while survivors(marker).len() < CASES {
+        assert!(std::time::Instant::now() < deadline, "the escapes never all started");
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+}
+
 /// Waits (bounded, generously) until no process carries the marker; fails naming survivors.
 pub async fn assert_no_survivors(marker: &str) {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
