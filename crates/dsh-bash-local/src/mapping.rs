@@ -40,6 +40,9 @@ pub(crate) fn spawn_spec(
         stderr: CaptureLimits::new("stderr", memory_cap(config.max_output_bytes), spill_cap),
         grace_ms: config.grace_ms,
         signal: None,
+        // A confined command (the only kind with a hook) starts a session of its own: no
+        // controlling terminal to inject input into, no signals from the terminal.
+        new_session: pre_exec.is_some(),
         pre_exec,
     }
 }

@@ -20,6 +20,9 @@ pub struct SandboxBashExecutor {
     local: LocalBashExecutor,
     provider: Arc<dyn SandboxProvider>,
     policy: Arc<dyn SandboxPolicyService>,
+    /// Whether confined commands go without the harness's ssh agent (read once: the
+    /// harness's environment does not change).
+    withhold_agent: bool,
 }
 
 impl SandboxBashExecutor {
@@ -28,13 +31,62 @@ impl SandboxBashExecutor {
         provider: Arc<dyn SandboxProvider>,
         policy: Arc<dyn SandboxPolicyService>,
     ) -> Self {
-        Self { local, provider, policy }
+        // Spill files are written by the harness and named in results: later confined
+        // commands read them at that path, even where their world hides its directory.
+        if let Ok(dir) = local.service().spill_dir() {
+            provider.share_read_only(&dir);
+        }
+        Self { local, provider, policy, withhold_agent: agent_socket_withheld() }
+    }
+
+    /// The spec a confined command runs with: `DSH_SANDBOX` names its mode, `TMPDIR` its
+    /// private `/tmp`, and the ssh agent is withheld (see [`withhold_agent_socket`]).
+    fn confined_spec(&self, mut spec: ShellExecSpec, mode: SandboxMode) -> ShellExecSpec {
+        withhold_agent_socket(&mut spec, self.withhold_agent);
+        let env = spec.dsh_env.get_or_insert_with(Default::default);
+        env.insert("DSH_SANDBOX".to_owned(), mode.as_str().to_owned());
+        env.insert("TMPDIR".to_owned(), "/tmp".to_owned());
+        spec
+    }
+
+    /// A session whose workspace root moved or was replaced since the session started runs
+    /// nothing more: the policy service resolved it to a root that cannot exist.
+    fn refuse_moved_root(policy: &SandboxExecutionPolicy) -> Result<(), ShellError> {
+        match dsh_sandbox::pinned_root_of_moved(&policy.workspace_root) {
+            Some(pinned) => Err(ShellError::Other(format!(
+                "the session's workspace root {} was moved or replaced since the session started; this session runs no more commands (start a new session)",
+                pinned.display()
+            ))),
+            None => Ok(()),
+        }
     }
 
     /// The policy a resolved spec runs under (resolve always fills it).
     fn policy_of(&self, spec: &ShellExecSpec) -> SandboxExecutionPolicy {
         spec.sandbox_policy.clone().unwrap_or_else(|| self.policy.resolve(None, None).policy)
     }
+}
+
+/// Set to `1` in the harness's environment to let confined commands keep `SSH_AUTH_SOCK`.
+pub const KEEP_SSH_AUTH_SOCK: &str = "DSH_KEEP_SSH_AUTH_SOCK";
+
+/// Withholds the ssh agent from a confined command: the agent socket is the user's keys, and
+/// a confinement that leaves the socket reachable would otherwise hand them over. The spawn
+/// seam carries values only, so the variable is set empty, which ssh reads as "no agent".
+/// A request that sets `SSH_AUTH_SOCK` itself keeps its value. `withhold` is false when the
+/// harness has no agent, or runs with `DSH_KEEP_SSH_AUTH_SOCK=1`.
+fn withhold_agent_socket(spec: &mut ShellExecSpec, withhold: bool) {
+    const NAME: &str = "SSH_AUTH_SOCK";
+    let requested = [&spec.env, &spec.dsh_env].into_iter().flatten().any(|env| env.contains_key(NAME));
+    if withhold && !requested {
+        spec.env.get_or_insert_with(Default::default).insert(NAME.to_owned(), String::new());
+    }
+}
+
+/// Whether confined commands go without the harness's ssh agent (see [`withhold_agent_socket`]).
+fn agent_socket_withheld() -> bool {
+    std::env::var_os("SSH_AUTH_SOCK").is_some()
+        && std::env::var_os(KEEP_SSH_AUTH_SOCK).is_none_or(|keep| keep != "1")
 }
 
 /// The runner-failure detail of a spawn failure, when the runner itself failed (§7.7): the
@@ -98,6 +150,7 @@ impl ShellExecutor for SandboxBashExecutor {
 
     async fn run(&self, spec: ShellExecSpec) -> Result<ShellRunResult, ShellError> {
         let policy = self.policy_of(&spec);
+        Self::refuse_moved_root(&policy)?;
         let mode = policy.mode;
         if mode == SandboxMode::DangerFullAccess {
             let mut result = self.local.run(spec).await?;
@@ -106,6 +159,7 @@ impl ShellExecutor for SandboxBashExecutor {
             return Ok(result);
         }
         let confined = self.provider.confine(&bash_argv(&spec.command), &policy)?;
+        let spec = self.confined_spec(spec, mode);
         let outcome = self.local.run_argv(&spec, confined.argv.clone(), confined.pre_exec_hook()).await;
         let mut result = match outcome {
             Ok(result) => result,
@@ -139,11 +193,13 @@ impl ShellExecutor for SandboxBashExecutor {
 
     fn start(&self, spec: ShellExecSpec) -> Result<Arc<dyn ShellProcess>, ShellError> {
         let policy = self.policy_of(&spec);
+        Self::refuse_moved_root(&policy)?;
         let mode = policy.mode;
         if mode == SandboxMode::DangerFullAccess {
             return self.local.start(spec);
         }
         let confined = self.provider.confine(&bash_argv(&spec.command), &policy)?;
+        let spec = self.confined_spec(spec, mode);
         let workdir = spec.workdir.clone();
         let argv = confined.argv.clone();
         let hook = confined.pre_exec_hook();
@@ -151,5 +207,53 @@ impl ShellExecutor for SandboxBashExecutor {
             Box::new(move |facts: &SettleFacts| Some(settle_facts(&confined, mode, &workdir, facts)));
         let process = self.local.start_argv(&spec, argv, hook, Some(on_settle))?;
         Ok(process)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+
+    fn spec(env: Option<&[(&str, &str)]>, dsh_env: Option<&[(&str, &str)]>) -> ShellExecSpec {
+        let map = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+            pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()
+        };
+        ShellExecSpec {
+            command: "true".into(),
+            workdir: "/".into(),
+            timeout_ms: 1000.0,
+            stdout_max_bytes: 1000.0,
+            signal: None,
+            stdin: None,
+            env: env.map(map),
+            dsh_env: dsh_env.map(map),
+            sandbox_policy: None,
+        }
+    }
+
+    fn sock(spec: &ShellExecSpec) -> Option<&str> {
+        spec.env.as_ref().and_then(|env| env.get("SSH_AUTH_SOCK")).map(String::as_str)
+    }
+
+    #[test]
+    fn the_agent_socket_is_withheld_unless_kept_or_requested() {
+        let mut plain = spec(None, None);
+        withhold_agent_socket(&mut plain, true);
+        assert_eq!(sock(&plain), Some(""));
+        let mut other = spec(Some(&[("A", "1")]), None);
+        withhold_agent_socket(&mut other, true);
+        assert_eq!(other.env.as_ref().map(BTreeMap::len), Some(2));
+        assert_eq!(sock(&other), Some(""));
+        let mut kept = spec(None, None);
+        withhold_agent_socket(&mut kept, false);
+        assert_eq!(kept.env, None);
+        let mut requested = spec(Some(&[("SSH_AUTH_SOCK", "/mine")]), None);
+        withhold_agent_socket(&mut requested, true);
+        assert_eq!(sock(&requested), Some("/mine"));
+        let mut managed = spec(None, Some(&[("SSH_AUTH_SOCK", "/managed")]));
+        withhold_agent_socket(&mut managed, true);
+        assert_eq!(managed.env, None);
     }
 }

@@ -4,14 +4,14 @@
 //! to `{}`; `session`, `cwd`, `id` optional). Response, one line per request: the `call --json`
 //! object plus `"id"` (echoed, `null` when absent) and `"notices"` (messages delivered to the
 //! session since its previous response, as `{"text","source","delivery"}`). A malformed line
-//! gets an `isError` response and the batch goes on. Sessions and jobs live until EOF, when
-//! the composition is torn down.
+//! (invalid UTF-8 included) gets an `isError` response and the batch goes on. Sessions and
+//! jobs live until EOF, when the composition is torn down.
 
 use anyhow::Context as _;
-use dsh_bash::batch_line::{LineError, parse_line};
+use dsh_bash::batch_line::{BatchRequest, LineError, parse_bytes};
 use dsh_core::{AbortSignal, Agent, ToolRegistry};
 use serde_json::{Value, json};
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWriteExt, BufReader};
 
 use crate::cli::CompositionArgs;
 use crate::composition::{Composition, Pending};
@@ -30,18 +30,21 @@ async fn serve(comp: &Composition) -> anyhow::Result<()> {
     let tools = comp.tools()?;
     let interrupted = interrupt::on_interrupt();
     let mut sessions = Sessions::default();
-    let mut lines = BufReader::new(tokio::io::stdin()).lines();
+    let mut stdin = BufReader::new(tokio::io::stdin());
+    let mut line = Vec::new();
     let mut stdout = tokio::io::stdout();
     loop {
-        let line = tokio::select! {
-            line = lines.next_line() => line.context("reading stdin")?,
-            _ = interrupted.aborted() => None,
+        let more = tokio::select! {
+            more = next_line(&mut stdin, &mut line) => more.context("reading stdin")?,
+            _ = interrupted.aborted() => false,
         };
-        let Some(line) = line else { break };
-        if line.trim().is_empty() {
+        if !more {
+            break;
+        }
+        if std::str::from_utf8(&line).is_ok_and(|text| text.trim().is_empty()) {
             continue;
         }
-        let response = respond(comp, &tools, &mut sessions, &line, &interrupted).await;
+        let response = respond(comp, &tools, &mut sessions, parse_bytes(&line), &interrupted).await;
         let mut text = serde_json::to_string(&response).context("serializing a response")?;
         text.push('\n');
         stdout.write_all(text.as_bytes()).await.context("writing stdout")?;
@@ -53,14 +56,30 @@ async fn serve(comp: &Composition) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Reads the next line into `line` (bytes, so that a line which is not UTF-8 is answered
+/// like any other malformed line), without its `\n` or `\r\n`; false at end of input.
+async fn next_line(input: &mut (impl AsyncBufRead + Unpin), line: &mut Vec<u8>) -> std::io::Result<bool> {
+    line.clear();
+    if input.read_until(b'\n', line).await? == 0 {
+        return Ok(false);
+    }
+    if line.last() == Some(&b'\n') {
+        line.pop();
+        if line.last() == Some(&b'\r') {
+            line.pop();
+        }
+    }
+    Ok(true)
+}
+
 async fn respond(
     comp: &Composition,
     tools: &ToolRegistry,
     sessions: &mut Sessions,
-    line: &str,
+    parsed: Result<BatchRequest, LineError>,
     signal: &AbortSignal,
 ) -> Value {
-    let request = match parse_line(line) {
+    let request = match parsed {
         Ok(request) => request,
         Err(LineError { id, message }) => return response(CallOutcome::host_error(&message), id, None),
     };

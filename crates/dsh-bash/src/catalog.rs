@@ -22,7 +22,10 @@ pub const DEFAULT_COMPOSITION: &[&str] = &[
 ];
 
 /// The plugins a sandboxed composition adds next to the sandboxing executor.
-pub const SANDBOX_PLUGINS: &[&str] = &["sandbox-local", "sandbox-policy"];
+pub const SANDBOX_PLUGINS: &[&str] = &[SANDBOX_PROVIDER, "sandbox-policy"];
+
+/// The local sandbox provider (it masks the host's own secret files from confined commands).
+pub const SANDBOX_PROVIDER: &str = "sandbox-local";
 
 /// The executor a sandboxed composition replaces.
 pub const LOCAL_EXECUTOR: &str = "bash-local";

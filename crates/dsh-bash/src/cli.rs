@@ -91,13 +91,30 @@ pub struct McpArgs {
     #[arg(long, requires = "http")]
     pub allow_remote: bool,
     /// Read the HTTP bearer token from this file (trimmed). Without it the token is
-    /// `$DSH_MCP_TOKEN`, else a fresh random token printed once on stderr at start.
+    /// `$DSH_MCP_TOKEN`, else a fresh random token printed once on stderr at start. Confined
+    /// commands see an empty file at this path.
     #[arg(long, value_name = "FILE", requires = "http")]
     pub token_file: Option<PathBuf>,
     /// End an HTTP session after this many seconds without a request (its jobs are killed).
     #[arg(long, value_name = "SECS", requires = "http", default_value_t = 3600,
           value_parser = clap::value_parser!(u64).range(1..=30 * 24 * 3600))]
     pub idle_timeout: u64,
+    /// Also serve HTTP requests whose `Origin` is exactly this `scheme://host[:port]`
+    /// (repeatable). Requests without `Origin`, or from a loopback origin, are always served;
+    /// any other `Origin` gets 403.
+    #[arg(long, value_name = "ORIGIN", requires = "http")]
+    pub allow_origin: Vec<dsh_mcp::Origin>,
+    /// Close an HTTP connection that has not sent a complete request head after this many
+    /// seconds (also how long a kept-alive connection may sit idle).
+    #[arg(long, value_name = "SECS", requires = "http",
+          default_value_t = dsh_mcp::DEFAULT_HTTP_HEADER_TIMEOUT.as_secs(),
+          value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub header_timeout: u64,
+    /// The most HTTP connections open at once; further ones are closed at accept.
+    #[arg(long, value_name = "N", requires = "http",
+          default_value_t = dsh_mcp::DEFAULT_HTTP_MAX_CONNECTIONS as u64,
+          value_parser = clap::value_parser!(u64).range(1..=65536))]
+    pub max_connections: u64,
     /// Do not ask approvals through MCP elicitation.
     #[arg(long)]
     pub no_elicitation: bool,

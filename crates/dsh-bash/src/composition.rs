@@ -1,6 +1,7 @@
 //! A started composition: the context with every planned plugin loaded, plus what the host
 //! adds on top (the approval answerer).
 
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::bail;
@@ -19,6 +20,16 @@ pub enum Pending {
     Report,
 }
 
+/// What a host adds to the composition it runs.
+#[derive(Debug, Default)]
+pub struct HostNeeds {
+    /// Plugins the host itself needs (added when missing).
+    pub plugins: &'static [&'static str],
+    /// The host's own secret files: confined commands must not read them (they are masked
+    /// by the local sandbox provider when it is composed).
+    pub masked_paths: Vec<PathBuf>,
+}
+
 /// A loaded composition. Dispose it (awaited) before the process exits.
 pub struct Composition {
     ctx: Context,
@@ -28,13 +39,18 @@ pub struct Composition {
 impl Composition {
     /// Plans, parses and loads the composition the command line describes.
     pub async fn start(args: &CompositionArgs, pending: Pending) -> anyhow::Result<Self> {
-        Self::start_with(args, &[], pending).await
+        Self::start_with(args, &HostNeeds::default(), pending).await
     }
 
-    /// [`Composition::start`] with plugins the host itself needs (added when missing).
-    pub async fn start_with(args: &CompositionArgs, host: &[&str], pending: Pending) -> anyhow::Result<Self> {
-        let rows = Plan::from_args(&Catalog::builtin(), args, host)?.parse()?;
-        Self::load(rows, args.approve, pending).await
+    /// [`Composition::start`] with what the host itself needs.
+    pub async fn start_with(
+        args: &CompositionArgs,
+        host: &HostNeeds,
+        pending: Pending,
+    ) -> anyhow::Result<Self> {
+        let mut plan = Plan::from_args(&Catalog::builtin(), args, host.plugins)?;
+        plan.mask_paths(&host.masked_paths)?;
+        Self::load(plan.parse()?, args.approve, pending).await
     }
 
     async fn load(rows: Vec<ParsedRow>, approve: Option<Approve>, pending: Pending) -> anyhow::Result<Self> {

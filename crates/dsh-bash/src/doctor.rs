@@ -21,7 +21,7 @@ use crate::composition::{Composition, Pending};
 pub async fn run(composition: &CompositionArgs) -> anyhow::Result<u8> {
     let comp = Composition::start(composition, Pending::Report).await?;
     let plugins = comp.ctx().plugins();
-    let spill_dir = comp.ctx().get(SUBPROCESS).and_then(|service| service.spill_dir());
+    let spill_dir = comp.ctx().get(SUBPROCESS).and_then(|service| service.existing_spill_dir());
     let containment = comp.ctx().get(SUBPROCESS).map(|service| service.containment().to_string());
     let provider = comp.ctx().get(SANDBOX);
     comp.dispose().await;

@@ -6,6 +6,9 @@
 //! implements no tool, executor or service behaviour of its own beyond the plugin glue for
 //! crates that expose constructors only.
 //!
+//! Before anything else it makes itself non-dumpable and takes `$DSH_MCP_TOKEN` out of its
+//! environment, so the commands it runs cannot read its secrets (see `hardening`).
+//!
 //! Exit codes: 0 success, 1 the tool result is an error (or `doctor` found a problem),
 //! 2 usage or start-up failure (one line on stderr).
 
@@ -16,6 +19,7 @@ mod cli;
 mod composition;
 mod config;
 mod doctor;
+mod hardening;
 mod interrupt;
 mod mcp;
 mod plan;
@@ -34,11 +38,16 @@ use crate::cli::{Cli, Command};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // SAFETY: single-threaded here: nothing has started a thread yet (the runtime starts below).
+    let env_token = unsafe { hardening::take_env_var(mcp::TOKEN_VAR) };
+    if let Err(e) = hardening::forbid_inspection() {
+        return fail(&anyhow::anyhow!("cannot make the process non-dumpable: {e}"));
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(runtime) => runtime,
         Err(e) => return fail(&anyhow::anyhow!("cannot start the async runtime: {e}")),
     };
-    let outcome = runtime.block_on(dispatch(cli));
+    let outcome = runtime.block_on(dispatch(cli, env_token));
     // Everything the composition owned was disposed and awaited; whatever is left (a blocked
     // terminal read, a timer) must not keep the process alive.
     runtime.shutdown_timeout(Duration::from_millis(200));
@@ -48,7 +57,7 @@ fn main() -> ExitCode {
     }
 }
 
-async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
+async fn dispatch(cli: Cli, env_token: Option<std::ffi::OsString>) -> anyhow::Result<u8> {
     let composition = cli.composition;
     match cli.command {
         Command::Call(args) => call::run(&composition, args).await,
@@ -56,7 +65,7 @@ async fn dispatch(cli: Cli) -> anyhow::Result<u8> {
         Command::Schema(args) => schema::run(&composition, args).await,
         Command::Prompt => prompt::run(&composition).await,
         Command::Doctor => doctor::run(&composition).await,
-        Command::Mcp(args) => mcp::run(&composition, args).await,
+        Command::Mcp(args) => mcp::run(&composition, args, env_token).await,
     }
 }
 

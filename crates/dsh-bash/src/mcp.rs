@@ -1,4 +1,5 @@
-//! `dsh-bash mcp [--http ADDR [--token-file FILE] [--allow-remote] [--idle-timeout SECS]]
+//! `dsh-bash mcp [--http ADDR [--token-file FILE] [--allow-remote] [--idle-timeout SECS]
+//! [--allow-origin ORIGIN]... [--header-timeout SECS] [--max-connections N]]
 //! [--no-elicitation]`: the composition's tools served over the Model Context Protocol, on
 //! stdio by default.
 //!
@@ -12,16 +13,23 @@
 //! nothing, and the start line on stderr names the real address (port 0 picks a free one).
 //! The bearer token comes from `--token-file`, else `$DSH_MCP_TOKEN`, else it is generated
 //! (256 random bits) and printed once on that start line.
+//!
+//! The token is what lets a client answer approvals, so the commands this server runs must not
+//! get it: `$DSH_MCP_TOKEN` left the process environment before anything started (see
+//! `hardening`), and the token file is masked from confined commands by the local sandbox
+//! provider.
 
+use std::ffi::OsString;
 use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::path::Path;
+use std::time::Duration;
 
 use anyhow::Context as _;
 use dsh_mcp::McpOptions;
 
 use crate::cli::{CompositionArgs, McpArgs};
-use crate::composition::{Composition, Pending};
+use crate::composition::{Composition, HostNeeds, Pending};
 
 /// The environment variable holding the HTTP bearer token.
 pub const TOKEN_VAR: &str = "DSH_MCP_TOKEN";
@@ -40,30 +48,45 @@ impl Token {
     }
 }
 
-pub async fn run(composition: &CompositionArgs, args: McpArgs) -> anyhow::Result<u8> {
+/// Serves MCP. `env_token` is `$DSH_MCP_TOKEN` as it was at start (the variable itself is
+/// gone from the environment by now).
+pub async fn run(
+    composition: &CompositionArgs,
+    args: McpArgs,
+    env_token: Option<OsString>,
+) -> anyhow::Result<u8> {
     init_logging();
     // Handlers first: a SIGTERM that arrives while the server starts is a clean shutdown.
     let interrupted = crate::interrupt::on_interrupt();
+    let mut host = HostNeeds { plugins: &["approval"], ..HostNeeds::default() };
     let http = match args.http {
         None => None,
         Some(addr) => {
             if !addr.ip().is_loopback() && !args.allow_remote {
                 anyhow::bail!("--http {addr} is not a loopback address; add --allow-remote to serve it");
             }
-            let token = http_token(args.token_file.as_deref())?;
+            let token = http_token(args.token_file.as_deref(), env_token)?;
+            if let Some(file) = &args.token_file {
+                let canonical = std::fs::canonicalize(file)
+                    .with_context(|| format!("cannot resolve the token file {}", file.display()))?;
+                host.masked_paths.push(canonical);
+            }
             let listener = tokio::net::TcpListener::bind(addr)
                 .await
                 .with_context(|| format!("cannot listen on {addr}"))?;
             Some((listener, token))
         }
     };
-    let comp = Composition::start_with(composition, &["approval"], Pending::Refuse).await?;
+    let comp = Composition::start_with(composition, &host, Pending::Refuse).await?;
     let options = McpOptions {
         server_name: "dsh-bash".to_owned(),
         server_version: env!("CARGO_PKG_VERSION").to_owned(),
         workspace_root: composition.workspace_root.as_deref().map(dsh_core::home::absolutize),
         elicitation: !args.no_elicitation,
-        http_idle_timeout: std::time::Duration::from_secs(args.idle_timeout),
+        http_idle_timeout: Duration::from_secs(args.idle_timeout),
+        http_allowed_origins: args.allow_origin,
+        http_header_timeout: Duration::from_secs(args.header_timeout),
+        http_max_connections: usize::try_from(args.max_connections).unwrap_or(usize::MAX),
         shutdown: interrupted.token().clone(),
         handle_signals: false,
         ..McpOptions::default()
@@ -82,7 +105,7 @@ pub async fn run(composition: &CompositionArgs, args: McpArgs) -> anyhow::Result
 
 /// `--token-file`, else `$DSH_MCP_TOKEN`, else a fresh random token. A named source that holds
 /// no token is an error, never a silent fallback.
-fn http_token(file: Option<&Path>) -> anyhow::Result<Token> {
+fn http_token(file: Option<&Path>, env_token: Option<OsString>) -> anyhow::Result<Token> {
     if let Some(file) = file {
         let text = std::fs::read_to_string(file)
             .with_context(|| format!("cannot read the token file {}", file.display()))?;
@@ -95,10 +118,11 @@ fn http_token(file: Option<&Path>) -> anyhow::Result<Token> {
         );
         return Ok(Token::Given(token.to_owned()));
     }
-    match std::env::var(TOKEN_VAR) {
-        Ok(token) if !token.trim().is_empty() => Ok(Token::Given(token.trim().to_owned())),
-        Ok(_) => anyhow::bail!("${TOKEN_VAR} is set but empty"),
-        Err(_) => Ok(Token::Generated(generate_token())),
+    match env_token.map(OsString::into_string) {
+        Some(Ok(token)) if !token.trim().is_empty() => Ok(Token::Given(token.trim().to_owned())),
+        Some(Ok(_)) => anyhow::bail!("${TOKEN_VAR} is set but empty"),
+        Some(Err(_)) => anyhow::bail!("${TOKEN_VAR} is not valid UTF-8"),
+        None => Ok(Token::Generated(generate_token())),
     }
 }
 

@@ -5,7 +5,7 @@
 //! `--workspace-root`, `--approve`, `--approval-policy`).
 
 use std::any::Any;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{Context as _, bail};
@@ -161,6 +161,33 @@ impl Plan {
         Ok(())
     }
 
+    /// Adds `paths` to the local sandbox provider's `maskedPaths`, after the file's own, so
+    /// confined commands cannot read them. Without the provider in the plan there is nothing
+    /// to add to (unconfined commands can read whatever the harness's user can).
+    pub fn mask_paths(&mut self, paths: &[PathBuf]) -> anyhow::Result<()> {
+        let Some(i) = self.index(catalog::SANDBOX_PROVIDER).filter(|_| !paths.is_empty()) else {
+            return Ok(());
+        };
+        let config = &mut self.rows[i].config;
+        if config.is_null() {
+            *config = Value::Object(Map::new());
+        }
+        let Some(object) = config.as_object_mut() else {
+            bail!("[{}] must be a table", catalog::SANDBOX_PROVIDER);
+        };
+        let masked = object.entry("maskedPaths").or_insert_with(|| Value::Array(Vec::new()));
+        let Some(masked) = masked.as_array_mut() else {
+            bail!("[{}] maskedPaths must be an array of paths", catalog::SANDBOX_PROVIDER);
+        };
+        for path in paths {
+            let Some(text) = path.to_str() else {
+                bail!("cannot hide {} from confined commands: not valid UTF-8", path.display());
+            };
+            masked.push(Value::String(text.to_owned()));
+        }
+        Ok(())
+    }
+
     /// Sets one config key of a plugin in the plan; a plugin not in the plan is left alone.
     fn set(&mut self, short_name: &str, key: &str, value: Value) -> anyhow::Result<()> {
         let Some(i) = self.index(short_name) else { return Ok(()) };
@@ -294,6 +321,26 @@ mod tests {
             |name: &str| plan.rows.iter().find(|r| r.factory.short_name() == name).map(|r| &r.config);
         assert_eq!(config_of("bash-sandbox"), Some(&json!({"graceMs": 200})));
         assert_eq!(config_of("sandbox-policy"), Some(&json!({"mode": "workspace-write"})));
+    }
+
+    #[test]
+    fn host_masked_paths_join_the_files_own() {
+        let args = CompositionArgs { sandbox: Some("workspace-write".into()), ..Default::default() };
+        let mut plan = build("[sandbox-local]\nmaskedPaths = [\"/etc/mine\"]\n", args.clone()).expect("plan");
+        plan.mask_paths(&[PathBuf::from("/srv/token")]).expect("masked");
+        let config_of = |plan: &Plan, name: &str| {
+            plan.rows.iter().find(|r| r.factory.short_name() == name).map(|r| r.config.clone())
+        };
+        assert_eq!(
+            config_of(&plan, "sandbox-local"),
+            Some(json!({"maskedPaths": ["/etc/mine", "/srv/token"]}))
+        );
+        let mut plan = build("", args).expect("plan");
+        plan.mask_paths(&[PathBuf::from("/srv/token")]).expect("masked");
+        assert_eq!(config_of(&plan, "sandbox-local"), Some(json!({"maskedPaths": ["/srv/token"]})));
+        let mut unconfined = build("", CompositionArgs::default()).expect("plan");
+        unconfined.mask_paths(&[PathBuf::from("/srv/token")]).expect("nothing to mask with");
+        assert!(unconfined.rows.iter().all(|r| r.config.is_null()));
     }
 
     #[test]

@@ -8,6 +8,7 @@
 pub mod abort;
 pub mod agent;
 pub mod approval;
+pub mod child_exec;
 pub mod context;
 pub mod error;
 pub mod home;

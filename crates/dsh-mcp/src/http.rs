@@ -13,15 +13,17 @@ use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
 use serde_json::json;
 use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::options::McpOptions;
+use crate::origin::{Origin, origin_allowed};
 use crate::server::McpServer;
 use crate::session::Shared;
 use crate::shutdown::shutdown_requested;
@@ -38,8 +40,11 @@ type McpService = StreamableHttpService<McpServer, LocalSessionManager>;
 
 /// Serves the composition over streamable HTTP at `http://<addr>/mcp` until a shutdown is
 /// requested; then ends every session and disposes the composition. Every request must carry
-/// `Authorization: Bearer <token>` (else 401). Bind a loopback address unless the network
-/// in between is trusted: the token is the only gate.
+/// `Authorization: Bearer <token>` (else 401) and no `Origin` or an allowed one (else 403,
+/// see [`McpOptions::http_allowed_origins`]). A connection that does not send a complete
+/// request head within [`McpOptions::http_header_timeout`] is closed, and at most
+/// [`McpOptions::http_max_connections`] are open at once. Bind a loopback address unless the
+/// network in between is trusted: the token is the only gate.
 pub async fn serve_http(
     ctx: Context,
     options: McpOptions,
@@ -76,7 +81,15 @@ pub async fn serve_http_on(
     let shared = Arc::new(Shared::new(ctx.clone(), options.clone()));
     let stop = CancellationToken::new();
     let service = mcp_service(Arc::clone(&shared), &options, local, stop.child_token());
-    let expected = Arc::new(format!("Bearer {token}"));
+    let gate = Arc::new(Gate {
+        bearer: format!("Bearer {token}"),
+        origins: options.http_allowed_origins.clone(),
+        max_body: options.max_message_bytes,
+    });
+    let mut http = http1::Builder::new();
+    http.timer(TokioTimer::new()).header_read_timeout(options.http_header_timeout);
+    let slots = Arc::new(Semaphore::new(options.http_max_connections.clamp(1, Semaphore::MAX_PERMITS)));
+    let mut full = false;
     let mut connections = JoinSet::new();
     let shutdown = shutdown_requested(&options);
     tokio::pin!(shutdown);
@@ -90,17 +103,29 @@ pub async fn serve_http_on(
                         continue;
                     }
                 };
+                // Over the cap the connection is closed at once (dropping it), so a flood of
+                // idle connections cannot exhaust the server's descriptors or memory.
+                let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
+                    if !full {
+                        tracing::warn!(max = options.http_max_connections, "too many HTTP connections; closing new ones");
+                    }
+                    full = true;
+                    drop(stream);
+                    continue;
+                };
+                full = false;
                 let service = service.clone();
-                let expected = Arc::clone(&expected);
-                let max_body = options.max_message_bytes;
+                let gate = Arc::clone(&gate);
+                let http = http.clone();
                 let closing = stop.clone();
                 connections.spawn(async move {
+                    let _slot = slot;
                     let handler = hyper::service::service_fn(move |request: Request<Incoming>| {
                         let service = service.clone();
-                        let expected = Arc::clone(&expected);
-                        async move { Ok::<_, Infallible>(route(&service, &expected, max_body, request).await) }
+                        let gate = Arc::clone(&gate);
+                        async move { Ok::<_, Infallible>(route(&service, &gate, request).await) }
                     });
-                    let connection = http1::Builder::new().serve_connection(TokioIo::new(stream), handler);
+                    let connection = http.serve_connection(TokioIo::new(stream), handler);
                     tokio::pin!(connection);
                     let ended = tokio::select! {
                         ended = connection.as_mut() => ended,
@@ -149,13 +174,20 @@ fn mcp_service(
     StreamableHttpService::new(move || Ok(McpServer::new(Arc::clone(&shared))), Arc::new(sessions), config)
 }
 
-async fn route(
-    service: &McpService,
-    expected: &str,
+/// What every request is checked against before the SDK sees it.
+struct Gate {
+    /// The whole expected `Authorization` value.
+    bearer: String,
+    origins: Vec<Origin>,
     max_body: usize,
-    request: Request<Incoming>,
-) -> Response<Body> {
-    if !authorized(request.headers(), expected) {
+}
+
+async fn route(service: &McpService, gate: &Gate, request: Request<Incoming>) -> Response<Body> {
+    let origin = request.headers().get(header::ORIGIN).map(HeaderValue::as_bytes);
+    if !origin_allowed(origin, &gate.origins) {
+        return closing(plain(StatusCode::FORBIDDEN, "forbidden: requests from this Origin are not allowed"));
+    }
+    if !authorized(request.headers(), &gate.bearer) {
         return closing(unauthorized());
     }
     if request.uri().path() != MCP_PATH {
@@ -164,7 +196,7 @@ async fn route(
     // Read the whole body (bounded) before the SDK sees the request: an answer given without
     // reading it would make the connection unusable for the client's next request.
     let (parts, body) = request.into_parts();
-    let body = match read_body(body, max_body).await {
+    let body = match read_body(body, gate.max_body).await {
         Ok(body) => body,
         Err(response) => return response,
     };

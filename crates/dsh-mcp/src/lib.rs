@@ -44,10 +44,16 @@
 //!   [`McpOptions::max_message_bytes`] get 413, and a session idle for
 //!   [`McpOptions::http_idle_timeout`] or deleted by its client ends (its agent and jobs with
 //!   it).
+//! * **HTTP exposure**: a browser `Origin` that is not loopback and not in
+//!   [`McpOptions::http_allowed_origins`] gets 403 (DNS-rebinding defence, as the MCP
+//!   transport asks); a connection gets [`McpOptions::http_header_timeout`] to send each
+//!   request head, and connections beyond [`McpOptions::http_max_connections`] are closed at
+//!   accept.
 
 mod approval;
 mod http;
 mod options;
+mod origin;
 pub mod output;
 mod roots;
 mod server;
@@ -57,7 +63,10 @@ mod stdio;
 
 pub use approval::{InFlightCalls, approval_message, elicit, elicitation_answerer, supports_elicitation};
 pub use http::{MCP_PATH, serve_http, serve_http_on};
-pub use options::{MIN_PROGRESS_INTERVAL, McpOptions};
+pub use options::{
+    DEFAULT_HTTP_HEADER_TIMEOUT, DEFAULT_HTTP_MAX_CONNECTIONS, MIN_PROGRESS_INTERVAL, McpOptions,
+};
+pub use origin::Origin;
 pub use roots::file_uri_path;
 pub use server::{CLIENT_CANCELLED, PROTOCOL_VERSION};
 pub use stdio::{serve_io, serve_stdio};

@@ -5,8 +5,15 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
+use crate::origin::Origin;
+
 /// The fastest rate at which one call may report progress (two notifications per second).
 pub const MIN_PROGRESS_INTERVAL: Duration = Duration::from_millis(500);
+
+/// Default of [`McpOptions::http_header_timeout`].
+pub const DEFAULT_HTTP_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+/// Default of [`McpOptions::http_max_connections`].
+pub const DEFAULT_HTTP_MAX_CONNECTIONS: usize = 256;
 
 /// Settings shared by the stdio and HTTP servers.
 #[derive(Clone, Debug)]
@@ -29,6 +36,14 @@ pub struct McpOptions {
     pub max_message_bytes: usize,
     /// An HTTP session with no traffic for this long is closed (and its agent disposed).
     pub http_idle_timeout: Duration,
+    /// Browser origins served over HTTP besides loopback ones (a request without `Origin`
+    /// always is); any other `Origin` gets 403.
+    pub http_allowed_origins: Vec<Origin>,
+    /// How long an HTTP client gets to send a complete request head (also the longest a
+    /// kept-alive connection may sit idle); the connection is closed after it.
+    pub http_header_timeout: Duration,
+    /// The most HTTP connections open at once; a connection beyond it is closed at accept.
+    pub http_max_connections: usize,
     /// Stop serving when this token is cancelled (the composition is then disposed).
     pub shutdown: CancellationToken,
     /// Also stop on SIGINT and SIGTERM.
@@ -46,6 +61,9 @@ impl Default for McpOptions {
             roots_timeout: Duration::from_secs(5),
             max_message_bytes: 4 * 1024 * 1024,
             http_idle_timeout: Duration::from_secs(3600),
+            http_allowed_origins: Vec::new(),
+            http_header_timeout: DEFAULT_HTTP_HEADER_TIMEOUT,
+            http_max_connections: DEFAULT_HTTP_MAX_CONNECTIONS,
             shutdown: CancellationToken::new(),
             handle_signals: true,
         }

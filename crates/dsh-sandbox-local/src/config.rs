@@ -24,6 +24,48 @@ pub struct LocalSandboxConfig {
     /// The runner chain, tried in order; the first usable runner confines every command.
     #[serde(default = "default_runners")]
     pub runners: Vec<RunnerKind>,
+    /// Files and directories a confined command must not read: each is covered by an empty
+    /// file or directory in the command's world (a host's own secrets, such as the HTTP
+    /// server's token file).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub masked_paths: Vec<std::path::PathBuf>,
+    /// Paths relative to each writable root that stay read-only inside it (files other
+    /// programs run or trust later, such as `.git/hooks`); default [`DEFAULT_PROTECTED_PATHS`].
+    #[serde(default = "default_protected_paths")]
+    pub protected_paths: Vec<String>,
+}
+
+/// Paths inside a writable root that a confined command may not change: each is code or
+/// configuration that another program runs or trusts later, outside the sandbox.
+pub const DEFAULT_PROTECTED_PATHS: [&str; 24] = [
+    ".git/hooks",
+    ".git/config",
+    ".git/info/attributes",
+    ".gitmodules",
+    ".gitconfig",
+    ".envrc",
+    ".bashrc",
+    ".bash_profile",
+    ".bash_login",
+    ".bash_logout",
+    ".profile",
+    ".zshrc",
+    ".zprofile",
+    ".zshenv",
+    ".ripgreprc",
+    ".mcp.json",
+    ".vscode",
+    ".idea",
+    ".claude/commands",
+    ".claude/agents",
+    ".claude/settings.json",
+    ".claude/settings.local.json",
+    ".codex",
+    ".cursor",
+];
+
+fn default_protected_paths() -> Vec<String> {
+    DEFAULT_PROTECTED_PATHS.map(str::to_owned).to_vec()
 }
 
 fn default_probe_timeout_ms() -> f64 {
@@ -41,6 +83,8 @@ impl Default for LocalSandboxConfig {
             runner_failure_signatures: Vec::new(),
             probe_timeout_ms: default_probe_timeout_ms(),
             runners: default_runners(),
+            masked_paths: Vec::new(),
+            protected_paths: default_protected_paths(),
         }
     }
 }
@@ -180,7 +224,17 @@ mod tests {
         let mut keys: Vec<&str> =
             schema["properties"].as_object().unwrap().keys().map(String::as_str).collect();
         keys.sort_unstable();
-        assert_eq!(keys, ["probeTimeoutMs", "runnerCommand", "runnerFailureSignatures", "runners"]);
+        assert_eq!(
+            keys,
+            [
+                "maskedPaths",
+                "probeTimeoutMs",
+                "protectedPaths",
+                "runnerCommand",
+                "runnerFailureSignatures",
+                "runners"
+            ]
+        );
         assert_eq!(schema["additionalProperties"], serde_json::json!(false));
     }
 }

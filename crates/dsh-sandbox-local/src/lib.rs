@@ -18,13 +18,17 @@
 #[cfg(not(target_os = "linux"))]
 compile_error!("dsh-sandbox-local supports Linux only (Landlock and bubblewrap runners)");
 
+mod bwrap;
 mod config;
 mod inprocess;
 mod probe;
 mod provider;
 mod runner;
+#[doc(hidden)]
+pub mod seccomp;
+mod session_world;
 
-pub use config::{ConfigError, LocalSandboxConfig};
+pub use config::{ConfigError, DEFAULT_PROTECTED_PATHS, LocalSandboxConfig};
 pub use inprocess::InProcessConfinement;
 pub use probe::SystemProber;
 pub use provider::{LocalSandboxProvider, PROVIDER_NAME};

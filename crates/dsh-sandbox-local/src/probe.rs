@@ -12,8 +12,8 @@ use crate::runner::{ProbeOutcome, RunnerCapability, RunnerKind, RunnerProber};
 
 /// Why bubblewrap is reported `partial` whatever its probe says.
 const BWRAP_EXDEV_NOTE: &str = "a hard link from outside the writable roots into them fails with EXDEV (\"Invalid cross-device link\"), which bubblewrap's denial signature does not report";
-const BWRAP_ROOT_NOTE: &str =
-    "running as root: the confined command keeps CAP_SYS_ADMIN and can remount the read-only root writable";
+const WORLD_NOTE: &str = "each command gets a new session, the session's PID namespace and /proc, a private /dev, the session's private /tmp and /dev/shm, /run hidden, no capabilities and a seccomp filter";
+const UNIX_SOCKET_NOTE: &str = "Unix sockets bound at paths outside /tmp, /run and the writable roots stay reachable: the kernel has no control on connecting to them by path";
 const MOUNT_NS_NOTE: &str = "without the mount namespace, Landlock does not govern metadata changes (chmod, chown, utimes, xattrs) outside the writable roots";
 
 /// Probes the host for real: runs `true` under each runner.
@@ -61,11 +61,8 @@ impl SystemProber {
 }
 
 fn bwrap_capability() -> RunnerCapability {
-    let mut notes = vec![BWRAP_EXDEV_NOTE.to_owned()];
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } == 0 {
-        notes.push(BWRAP_ROOT_NOTE.to_owned());
-    }
+    // As root the command runs with `--cap-drop ALL`, so it cannot remount the read-only root.
+    let notes = vec![BWRAP_EXDEV_NOTE.to_owned()];
     RunnerCapability { enforcement: SandboxEnforcement::Partial, mount_namespace: false, notes }
 }
 
@@ -99,6 +96,15 @@ fn probe_landlock(timeout: Duration) -> ProbeOutcome {
     if with_mounts.is_ok() {
         let mut capability = RunnerCapability::full();
         abi_note(&mut capability.notes);
+        capability.notes.push(WORLD_NOTE.to_owned());
+        capability.notes.push(if abi >= 6 {
+            format!("signals and abstract Unix sockets are scoped to the sandbox (Landlock ABI {abi})")
+        } else {
+            format!(
+                "Landlock ABI {abi} has no scoping: abstract Unix sockets outside the sandbox stay reachable"
+            )
+        });
+        capability.notes.push(UNIX_SOCKET_NOTE.to_owned());
         return ProbeOutcome::Usable(capability);
     }
     match try_in_process(false, timeout) {

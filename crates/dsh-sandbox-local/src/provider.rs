@@ -7,14 +7,18 @@ use dsh_sandbox::{
     SandboxExecutionPolicy, SandboxMode, SandboxProvider, SandboxUnavailableError, writable_roots,
 };
 
+use std::path::PathBuf;
+
+use crate::bwrap::BwrapLaunch;
 use crate::config::{ConfigError, LocalSandboxConfig};
-use crate::inprocess::{InProcessConfinement, PreparedCache};
+use crate::inprocess::{InProcessConfinement, PreparedCache, WorldSpec};
 use crate::probe::SystemProber;
 use crate::runner::{
     BWRAP_DENIAL_SIGNATURES, BWRAP_FATAL_SIGNATURE, ProbeOutcome, RUNNER_COMMAND_DENIAL_SIGNATURES,
-    RunnerCapability, RunnerKind, RunnerProber, bwrap_profile_args, landlock_denial_signatures,
-    landlock_rules,
+    RunnerCapability, RunnerKind, RunnerProber, bwrap_profile_args, bwrap_world_args,
+    landlock_denial_signatures, landlock_rules,
 };
+use crate::session_world::SessionWorlds;
 
 /// The provider's name in reports and messages.
 pub const PROVIDER_NAME: &str = "sandbox-local";
@@ -34,6 +38,7 @@ pub struct LocalSandboxProvider {
     probes: [OnceLock<ProbeOutcome>; 2],
     verdict: OnceLock<Verdict>,
     prepared: PreparedCache,
+    worlds: SessionWorlds,
 }
 
 impl std::fmt::Debug for LocalSandboxProvider {
@@ -63,6 +68,7 @@ impl LocalSandboxProvider {
             probes: [OnceLock::new(), OnceLock::new()],
             verdict: OnceLock::new(),
             prepared: PreparedCache::default(),
+            worlds: SessionWorlds::default(),
         })
     }
 
@@ -100,7 +106,7 @@ impl LocalSandboxProvider {
         policy: &SandboxExecutionPolicy,
     ) -> Result<ConfinedCommand, String> {
         Ok(ConfinedCommand {
-            argv: bwrap_argv(self.config.runner_command.clone(), policy, argv)?,
+            argv: bwrap_argv(self.config.runner_command.clone(), policy, Vec::new(), argv)?,
             child_confinement: None,
             enforcement: SandboxEnforcement::Full,
             denial_signatures: RUNNER_COMMAND_DENIAL_SIGNATURES.map(str::to_owned).to_vec(),
@@ -115,13 +121,15 @@ impl LocalSandboxProvider {
 }
 
 /// `launcher` (bubblewrap, or a configured command taking its arguments), the profile of
-/// `policy`, `--`, then the command itself.
+/// `policy`, `extra` arguments, `--`, then the command itself.
 fn bwrap_argv(
     mut launcher: Vec<String>,
     policy: &SandboxExecutionPolicy,
+    extra: Vec<String>,
     argv: &[String],
 ) -> Result<Vec<String>, String> {
     launcher.extend(bwrap_profile_args(policy)?);
+    launcher.extend(extra);
     launcher.push("--".to_owned());
     launcher.extend_from_slice(argv);
     Ok(launcher)
@@ -131,10 +139,13 @@ fn bwrap_command(
     argv: &[String],
     policy: &SandboxExecutionPolicy,
     capability: &RunnerCapability,
+    (writable, world): (Vec<PathBuf>, WorldSpec),
 ) -> Result<ConfinedCommand, String> {
+    let launch = BwrapLaunch::prepare()?;
+    let world_args = bwrap_world_args(&writable, &world, launch.seccomp_fd())?;
     Ok(ConfinedCommand {
-        argv: bwrap_argv(vec!["bwrap".to_owned()], policy, argv)?,
-        child_confinement: None,
+        argv: bwrap_argv(vec!["bwrap".to_owned()], policy, world_args, argv)?,
+        child_confinement: Some(Arc::new(launch)),
         enforcement: capability.enforcement,
         denial_signatures: BWRAP_DENIAL_SIGNATURES.map(str::to_owned).to_vec(),
         runner_failure_rules: vec![RunnerFailureRule::fatal(&[BWRAP_FATAL_SIGNATURE])],
@@ -144,11 +155,12 @@ fn bwrap_command(
 
 fn landlock_command(
     argv: &[String],
-    policy: &SandboxExecutionPolicy,
     capability: &RunnerCapability,
     cache: &PreparedCache,
+    writable: &[PathBuf],
+    world: Option<&WorldSpec>,
 ) -> Result<ConfinedCommand, String> {
-    let prepared = cache.get(&writable_roots(policy), capability.mount_namespace)?;
+    let prepared = cache.get(writable, world, capability.mount_namespace)?;
     let confinement = InProcessConfinement::from_prepared(prepared)?;
     Ok(ConfinedCommand {
         argv: argv.to_vec(),
@@ -184,10 +196,22 @@ impl SandboxProvider for LocalSandboxProvider {
         }
         match self.verdict() {
             Verdict::Selected(RunnerKind::Landlock, capability) => {
-                landlock_command(argv, policy, capability, &self.prepared).map_err(unavailable)
+                // Without a mount namespace there is no world to build: Landlock alone, with
+                // the contract's writable roots (the host's `/tmp` included).
+                let (writable, world) = match capability.mount_namespace {
+                    true => self
+                        .worlds
+                        .spec(policy, &self.config)
+                        .map(|(w, s)| (w, Some(s)))
+                        .map_err(unavailable)?,
+                    false => (writable_roots(policy), None),
+                };
+                landlock_command(argv, capability, &self.prepared, &writable, world.as_ref())
+                    .map_err(unavailable)
             }
             Verdict::Selected(RunnerKind::Bwrap, capability) => {
-                bwrap_command(argv, policy, capability).map_err(unavailable)
+                let world = self.worlds.spec(policy, &self.config).map_err(unavailable)?;
+                bwrap_command(argv, policy, capability, world).map_err(unavailable)
             }
             Verdict::Unavailable => Err(SandboxUnavailableError::new(policy.mode)),
         }
@@ -238,5 +262,9 @@ impl SandboxProvider for LocalSandboxProvider {
             });
         }
         ProviderReport { provider: PROVIDER_NAME.to_owned(), selected, runners }
+    }
+
+    fn share_read_only(&self, path: &std::path::Path) {
+        self.worlds.share(path);
     }
 }

@@ -118,6 +118,55 @@ pub fn bwrap_profile_args(policy: &SandboxExecutionPolicy) -> Result<Vec<String>
     Ok(args)
 }
 
+/// bubblewrap's arguments for the confined command's own world (the same world the
+/// in-process runner builds), appended to the contract's profile ([`bwrap_profile_args`],
+/// whose mounts they override in order): a new session, a PID namespace, the session's
+/// private `/tmp` and `/dev/shm`, `/run` hidden, masks, the writable roots again (above the
+/// new `/tmp`) with their protected paths read-only, read-only shares, no capabilities, and
+/// the seccomp program read from `seccomp_fd`. A configured `runnerCommand` receives the
+/// contract's profile alone.
+pub(crate) fn bwrap_world_args(
+    writable: &[std::path::PathBuf],
+    world: &crate::inprocess::WorldSpec,
+    seccomp_fd: Option<i32>,
+) -> Result<Vec<String>, String> {
+    let text = |p: &std::path::Path| {
+        p.to_str()
+            .map(str::to_owned)
+            .ok_or_else(|| format!("bwrap: the path {} is not valid UTF-8", p.display()))
+    };
+    let bind = if world.writable { "--bind" } else { "--ro-bind" };
+    let mut args: Vec<String> = ["--new-session", "--unshare-pid"].into_iter().map(str::to_owned).collect();
+    args.extend([bind.to_owned(), text(&world.shm)?, "/dev/shm".to_owned()]);
+    args.extend([bind.to_owned(), text(&world.tmp)?, "/tmp".to_owned()]);
+    for dir in &world.hidden {
+        let dir = text(dir)?;
+        args.extend(["--tmpfs".to_owned(), dir.clone(), "--remount-ro".to_owned(), dir]);
+    }
+    for root in writable.iter().filter(|r| r.exists()) {
+        let root = text(root)?;
+        args.extend(["--bind".to_owned(), root.clone(), root]);
+    }
+    for path in &world.protected {
+        let path = text(path)?;
+        args.extend(["--ro-bind".to_owned(), path.clone(), path]);
+    }
+    for (path, dir) in &world.masks {
+        let source = if *dir { &world.empty_dir } else { &world.empty_file };
+        args.extend(["--ro-bind".to_owned(), text(source)?, text(path)?]);
+    }
+    // The writable roots below `/tmp` are bound again above; the shares there come back here.
+    for (share, _) in world.below_tmp(writable).filter(|(_, read_only)| *read_only) {
+        let share = text(share)?;
+        args.extend(["--ro-bind".to_owned(), share.clone(), share]);
+    }
+    args.extend(["--cap-drop".to_owned(), "ALL".to_owned()]);
+    if let Some(fd) = seccomp_fd {
+        args.extend(["--seccomp".to_owned(), fd.to_string()]);
+    }
+    Ok(args)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

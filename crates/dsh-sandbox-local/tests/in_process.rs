@@ -23,6 +23,14 @@ fn landlock_provider() -> Option<LocalSandboxProvider> {
             Some(LocalSandboxProvider::with_prober(config, Arc::new(SystemProber)).unwrap())
         }
         other => {
+            // A required runner (CI names it) must run: being unusable fails the test.
+            assert!(
+                !std::env::var("DSH_SANDBOX_REQUIRE_RUNNERS")
+                    .unwrap_or_default()
+                    .split(',')
+                    .any(|r| r.trim() == "landlock"),
+                "landlock is required but unusable: {other:?}"
+            );
             eprintln!("SKIP: landlock runner with mount namespace unusable: {other:?}");
             None
         }

@@ -43,6 +43,8 @@ fn sb_21_real_runner_denies_outside_and_allows_the_workspace() {
     let provider = LocalSandboxProvider::new(LocalSandboxConfig::default()).unwrap();
     let report = provider.describe();
     if report.selected.is_none() {
+        let required = std::env::var("DSH_SANDBOX_REQUIRE_RUNNERS").unwrap_or_default();
+        assert!(required.trim().is_empty(), "runners {required} are required but none is usable:\n{report}");
         eprintln!("SKIP: no sandbox runner is usable on this host:\n{report}");
         return;
     }

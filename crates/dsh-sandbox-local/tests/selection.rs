@@ -84,6 +84,24 @@ fn provider(runners: &[RunnerKind], prober: Arc<FakeProber>) -> LocalSandboxProv
 const RO_PROFILE: [&str; 8] =
     ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--die-with-parent"];
 
+/// The contract's exact profile comes first; the command's own world follows it (a new
+/// session, a PID namespace, no capabilities, the seccomp program), then `--` and the argv.
+fn assert_world_after_profile(argv: &[String], profile: &[&str], tail: &[&str]) {
+    assert_eq!(&argv[..profile.len()], profile, "{argv:?}");
+    assert_eq!(&argv[argv.len() - tail.len()..], tail, "{argv:?}");
+    let world = &argv[profile.len()..argv.len() - tail.len()];
+    for expected in [&["--new-session"][..], &["--unshare-pid"], &["--cap-drop", "ALL"], &["--seccomp"]] {
+        assert!(world.windows(expected.len()).any(|w| w == expected), "{expected:?} missing from {world:?}");
+    }
+    let tmp =
+        world.windows(3).find(|w| w[0] == "--bind" || w[0] == "--ro-bind").filter(|w| w[2] == "/dev/shm");
+    assert!(tmp.is_some(), "no private /dev/shm in {world:?}");
+    assert!(
+        world.windows(2).any(|w| w[1] == "/tmp" && (w[0].ends_with("/tmp"))),
+        "no private /tmp in {world:?}"
+    );
+}
+
 #[test]
 fn sb_18_bwrap_first_and_passing_is_selected_without_probing_landlock() {
     let prober = FakeProber::new(full(), full());
@@ -91,13 +109,12 @@ fn sb_18_bwrap_first_and_passing_is_selected_without_probing_landlock() {
     let confined = provider.confine(&argv(&["true"]), &policy(SandboxMode::ReadOnly, "/ws")).unwrap();
     let mut expected = vec!["bwrap"];
     expected.extend(RO_PROFILE);
-    expected.extend(["--", "true"]);
-    assert_eq!(confined.argv, expected);
+    assert_world_after_profile(&confined.argv, &expected, &["--", "true"]);
     assert_eq!(confined.enforcement, SandboxEnforcement::Full);
     assert_eq!(confined.denial_signatures, ["read-only file system"]);
     assert_eq!(confined.runner_failure_rules, vec![RunnerFailureRule::fatal(&["bwrap: "])]);
     assert_eq!(confined.runner.as_deref(), Some("bwrap"));
-    assert!(confined.child_confinement.is_none());
+    assert!(confined.child_confinement.is_some(), "the seccomp descriptor and scope are set up in the child");
     assert_eq!(prober.calls(), vec![RunnerKind::Bwrap]);
     assert_eq!(*prober.timeouts.lock().unwrap(), vec![Duration::from_millis(5000)]);
 }
@@ -111,8 +128,8 @@ fn sb_18_landlock_unusable_falls_back_to_bwrap_and_the_verdict_is_cached() {
         let confined = provider.confine(&argv(&["bash", "-c", "echo hi"]), &ww).unwrap();
         let mut expected = vec!["bwrap"];
         expected.extend(RO_PROFILE);
-        expected.extend(["--tmpfs", "/tmp", "--bind", "/ws", "/ws", "--", "bash", "-c", "echo hi"]);
-        assert_eq!(confined.argv, expected);
+        expected.extend(["--tmpfs", "/tmp", "--bind", "/ws", "/ws"]);
+        assert_world_after_profile(&confined.argv, &expected, &["--", "bash", "-c", "echo hi"]);
     }
     assert_eq!(prober.calls(), vec![RunnerKind::Landlock, RunnerKind::Bwrap]);
 }

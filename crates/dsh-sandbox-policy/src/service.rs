@@ -1,7 +1,8 @@
 //! The local policy service and its plugin.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use dsh_core::home::absolutize;
 use dsh_core::{Agent, Plugin, PluginError, PluginScope, SYSTEM_PROMPT, Session};
@@ -11,6 +12,8 @@ use dsh_sandbox::{
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Value, json};
+
+use crate::pin::PinnedRoot;
 
 /// The session event that records a mode switch.
 pub const SANDBOX_MODE_EVENT: &str = "sandbox/mode";
@@ -32,10 +35,18 @@ pub fn canonical_root(path: &Path) -> PathBuf {
 }
 
 /// The policy service over session logs.
+///
+/// Workspace roots are pinned: the configured root when the service is built, a session's
+/// root when that session is first resolved. A pinned root that later moved or was replaced
+/// resolves to an unusable root ([`crate::moved_root`], under `/dev/null`: fail closed)
+/// instead of wherever its path leads now.
 #[derive(Debug)]
 pub struct LocalSandboxPolicy {
     default_mode: SandboxMode,
     root: PathBuf,
+    configured: Mutex<PinnedRoot>,
+    /// Per session id: the root pinned from its header cwd.
+    sessions: Mutex<HashMap<String, PinnedRoot>>,
 }
 
 impl LocalSandboxPolicy {
@@ -49,11 +60,42 @@ impl LocalSandboxPolicy {
                 )
             })?,
         };
-        let root = match &config.workspace_root {
-            Some(root) => canonical_root(Path::new(root)),
-            None => canonical_root(&std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"))),
+        let spelling = match &config.workspace_root {
+            Some(root) => PathBuf::from(root),
+            None => std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/")),
         };
-        Ok(Self { default_mode, root })
+        let root = canonical_root(&spelling);
+        let configured = Mutex::new(PinnedRoot::new(&spelling));
+        Ok(Self { default_mode, root, configured, sessions: Mutex::new(HashMap::new()) })
+    }
+
+    /// The workspace root of a call now: the session's pinned root if it has a cwd, else the
+    /// configured one — or, if that root moved or was replaced, an unusable root.
+    fn workspace_root(&self, session: Option<&Session>) -> PathBuf {
+        let cwd = session.and_then(|s| s.header().cwd.as_deref().map(|cwd| (s.id(), cwd)));
+        let (checked, pinned) = match cwd {
+            Some((id, cwd)) => {
+                let mut sessions = self.sessions.lock().unwrap_or_else(PoisonError::into_inner);
+                let pin = sessions.entry(id.to_owned()).or_insert_with(|| PinnedRoot::new(cwd));
+                if pin.spelling() != cwd {
+                    // Another session under the same id (a session's cwd never changes).
+                    *pin = PinnedRoot::new(cwd);
+                }
+                (pin.check(), pin.canonical().to_path_buf())
+            }
+            None => {
+                let mut pin = self.configured.lock().unwrap_or_else(PoisonError::into_inner);
+                (pin.check(), pin.canonical().to_path_buf())
+            }
+        };
+        checked.unwrap_or_else(|moved| {
+            tracing::warn!(
+                session = session.map(Session::id),
+                pinned = %pinned.display(),
+                "the workspace root moved or was replaced since the session started; refusing it"
+            );
+            moved
+        })
     }
 
     /// The configured fallback root (canonical).
@@ -93,10 +135,7 @@ impl SandboxPolicyService for LocalSandboxPolicy {
             .or_else(|| session.and_then(Self::recorded_mode))
             .unwrap_or_else(|| self.default_mode.as_str().to_owned());
         let mode = SandboxMode::parse(&mode_label).unwrap_or(SandboxMode::ReadOnly);
-        let workspace_root = session
-            .and_then(|s| s.header().cwd.as_deref())
-            .map(canonical_root)
-            .unwrap_or_else(|| self.root.clone());
+        let workspace_root = self.workspace_root(session);
         StandingPolicy {
             mode_label,
             policy: SandboxExecutionPolicy {
@@ -222,6 +261,44 @@ mod tests {
         let p = LocalSandboxPolicy::new(&SandboxPolicyConfig::default()).expect("ok");
         let s = session("s", Some(r.join("lexical/link/..").to_str().expect("utf8")));
         assert_eq!(p.resolve(Some(&s), None).policy.workspace_root, r.join("physical"));
+    }
+
+    #[test]
+    fn a_session_root_is_pinned_when_first_resolved() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let d = std::fs::canonicalize(tmp.path()).expect("canon");
+        std::fs::create_dir_all(d.join("t1/ws")).expect("mkdir");
+        std::fs::create_dir(d.join("elsewhere")).expect("mkdir");
+        std::fs::create_dir(d.join("configured")).expect("mkdir");
+        let p = LocalSandboxPolicy::new(&SandboxPolicyConfig {
+            mode: Some("workspace-write".into()),
+            workspace_root: Some(d.join("configured").to_str().expect("utf8").into()),
+        })
+        .expect("ok");
+        let s = session("s", Some(d.join("t1/ws").to_str().expect("utf8")));
+        assert_eq!(p.resolve(Some(&s), None).policy.workspace_root, d.join("t1/ws"));
+
+        std::fs::rename(d.join("t1"), d.join("t1_old")).expect("mv");
+        std::fs::create_dir(d.join("t1")).expect("mkdir");
+        std::os::unix::fs::symlink(d.join("elsewhere"), d.join("t1/ws")).expect("plant");
+        let standing = p.resolve(Some(&s), Some(SandboxMode::WorkspaceWrite));
+        assert_eq!(standing.policy.workspace_root, crate::moved_root(&d.join("t1/ws")));
+        assert_eq!(standing.policy.mode, SandboxMode::WorkspaceWrite);
+        assert_eq!(standing.policy.session_id.as_deref(), Some("s"));
+
+        // A new session (here: another id) pins the path as it is now.
+        let fresh = session("s2", Some(d.join("t1/ws").to_str().expect("utf8")));
+        assert_eq!(p.resolve(Some(&fresh), None).policy.workspace_root, d.join("elsewhere"));
+
+        // The configured root, pinned at construction, fails closed the same way.
+        assert_eq!(p.resolve(None, None).policy.workspace_root, d.join("configured"));
+        std::fs::rename(d.join("configured"), d.join("configured_old")).expect("mv");
+        std::os::unix::fs::symlink(d.join("elsewhere"), d.join("configured")).expect("plant");
+        let no_cwd = session("s3", None);
+        assert_eq!(
+            p.resolve(Some(&no_cwd), None).policy.workspace_root,
+            crate::moved_root(&d.join("configured"))
+        );
     }
 
     #[test]

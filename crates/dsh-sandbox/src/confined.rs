@@ -136,6 +136,12 @@ pub trait SandboxProvider: Send + Sync {
 
     /// What this provider can do on this host (for a `doctor` command).
     fn describe(&self) -> ProviderReport;
+
+    /// Keeps `path` (a directory the harness writes for commands, such as its spill
+    /// directory) readable at the same path to every later confined command, even where the
+    /// command's world hides the host directory it lives in. Never makes it writable.
+    /// Providers whose commands see the host's directories as they are need do nothing.
+    fn share_read_only(&self, _path: &std::path::Path) {}
 }
 
 #[cfg(test)]

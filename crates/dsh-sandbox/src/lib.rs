@@ -25,5 +25,7 @@ pub use escalation::{
     writable_roots,
 };
 pub use mode::{SandboxEnforcement, SandboxExecutionPolicy, SandboxMode, SandboxUnavailableError};
-pub use policy::{SANDBOX_POLICY, SandboxPolicyService, StandingPolicy};
+pub use policy::{
+    MOVED_ROOT_PREFIX, SANDBOX_POLICY, SandboxPolicyService, StandingPolicy, moved_root, pinned_root_of_moved,
+};
 pub use report::{ProviderReport, RunnerReport};

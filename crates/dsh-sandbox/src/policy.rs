@@ -1,5 +1,6 @@
 //! The sandbox policy service seam (`sandboxPolicy`): the standing mode of each session.
 
+use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
 
 use dsh_core::{ServiceKey, Session};
@@ -29,3 +30,19 @@ pub trait SandboxPolicyService: Send + Sync {
 
 /// Service key of the sandbox policy service.
 pub const SANDBOX_POLICY: ServiceKey<Arc<dyn SandboxPolicyService>> = ServiceKey::new("sandboxPolicy");
+
+/// The prefix of the root a moved or replaced workspace resolves to (see [`moved_root`]).
+pub const MOVED_ROOT_PREFIX: &str = "/dev/null/workspace-moved-or-replaced";
+
+/// The root a policy service returns in place of a session's pinned root once that root
+/// moved or was replaced: a path that cannot exist (its parent is a device), naming the
+/// pinned root, so nothing is granted under it and no command can start in it.
+pub fn moved_root(pinned: &Path) -> PathBuf {
+    let relative: PathBuf = pinned.components().filter(|c| matches!(c, Component::Normal(_))).collect();
+    Path::new(MOVED_ROOT_PREFIX).join(relative)
+}
+
+/// The pinned root a [`moved_root`] names, or `None` for any other root.
+pub fn pinned_root_of_moved(root: &Path) -> Option<PathBuf> {
+    root.strip_prefix(MOVED_ROOT_PREFIX).ok().map(|rest| Path::new("/").join(rest))
+}

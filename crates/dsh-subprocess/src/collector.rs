@@ -12,7 +12,6 @@
 //! was cut starts on the next character boundary.
 
 use std::collections::VecDeque;
-use std::io;
 use std::path::PathBuf;
 
 use parking_lot::Mutex;
@@ -240,10 +239,7 @@ fn spill_path(spill: &Spill) -> Option<PathBuf> {
 fn abandon(spill: &mut Spill) {
     if let Spill::Open(sink) = std::mem::replace(spill, Spill::Abandoned) {
         let path = sink.path().to_path_buf();
-        let _ = sink.close();
-        if let Err(e) = std::fs::remove_file(&path)
-            && e.kind() != io::ErrorKind::NotFound
-        {
+        if let Err(e) = sink.discard() {
             tracing::warn!(error = %e, path = %path.display(), "abandoned spill file could not be deleted");
         }
     }

@@ -1,12 +1,14 @@
 //! Subprocess mechanics (a **mechanics** crate under the executors).
 //!
-//! [`SubprocessService`] starts children in their own process groups, collects each output
-//! stream into a bounded tail with an optional spill file ([`OutputCollector`]), scrubs
-//! credentials and stale `DSH_*` values from the inherited environment, terminates process
-//! trees with `SIGTERM` → grace → `SIGKILL`, and owns every tree until it is gone. With
-//! [`Containment::Subreaper`] (the default, Linux) nothing a tree starts outlives it: what is
-//! left of a group dies with its leader, and `setsid`/double-forked strays are adopted and
-//! killed (opt out with `DSH_DETACH=1` in a `setsid` process's environment).
+//! [`SubprocessService`] starts children in their own process groups (or, on request, their
+//! own sessions, without a controlling terminal), never hands them a descriptor the harness
+//! inherited, collects each output stream into a bounded tail with an optional spill file
+//! ([`OutputCollector`]), scrubs credentials and stale `DSH_*` values from the inherited
+//! environment, terminates process trees with `SIGTERM` → grace → `SIGKILL`, and owns every
+//! tree until it is gone. With [`Containment::Subreaper`] (the default, Linux) nothing a tree
+//! starts outlives it: what is left of a group dies with its leader, and
+//! `setsid`/double-forked strays are adopted and killed (opt out with `DSH_DETACH=1` in a
+//! `setsid` process's environment).
 //!
 //! It knows nothing about bash, the shell executor seam, sandboxes (a sandbox only hands it a
 //! [`PreExecHook`]) or any tool or host. Linux is the supported platform.
@@ -16,6 +18,7 @@ mod containment;
 mod env;
 mod error;
 mod exit_guard;
+mod fds;
 mod handle;
 mod program;
 mod service;

@@ -92,7 +92,11 @@ impl SubprocessService {
 
     /// A service with `options`. With [`Containment::Subreaper`] (the default) this makes
     /// the whole process a child subreaper.
+    ///
+    /// The first service of a process also marks every descriptor the process inherited
+    /// (3 and up) close-on-exec, so none of them reaches a child.
     pub fn with_options(options: ServiceOptions) -> Arc<Self> {
+        crate::fds::mark_inherited_cloexec();
         let containment = crate::containment::establish(options.containment);
         let reaper = containment.is_active().then(|| Arc::new(Reaper::new()));
         Arc::new(Self {
@@ -121,8 +125,20 @@ impl SubprocessService {
         spawn_process(self, id, spec)
     }
 
-    /// The spill directory, once it exists (or when injected).
-    pub fn spill_dir(&self) -> Option<PathBuf> {
+    /// The canonical spill directory, opened (and, for the private default, created) if it
+    /// was not yet. Spill files are reported as `<directory as spelled>/<name>`; a host that
+    /// confines commands can bind this directory read-only into their world so later
+    /// commands can read spill files at the reported paths.
+    ///
+    /// Fails when the directory cannot be created or opened, or is refused (not owned by the
+    /// harness's effective user, or writable by group or others).
+    pub fn spill_dir(&self) -> std::io::Result<PathBuf> {
+        self.spill.canonical_dir()
+    }
+
+    /// The spill directory as spelled in reported paths, if it exists already (or was
+    /// injected); never creates it.
+    pub fn existing_spill_dir(&self) -> Option<PathBuf> {
         self.spill.existing_dir()
     }
 

@@ -1,5 +1,6 @@
 //! Starting a child and supervising it until settlement.
 
+use std::ffi::OsStr;
 use std::io::Read;
 use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::process::CommandExt;
@@ -55,8 +56,13 @@ pub struct SpawnSpec {
     pub grace_ms: f64,
     /// Firing it terminates the process.
     pub signal: Option<AbortSignal>,
-    /// Runs in the child before `exec`; when `None` the fast `posix_spawn` path is used.
+    /// Runs in the child before `exec`; when `None` (and `new_session` is false) the fast
+    /// `posix_spawn` path is used.
     pub pre_exec: Option<PreExecHook>,
+    /// Start the child in a new session (`setsid`) instead of only a new process group, so
+    /// it has no controlling terminal (it cannot reach the harness's terminal through
+    /// `/dev/tty` or `TIOCSTI`). The process group id is still the child's pid. Off by default.
+    pub new_session: bool,
 }
 
 impl SpawnSpec {
@@ -73,6 +79,7 @@ impl SpawnSpec {
             grace_ms: 3000.0,
             signal: None,
             pre_exec: None,
+            new_session: false,
         }
     }
 }
@@ -88,6 +95,7 @@ impl std::fmt::Debug for SpawnSpec {
             .field("stderr", &self.stderr)
             .field("grace_ms", &self.grace_ms)
             .field("pre_exec", &self.pre_exec.is_some())
+            .field("new_session", &self.new_session)
             .finish_non_exhaustive()
     }
 }
@@ -145,13 +153,20 @@ pub(crate) fn spawn_process(
         .arg0(&program)
         .args(&spec.argv[1..])
         .env_clear()
-        .envs(env)
-        .process_group(0)
+        .envs(env.iter().map(|(k, v)| (k, v)))
         .stdin(if spec.stdin.is_some() { Stdio::piped() } else { Stdio::null() })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     if let Some(dir) = &spec.cwd {
         command.current_dir(dir);
+    }
+    if !spec.new_session {
+        // A group leader cannot call setsid: with a new session, `setsid` makes the child the
+        // leader of a new group instead, with the same pgid (its pid).
+        command.process_group(0);
+    }
+    if spec.new_session || spec.pre_exec.is_some() {
+        install_prelude(&mut command, spec.new_session);
     }
     let hook_marker = match &spec.pre_exec {
         Some(hook) => Some(
@@ -161,22 +176,58 @@ pub(crate) fn spawn_process(
         None => None,
     };
 
-    // The spawn lock is held until the pid is registered, so the reaper never mistakes this
-    // fresh child for a stray.
-    let mut spawned_pids = service.reaper.as_ref().map(|_| crate::containment::spawn_lock());
+    // The spawn lock is held until the pid is registered (and its group is live), so no
+    // reaper — this service's, or another's in this process — mistakes this fresh child for
+    // a stray, whether or not this service contains its own trees.
+    let mut spawned_pids = crate::containment::spawn_lock();
+    // A hook that starts the program from another process (a PID-namespaced confinement)
+    // needs it as C strings made before the fork.
+    // It may start the program in a sibling of the child (`clone(CLONE_PARENT)`) and report
+    // the sibling's pid on this pipe: then the sibling is the process this spawn waits for.
+    let report = match &spec.pre_exec {
+        Some(_) => Some(std::io::pipe().map_err(|e| failed(errno_of(&e), SpawnStage::Exec))?),
+        None => None,
+    };
+    let image = spec.pre_exec.as_ref().and_then(|_| {
+        let argv = std::iter::once(OsStr::new(&program)).chain(spec.argv[1..].iter().map(OsStr::new));
+        let image = dsh_core::child_exec::ChildExec::new(
+            &executable,
+            argv,
+            env.iter().map(|(k, v)| (k.as_os_str(), v.as_os_str())),
+        )?;
+        Some(match &report {
+            Some((_, writer)) => image.with_report(writer.as_raw_fd()),
+            None => image,
+        })
+    });
     let spawned = {
         let _guard = runtime.enter();
+        let _published = image.as_ref().map(dsh_core::child_exec::ChildExec::publish);
         tokio::process::Command::from(command).kill_on_drop(false).spawn()
     };
-    if let (Some(pids), Ok(child)) = (spawned_pids.as_mut(), &spawned)
+    drop(image);
+    let sibling = report.and_then(|(reader, writer)| {
+        drop(writer);
+        read_sibling(reader)
+    });
+    if let Ok(child) = &spawned
         && let Some(pid) = child.id()
     {
-        pids.insert(pid as i32);
+        // Every service's leaders are known, so no sweep reaps a leader's zombie before
+        // its own waiter does.
+        spawned_pids.insert(pid as i32);
+        spawned_pids.extend(sibling);
+        crate::exit_guard::register(pid as i32);
     }
     drop(spawned_pids);
     let mut child = match spawned {
         Ok(child) => child,
         Err(e) => {
+            if let Some(sibling) = sibling {
+                // The sibling failed before its exec (that is the spawn's error): reap it.
+                // SAFETY: waiting for a child of this process that has exited.
+                unsafe { libc::waitpid(sibling, std::ptr::null_mut(), 0) };
+            }
             // The hook runs after `chdir`, so a fired hook also vouches for the directory.
             let error = if hook_marker.is_some_and(HookMarker::fired) {
                 os_error(errno_of(&e), SpawnStage::PreExec)
@@ -190,7 +241,6 @@ pub(crate) fn spawn_process(
         // A freshly spawned child has not been waited on, so its id is always known.
         return Err(os_error(Errno::ESRCH, SpawnStage::Exec).into());
     };
-    crate::exit_guard::register(pid);
 
     let factory = Some(service.spill.factory());
     let streams = (
@@ -221,8 +271,76 @@ pub(crate) fn spawn_process(
         })),
         _ => None,
     };
-    runtime.spawn(supervise(child, inner, spec.signal, stdin_task));
+    let leader = match sibling {
+        Some(pid) => Leader::Sibling { child, pid, pidfd: None },
+        None => Leader::Child(child),
+    };
+    runtime.spawn(supervise(leader, inner, spec.signal, stdin_task));
     Ok(handle)
+}
+
+/// The pid a hook reported for a sibling that runs the program, if it reported one. The
+/// write ends are closed by now (ours above, the child's when it exec'd or exited, which
+/// `spawn` waited for), so the read cannot block.
+fn read_sibling(mut reader: std::io::PipeReader) -> Option<i32> {
+    let mut bytes = [0u8; 4];
+    match reader.read(&mut bytes) {
+        Ok(4) => Some(i32::from_ne_bytes(bytes)).filter(|pid| *pid > 0),
+        _ => None,
+    }
+}
+
+/// The process a spawn waits for: the child itself, or a sibling the child started in its
+/// place (it then exits at once, and is reaped first).
+enum Leader {
+    Child(Child),
+    Sibling { child: Child, pid: i32, pidfd: Option<tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>> },
+}
+
+impl Leader {
+    fn child(&mut self) -> &mut Child {
+        match self {
+            Leader::Child(child) | Leader::Sibling { child, .. } => child,
+        }
+    }
+
+    async fn wait(&mut self) -> std::io::Result<ExitStatus> {
+        match self {
+            Leader::Child(child) => child.wait().await,
+            Leader::Sibling { child, pid, pidfd } => {
+                child.wait().await?;
+                let pid = *pid;
+                if pidfd.is_none() {
+                    // SAFETY: pidfd_open of a child of this process; the fd is owned below.
+                    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+                    if fd < 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    // SAFETY: a fresh descriptor nobody else owns.
+                    let fd =
+                        unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd as i32) };
+                    // SAFETY: the `OwnedFd` is open and is moved into the `AsyncFd`, which owns it
+                    // (and so its descriptor number) until it is dropped.
+                    *pidfd = Some(unsafe { tokio::io::unix::AsyncFd::register(fd) }?);
+                }
+                let pidfd = pidfd.as_ref().ok_or_else(|| std::io::Error::from_raw_os_error(libc::EBADF))?;
+                loop {
+                    let mut guard = pidfd.readable().await?;
+                    let mut status = 0;
+                    // SAFETY: a non-blocking wait for a child of this process.
+                    let reaped = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+                    if reaped == pid {
+                        crate::containment::forget_spawned(pid);
+                        return Ok(<ExitStatus as std::os::unix::process::ExitStatusExt>::from_raw(status));
+                    }
+                    if reaped < 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    guard.clear_ready();
+                }
+            }
+        }
+    }
 }
 
 /// A stream that fills whole chunks gets a larger pipe, so the writer blocks and we wake
@@ -256,6 +374,24 @@ impl HookMarker {
         let mut byte = [0u8; 1];
         matches!(reader.read(&mut byte), Ok(1))
     }
+}
+
+/// The start of every forked child's pre-exec sequence, before any caller hook (pre-exec
+/// closures run in the order they were installed): a new session when asked, then
+/// close-on-exec for every descriptor from 3, so nothing the harness holds reaches the
+/// program.
+fn install_prelude(command: &mut std::process::Command, new_session: bool) {
+    let prelude = move || {
+        if new_session {
+            nix::unistd::setsid().map_err(std::io::Error::from)?;
+        }
+        crate::fds::cloexec_from_3_in_child();
+        Ok(())
+    };
+    // SAFETY: the closure runs between fork and exec and only makes the setsid(2), fcntl(2),
+    // getrlimit(2) and close_range(2) system calls, all async-signal-safe; it allocates
+    // nothing (an errno converts to `io::Error` without allocating).
+    unsafe { command.pre_exec(prelude) };
 }
 
 fn install_hook(
@@ -303,12 +439,12 @@ async fn pump(pipe: Option<impl AsyncRead + AsFd + Unpin>, collector: &OutputCol
 /// Waits for the direct child and the pipes (at most `grace` past the exit), forwarding an
 /// abort as a termination. Returns when the streams are complete; the pipes close on return.
 async fn run_to_exit(
-    child: &mut Child,
+    leader: &mut Leader,
     inner: &Arc<ProcessInner>,
     signal: Option<&AbortSignal>,
 ) -> std::io::Result<ExitStatus> {
-    let stdout = child.stdout.take();
-    let stderr = child.stderr.take();
+    let stdout = leader.child().stdout.take();
+    let stderr = leader.child().stderr.take();
     let pumps = async {
         tokio::join!(pump(stdout, &inner.stdout), pump(stderr, &inner.stderr));
     };
@@ -323,7 +459,7 @@ async fn run_to_exit(
     let mut abort_seen = false;
     let status = loop {
         tokio::select! {
-            status = child.wait() => break status,
+            status = leader.wait() => break status,
             () = &mut pumps, if !pumps_done => pumps_done = true,
             () = &mut abort, if !abort_seen => {
                 abort_seen = true;
@@ -332,6 +468,7 @@ async fn run_to_exit(
         }
     };
     inner.mark_leader_reaped();
+    crate::containment::forget_spawned(inner.pid);
     inner.contain_leftovers();
     if !pumps_done {
         let drain = tokio::time::sleep(inner.grace);
@@ -366,12 +503,12 @@ fn outcome_of(status: std::io::Result<ExitStatus>) -> ProcessOutcome {
 }
 
 async fn supervise(
-    mut child: Child,
+    mut leader: Leader,
     inner: Arc<ProcessInner>,
     signal: Option<AbortSignal>,
     stdin_task: Option<JoinHandle<()>>,
 ) {
-    let status = run_to_exit(&mut child, &inner, signal.as_ref()).await;
+    let status = run_to_exit(&mut leader, &inner, signal.as_ref()).await;
     if let Some(task) = stdin_task {
         task.abort();
     }

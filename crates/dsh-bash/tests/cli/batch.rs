@@ -2,7 +2,7 @@
 
 use serde_json::json;
 
-use crate::harness::Sandbox;
+use crate::harness::{Sandbox, output};
 
 #[test]
 fn malformed_lines_get_error_responses_and_the_batch_goes_on() {
@@ -41,6 +41,32 @@ fn malformed_lines_get_error_responses_and_the_batch_goes_on() {
             ["content", "isError", "structured", "presentCall", "presentResult", "id", "notices"]
         );
     }
+}
+
+#[test]
+fn a_line_that_is_not_utf8_is_answered_and_the_batch_goes_on() {
+    let sandbox = Sandbox::new();
+    let mut input = Vec::new();
+    input.extend_from_slice(
+        b"{\"tool\":\"bash\",\"args\":{\"command\":\"echo one\",\"description\":\"d\"},\"id\":1}\n",
+    );
+    input.extend_from_slice(b"{\"tool\":\"bash\",\"id\":\"\xff\"}\r\n");
+    input.extend_from_slice(
+        b"{\"tool\":\"bash\",\"args\":{\"command\":\"echo three\",\"description\":\"d\"},\"id\":3}",
+    );
+    let out = output(sandbox.command(&["batch"]), &input);
+    assert_eq!(out.code, Some(0), "{out:?}");
+    assert_eq!(out.stderr, "");
+    let lines = out.json_lines();
+    let texts: Vec<&str> = lines.iter().map(|l| l["content"][0]["text"].as_str().expect("text")).collect();
+    assert_eq!(
+        texts,
+        ["one\n", "Error: invalid JSON: invalid utf-8 sequence of 1 bytes from index 21", "three\n"]
+    );
+    let errors: Vec<&serde_json::Value> = lines.iter().map(|l| &l["isError"]).collect();
+    assert_eq!(errors, [&json!(false), &json!(true), &json!(false)]);
+    let ids: Vec<&serde_json::Value> = lines.iter().map(|l| &l["id"]).collect();
+    assert_eq!(ids, [&json!(1), &json!(null), &json!(3)]);
 }
 
 #[test]

@@ -43,6 +43,12 @@ impl Sandbox {
         Self { dir: tempfile::tempdir().expect("tempdir") }
     }
 
+    /// A scratch directory outside `/tmp` and the OS temp dir (see [`scratch_outside_tmp`]),
+    /// for confined commands that must see it as the host does.
+    pub fn outside_tmp() -> Self {
+        Self { dir: scratch_outside_tmp() }
+    }
+
     pub fn path(&self) -> &Path {
         self.dir.path()
     }
@@ -56,27 +62,55 @@ impl Sandbox {
 
     /// Runs `dsh-bash ARGS` with `stdin`.
     pub fn run(&self, args: &[&str], stdin: &str) -> Run {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_dsh-bash"))
+        output(self.command(args), stdin.as_bytes())
+    }
+
+    /// `dsh-bash ARGS` with the scratch directory as cwd and `DSH_HOME`, and no
+    /// `DSH_MCP_TOKEN` in its environment; run it with [`output`].
+    pub fn command(&self, args: &[&str]) -> Command {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_dsh-bash"));
+        command
             .args(args)
             .env("DSH_HOME", self.dir.path().join("home"))
             .env_remove("DSH_MCP_TOKEN")
-            .current_dir(self.dir.path())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn dsh-bash");
-        {
-            let mut input = child.stdin.take().expect("stdin");
-            input.write_all(stdin.as_bytes()).expect("write stdin");
-        }
-        let output = child.wait_with_output().expect("wait");
-        Run {
-            stdout: String::from_utf8(output.stdout).expect("utf-8 stdout"),
-            stderr: String::from_utf8(output.stderr).expect("utf-8 stderr"),
-            code: output.status.code(),
-        }
+            .current_dir(self.dir.path());
+        command
     }
+}
+
+/// Runs `command` with `stdin` and captures what it prints.
+pub fn output(mut command: Command, stdin: &[u8]) -> Run {
+    let mut child = command
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn dsh-bash");
+    {
+        let mut input = child.stdin.take().expect("stdin");
+        input.write_all(stdin).expect("write stdin");
+    }
+    let output = child.wait_with_output().expect("wait");
+    Run {
+        stdout: String::from_utf8(output.stdout).expect("utf-8 stdout"),
+        stderr: String::from_utf8(output.stderr).expect("utf-8 stderr"),
+        code: output.status.code(),
+    }
+}
+
+/// Whether this host can confine commands. When it cannot, the test skips (saying so),
+/// unless `DSH_SANDBOX_REQUIRE_RUNNERS` names runners that must work: then it fails.
+pub fn confining_host() -> bool {
+    let args = ["--sandbox", "read-only", "call", "bash", r#"{"command":"true","description":"d"}"#];
+    let out = Sandbox::outside_tmp().run(&args, "");
+    if !out.stdout.contains("no sandbox backend is usable") {
+        assert_eq!(out.stdout, "(no output)", "{out:?}");
+        return true;
+    }
+    let required = std::env::var("DSH_SANDBOX_REQUIRE_RUNNERS").unwrap_or_default();
+    assert!(required.trim().is_empty(), "runners {required} are required but none is usable: {}", out.stdout);
+    eprintln!("skipping: no sandbox backend is usable on this host ({})", out.stdout);
+    false
 }
 
 /// Runs `dsh-bash ARGS` in a fresh scratch directory with empty stdin.

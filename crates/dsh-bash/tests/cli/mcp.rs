@@ -60,7 +60,7 @@ fn mcp_serves_the_default_composition_on_stdio() {
 }
 
 /// The status code of one `initialize` POST to `url`, with `token` as the bearer if given.
-fn post_initialize(url: &str, token: Option<&str>) -> u16 {
+pub(crate) fn post_initialize(url: &str, token: Option<&str>) -> u16 {
     use std::io::Read;
     let rest = url.strip_prefix("http://").expect("http url");
     let (authority, path) = rest.split_at(rest.find('/').expect("path"));
@@ -82,7 +82,11 @@ fn post_initialize(url: &str, token: Option<&str>) -> u16 {
 }
 
 /// Starts `dsh-bash mcp --http ...` and returns the child with its stderr start line.
-fn start_http(sandbox: &Sandbox, args: &[&str], token_env: Option<&str>) -> (std::process::Child, String) {
+pub(crate) fn start_http(
+    sandbox: &Sandbox,
+    args: &[&str],
+    token_env: Option<&str>,
+) -> (std::process::Child, String) {
     let mut command = Command::new(env!("CARGO_BIN_EXE_dsh-bash"));
     command
         .arg("mcp")
@@ -104,9 +108,38 @@ fn start_http(sandbox: &Sandbox, args: &[&str], token_env: Option<&str>) -> (std
     (child, line.trim_end().to_owned())
 }
 
-const TOKEN_VAR: &str = "DSH_MCP_TOKEN";
+pub(crate) const TOKEN_VAR: &str = "DSH_MCP_TOKEN";
 
-fn stop(mut child: std::process::Child) {
+/// [`start_http`], with the server killed if the test ends (fails) before [`Server::stop`].
+pub(crate) fn start_server(sandbox: &Sandbox, args: &[&str], token_env: Option<&str>) -> (Server, String) {
+    let (child, line) = start_http(sandbox, args, token_env);
+    (Server(Some(child)), line)
+}
+
+/// A running server; see [`start_server`].
+pub(crate) struct Server(Option<std::process::Child>);
+
+impl Server {
+    pub(crate) fn id(&self) -> u32 {
+        self.0.as_ref().expect("running").id()
+    }
+
+    /// Ends the server with SIGTERM and asserts a clean exit.
+    pub(crate) fn stop(mut self) {
+        stop(self.0.take().expect("running"));
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.0.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+pub(crate) fn stop(mut child: std::process::Child) {
     let killed = Command::new("kill").args(["-TERM", &child.id().to_string()]).status().expect("kill");
     assert!(killed.success());
     let status = child.wait().expect("wait");

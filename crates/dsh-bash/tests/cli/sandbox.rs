@@ -7,17 +7,10 @@ use crate::harness::{Run, Sandbox};
 
 const DENIAL: &str = "[sandbox: file access denied under read-only mode]\n[sandbox: escalation available — retry this exact command once with sandbox_permissions (the narrowest wider mode that suffices) + justification; the approval prompt asks the user]\n[exit code: 1]";
 
-/// `None` (after printing why) when this host cannot confine commands.
+/// A scratch sandbox when this host can confine commands (see
+/// [`crate::harness::confining_host`]), `None` after printing why it cannot.
 fn confining_host() -> Option<Sandbox> {
-    let sandbox = Sandbox::new();
-    let out = sandbox
-        .run(&["--sandbox", "read-only", "call", "bash", r#"{"command":"true","description":"d"}"#], "");
-    if out.stdout.contains("no sandbox backend is usable") {
-        eprintln!("skipping: no sandbox backend is usable on this host ({})", out.stdout);
-        return None;
-    }
-    assert_eq!(out.stdout, "(no output)", "{out:?}");
-    Some(sandbox)
+    crate::harness::confining_host().then(Sandbox::new)
 }
 
 fn touch(sandbox: &Sandbox, switches: &[&str], escalate: bool) -> Run {

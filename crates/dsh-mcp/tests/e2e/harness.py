@@ -108,7 +108,8 @@ def process_alive(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as f:
             return f.read().split(") ")[-1].split()[0] != "Z"
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):
+        # Reaped between the checks: reading a dead process's stat fails with ESRCH.
         return False
 
 

@@ -12,7 +12,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
-use super::Prepared;
+use super::{Prepared, WorldSpec};
 
 /// At most this many policies are kept; beyond it the cache starts over.
 const CAPACITY: usize = 32;
@@ -20,6 +20,7 @@ const CAPACITY: usize = 32;
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Key {
     roots: Vec<(PathBuf, Option<(u64, u64)>)>,
+    world: Option<WorldSpec>,
     mount_namespace: bool,
     euid: u32,
     egid: u32,
@@ -40,14 +41,19 @@ struct State {
 
 impl PreparedCache {
     /// The preparation for `writable`, built (with a pre-built namespace) on first use.
-    pub(crate) fn get(&self, writable: &[PathBuf], mount_namespace: bool) -> Result<Arc<Prepared>, String> {
+    pub(crate) fn get(
+        &self,
+        writable: &[PathBuf],
+        world: Option<&WorldSpec>,
+        mount_namespace: bool,
+    ) -> Result<Arc<Prepared>, String> {
         // SAFETY: plain id getters.
         let (euid, egid) = unsafe { (libc::geteuid(), libc::getegid()) };
         let roots = writable
             .iter()
             .map(|p| (p.clone(), std::fs::metadata(p).ok().map(|m| (m.dev(), m.ino()))))
             .collect();
-        let key = Key { roots, mount_namespace, euid, egid };
+        let key = Key { roots, world: world.cloned(), mount_namespace, euid, egid };
         let mut state = self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         if state.mounts_changed() {
             state.entries.clear();
@@ -55,7 +61,7 @@ impl PreparedCache {
         if let Some((_, prepared)) = state.entries.iter().find(|(k, _)| *k == key) {
             return Ok(Arc::clone(prepared));
         }
-        let prepared = Arc::new(Prepared::build(writable, mount_namespace, true)?);
+        let prepared = Arc::new(Prepared::build(writable, world, mount_namespace, true)?);
         if state.entries.len() >= CAPACITY {
             state.entries.clear();
         }
@@ -84,7 +90,7 @@ mod tests {
     use super::*;
 
     fn usable() -> bool {
-        crate::inprocess::Prepared::build(&[], true, false).is_ok()
+        crate::inprocess::Prepared::build(&[], None, true, false).is_ok()
             && matches!(
                 crate::probe::SystemProber.probe_for_tests(),
                 crate::runner::ProbeOutcome::Usable(ref c) if c.mount_namespace
@@ -102,15 +108,15 @@ mod tests {
         std::fs::create_dir(&ws).unwrap();
         let cache = PreparedCache::default();
         let roots = vec![ws.clone()];
-        let first = cache.get(&roots, true).unwrap();
+        let first = cache.get(&roots, None, true).unwrap();
         assert!(first.template.is_some(), "{:?}", first.template_error);
-        assert!(Arc::ptr_eq(&first, &cache.get(&roots, true).unwrap()));
-        assert!(!Arc::ptr_eq(&first, &cache.get(&roots, false).unwrap()));
+        assert!(Arc::ptr_eq(&first, &cache.get(&roots, None, true).unwrap()));
+        assert!(!Arc::ptr_eq(&first, &cache.get(&roots, None, false).unwrap()));
 
         std::fs::remove_dir(&ws).unwrap();
         std::fs::create_dir(&ws).unwrap();
-        let replaced = cache.get(&roots, true).unwrap();
+        let replaced = cache.get(&roots, None, true).unwrap();
         assert!(!Arc::ptr_eq(&first, &replaced));
-        assert!(Arc::ptr_eq(&replaced, &cache.get(&roots, true).unwrap()));
+        assert!(Arc::ptr_eq(&replaced, &cache.get(&roots, None, true).unwrap()));
     }
 }

@@ -17,6 +17,7 @@ mod mounts;
 mod record;
 mod ruleset;
 mod template;
+mod world;
 
 use std::ffi::CString;
 use std::os::fd::OwnedFd;
@@ -30,8 +31,48 @@ pub(crate) use cache::PreparedCache;
 pub(crate) use ruleset::landlock_abi;
 
 use crate::runner::LANDLOCK_FATAL_SIGNATURE;
-use child::{MountPlan, Template};
+use child::{ChildPlan, MountPlan, Template};
 use record::{FailureRecord, Step};
+use world::WorldPlan;
+
+/// The world a confined command gets besides its writable roots (see [`world`]): host
+/// directories backing its private `/tmp` and `/dev/shm`, paths to keep read-only or to
+/// mask, directories to hide, and read-only shares re-attached under the private `/tmp`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct WorldSpec {
+    pub tmp: PathBuf,
+    pub shm: PathBuf,
+    /// Whether `/tmp` and `/dev/shm` are writable (workspace-write) or read-only.
+    pub writable: bool,
+    pub protected: Vec<PathBuf>,
+    pub masks: Vec<(PathBuf, bool)>,
+    pub empty_file: PathBuf,
+    pub empty_dir: PathBuf,
+    pub hidden: Vec<PathBuf>,
+    pub shares: Vec<PathBuf>,
+}
+
+/// Where the command's private `/tmp` is mounted.
+pub(crate) const PRIVATE_TMP: &str = "/tmp";
+
+impl WorldSpec {
+    /// What must stay reachable below the private `/tmp`, which covers the host's: the
+    /// existing writable roots there, and the shares there that are not inside one of them
+    /// (read-only), each with whether it is read-only. Both runners mount these again over
+    /// the new `/tmp`, on mount points the provider makes in the directory behind it.
+    pub(crate) fn below_tmp<'a>(&'a self, writable: &'a [PathBuf]) -> impl Iterator<Item = (&'a Path, bool)> {
+        let tmp = Path::new(PRIVATE_TMP);
+        let below = move |p: &Path| p.starts_with(tmp) && p != tmp;
+        let shares =
+            self.shares.iter().filter(move |s| s.is_dir() && !writable.iter().any(|w| s.starts_with(w)));
+        writable
+            .iter()
+            .filter(|w| w.exists())
+            .map(|w| (w.as_path(), false))
+            .chain(shares.map(|s| (s.as_path(), true)))
+            .filter(move |(p, _)| below(p))
+    }
+}
 
 /// Everything one policy needs, built in the parent and shareable between spawns.
 #[derive(Debug)]
@@ -48,16 +89,21 @@ pub(crate) struct Prepared {
 
 impl Prepared {
     /// Grants writes under the existing paths of `writable`. With `mount_namespace` false,
-    /// Landlock alone confines (partial enforcement). With `template`, the mount namespace is
+    /// Landlock alone confines (partial enforcement). With `world`, the command also gets its
+    /// own `/dev`, `/tmp`, PID namespace and masks. With `template`, the mount namespace is
     /// built once now and joined by each child; if that fails, each child builds its own.
     ///
     /// The error is a fatal line in the launcher's dialect (`landlock-run: …`).
-    pub(crate) fn build(writable: &[PathBuf], mount_namespace: bool, template: bool) -> Result<Self, String> {
+    pub(crate) fn build(
+        writable: &[PathBuf],
+        world: Option<&WorldSpec>,
+        mount_namespace: bool,
+        template: bool,
+    ) -> Result<Self, String> {
         let existing: Vec<PathBuf> = writable.iter().filter(|p| p.exists()).cloned().collect();
-        let ruleset = ruleset::build_ruleset(&existing).map_err(fatal)?;
         if !mount_namespace {
             return Ok(Self {
-                ruleset,
+                ruleset: ruleset::build_ruleset(&existing, &[], None).map_err(fatal)?,
                 mounts: None,
                 template: None,
                 template_error: None,
@@ -71,20 +117,32 @@ impl Prepared {
         let plan = MountPlan {
             binds: existing.iter().map(|p| c_path(p)).collect::<Result<_, _>>().map_err(fatal)?,
             writable: writable_paths.iter().map(|p| c_path(p)).collect::<Result<_, _>>().map_err(fatal)?,
+            world: world.map(|w| world_plan(w, &existing)).transpose().map_err(fatal)?,
         };
-        let (template, template_error) = match template.then(|| template::create(&plan)) {
-            None => (None, None),
-            Some(Ok(t)) => (Some(t), None),
-            Some(Err(template::TemplateError::Step((step, index, errno)))) => (
-                None,
-                Some(format!(
-                    "{} failed: {}",
-                    describe_step(&existing, &writable_paths, step, index),
-                    std::io::Error::from_raw_os_error(errno)
-                )),
-            ),
-            Some(Err(template::TemplateError::Io(e))) => (None, Some(e.to_string())),
-        };
+        let (template, template_error) =
+            match template.then(|| template::create(&plan, world.and(alive_fd().ok()))) {
+                None => (None, None),
+                Some(Ok(t)) => (Some(t), None),
+                Some(Err(template::TemplateError::Step((step, index, errno)))) => (
+                    None,
+                    Some(format!(
+                        "{} failed: {}",
+                        describe_step(&existing, &writable_paths, step, index),
+                        std::io::Error::from_raw_os_error(errno)
+                    )),
+                ),
+                Some(Err(template::TemplateError::Io(e))) => (None, Some(e.to_string())),
+            };
+        let mut rule_roots = existing.clone();
+        let mut devices = Vec::new();
+        if let Some(world) = world {
+            if world.writable {
+                rule_roots.extend([world.tmp.clone(), world.shm.clone()]);
+            }
+            devices.push(PathBuf::from("/dev/tty"));
+        }
+        let pts = template.as_ref().and_then(|t| t.pts.as_ref());
+        let ruleset = ruleset::build_ruleset(&rule_roots, &devices, pts).map_err(fatal)?;
         Ok(Self {
             ruleset,
             mounts: Some(plan),
@@ -94,6 +152,27 @@ impl Prepared {
             writable_paths,
         })
     }
+}
+
+/// The child's plan for `spec`: C strings, and the mounts to re-attach under the private
+/// `/tmp` ([`WorldSpec::below_tmp`]).
+fn world_plan(spec: &WorldSpec, writable: &[PathBuf]) -> Result<WorldPlan, String> {
+    let reattach = spec
+        .below_tmp(writable)
+        .map(|(p, read_only)| Ok((c_path(p)?, read_only)))
+        .collect::<Result<_, String>>()?;
+    let masks = spec.masks.iter().map(|(p, dir)| Ok((c_path(p)?, *dir))).collect::<Result<_, String>>()?;
+    Ok(WorldPlan {
+        tmp: c_path(&spec.tmp)?,
+        shm: c_path(&spec.shm)?,
+        writable: spec.writable,
+        protected: spec.protected.iter().map(|p| c_path(p)).collect::<Result<_, _>>()?,
+        masks,
+        empty_file: c_path(&spec.empty_file)?,
+        empty_dir: c_path(&spec.empty_dir)?,
+        hidden_dirs: spec.hidden.iter().map(|p| c_path(p)).collect::<Result<_, _>>()?,
+        reattach,
+    })
 }
 
 fn describe_step(bind_paths: &[PathBuf], writable_paths: &[PathBuf], step: Step, index: usize) -> String {
@@ -116,6 +195,12 @@ fn describe_step(bind_paths: &[PathBuf], writable_paths: &[PathBuf], step: Step,
         Step::DropCaps => "dropping capabilities".to_owned(),
         Step::NoNewPrivs => "prctl(PR_SET_NO_NEW_PRIVS)".to_owned(),
         Step::Restrict => "landlock_restrict_self".to_owned(),
+        Step::World => format!("building the private /dev, /tmp and masks (item {index})"),
+        Step::PidNamespace => "entering a new PID namespace".to_owned(),
+        Step::MountProc => "mounting the namespace's /proc".to_owned(),
+        Step::Seccomp => "installing the seccomp filter".to_owned(),
+        Step::NewSession => "setsid".to_owned(),
+        Step::Exec => "exec".to_owned(),
     }
 }
 
@@ -124,6 +209,10 @@ fn describe_step(bind_paths: &[PathBuf], writable_paths: &[PathBuf], step: Step,
 pub struct InProcessConfinement {
     prepared: Arc<Prepared>,
     record: FailureRecord,
+    alive: std::os::fd::RawFd,
+    last_cap: u32,
+    seccomp: Option<&'static crate::seccomp::SeccompFilter>,
+    stack_top: Option<usize>,
 }
 
 impl InProcessConfinement {
@@ -131,13 +220,24 @@ impl InProcessConfinement {
     /// caching or a pre-built namespace. With `mount_namespace` false, Landlock alone confines
     /// (partial enforcement). The error is a fatal line (`landlock-run: …`).
     pub fn prepare(writable: &[PathBuf], mount_namespace: bool) -> Result<Self, String> {
-        Self::from_prepared(Arc::new(Prepared::build(writable, mount_namespace, false)?))
+        Self::from_prepared(Arc::new(Prepared::build(writable, None, mount_namespace, false)?))
     }
 
     pub(crate) fn from_prepared(prepared: Arc<Prepared>) -> Result<Self, String> {
         let record =
             FailureRecord::new().map_err(|e| fatal(format!("cannot map the failure record: {e}")))?;
-        Ok(Self { prepared, record })
+        let seccomp = match prepared.mounts.is_some() {
+            true => Some(crate::seccomp::filter().map_err(fatal)?),
+            false => None,
+        };
+        Ok(Self {
+            prepared,
+            record,
+            alive: alive_fd().map_err(fatal)?,
+            last_cap: last_cap(),
+            seccomp,
+            stack_top: clone_stack_top(),
+        })
     }
 
     /// Whether the child also enters a read-only mount namespace.
@@ -158,12 +258,22 @@ impl InProcessConfinement {
 impl ChildConfinement for InProcessConfinement {
     fn apply_in_child(&self) -> std::io::Result<()> {
         let prepared = &*self.prepared;
-        child::confine(&prepared.ruleset, prepared.mounts.as_ref(), prepared.template.as_ref()).map_err(
-            |(step, index, errno)| {
+        let plan = ChildPlan {
+            ruleset: &prepared.ruleset,
+            mounts: prepared.mounts.as_ref(),
+            template: prepared.template.as_ref(),
+            alive: self.alive,
+            last_cap: self.last_cap,
+            seccomp: self.seccomp,
+            stack_top: self.stack_top,
+        };
+        child::confine(&plan).map_err(|(step, index, errno)| {
+            // A failed exec of the command stays the spawn's own error, as without a hook.
+            if step != Step::Exec {
                 self.record.set(step, index, errno);
-                std::io::Error::from_raw_os_error(errno)
-            },
-        )
+            }
+            std::io::Error::from_raw_os_error(errno)
+        })
     }
 
     fn failure(&self) -> Option<String> {
@@ -179,6 +289,56 @@ impl ChildConfinement for InProcessConfinement {
             std::io::Error::from_raw_os_error(failure.errno)
         )))
     }
+}
+
+/// The read end of a pipe whose write end the harness holds, unclosed, for its whole life: a
+/// relay sees EOF on it exactly when the harness is gone, however it died.
+fn alive_fd() -> Result<std::os::fd::RawFd, String> {
+    use std::os::fd::{AsRawFd, FromRawFd};
+    static ALIVE: std::sync::OnceLock<Result<(OwnedFd, OwnedFd), String>> = std::sync::OnceLock::new();
+    let pipe = ALIVE.get_or_init(|| {
+        let mut fds = [0; 2];
+        // SAFETY: pipe2 fills the two-element array on success.
+        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } < 0 {
+            return Err(format!("cannot make the alive pipe: {}", std::io::Error::last_os_error()));
+        }
+        // SAFETY: both fds were just created and are owned here, for the process's life.
+        Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+    });
+    pipe.as_ref().map(|(read, _)| read.as_raw_fd()).map_err(Clone::clone)
+}
+
+/// The top of a stack reserved, once per process, for starting confined commands with
+/// `clone(CLONE_VM)` from their relay (each relay has its own copy of it, as of all memory).
+fn clone_stack_top() -> Option<usize> {
+    const SIZE: usize = 256 * 1024;
+    static STACK: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
+    *STACK.get_or_init(|| {
+        // SAFETY: an anonymous private mapping; no existing memory is touched. It is never
+        // unmapped.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                SIZE,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
+                -1,
+                0,
+            )
+        };
+        (base != libc::MAP_FAILED).then(|| (base as usize + SIZE) & !15)
+    })
+}
+
+/// The highest capability number this kernel knows.
+fn last_cap() -> u32 {
+    static LAST: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *LAST.get_or_init(|| {
+        std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(63)
+    })
 }
 
 fn fatal(detail: String) -> String {

@@ -27,14 +27,40 @@ pub(crate) enum Step {
     DropCaps = 8,
     NoNewPrivs = 9,
     Restrict = 10,
+    /// Building the private `/dev`, `/tmp`, masks and protected paths (index: the item).
+    World = 11,
+    /// The per-command mount and PID namespaces, and the relay and init processes.
+    PidNamespace = 12,
+    MountProc = 13,
+    Seccomp = 14,
+    NewSession = 15,
+    /// The `exec` of the command itself (reported as the spawn's error, never recorded).
+    Exec = 16,
 }
 
 impl Step {
     pub(crate) fn from_u8(v: u8) -> Option<Step> {
         use Step::*;
-        [Unshare, IdMap, MakePrivate, Bind, ReadOnly, Writable, Chdir, DropCaps, NoNewPrivs, Restrict]
-            .into_iter()
-            .find(|s| *s as u8 == v)
+        [
+            Unshare,
+            IdMap,
+            MakePrivate,
+            Bind,
+            ReadOnly,
+            Writable,
+            Chdir,
+            DropCaps,
+            NoNewPrivs,
+            Restrict,
+            World,
+            PidNamespace,
+            MountProc,
+            Seccomp,
+            NewSession,
+            Exec,
+        ]
+        .into_iter()
+        .find(|s| *s as u8 == v)
     }
 }
 

@@ -4,9 +4,11 @@
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 
+use std::os::fd::AsFd;
+
 use landlock::{
     ABI, Access, AccessFs, BitFlags, CompatLevel, Compatible, PathBeneath, PathFd, Ruleset, RulesetAttr,
-    RulesetCreatedAttr,
+    RulesetCreatedAttr, Scope,
 };
 
 /// The newest ABI whose filesystem rights we ask for; older kernels are served best-effort.
@@ -36,14 +38,23 @@ pub(crate) fn landlock_abi() -> Result<u32, String> {
 }
 
 /// Builds the ruleset fd. Writable roots that do not exist are skipped (nothing there can be
-/// granted, and their parents stay read-only).
-pub(crate) fn build_ruleset(writable: &[PathBuf]) -> Result<OwnedFd, String> {
+/// granted, and their parents stay read-only). `devices` get the same rights as `/dev/null`;
+/// `pts`, a private `devpts`, those rights beneath it. Where the kernel has them (ABI 6),
+/// signals and abstract Unix sockets are scoped to the domain: a confined command can signal
+/// and connect only to what runs confined with it.
+pub(crate) fn build_ruleset(
+    writable: &[PathBuf],
+    devices: &[PathBuf],
+    pts: Option<&OwnedFd>,
+) -> Result<OwnedFd, String> {
     let fail = |what: &str, e: &dyn std::fmt::Display| format!("{what}: {e}");
     let read = AccessFs::from_read(TARGET_ABI) | AccessFs::IoctlDev;
     let sink: BitFlags<AccessFs> = AccessFs::ReadFile | AccessFs::WriteFile | AccessFs::Truncate;
     let mut ruleset = Ruleset::default()
         .set_compatibility(CompatLevel::BestEffort)
         .handle_access(AccessFs::from_all(TARGET_ABI))
+        .map_err(|e| fail("cannot create ruleset", &e))?
+        .scope(Scope::AbstractUnixSocket | Scope::Signal)
         .map_err(|e| fail("cannot create ruleset", &e))?
         .create()
         .map_err(|e| fail("cannot create ruleset", &e))?;
@@ -52,6 +63,16 @@ pub(crate) fn build_ruleset(writable: &[PathBuf]) -> Result<OwnedFd, String> {
         .map_err(|e| fail("cannot add rule for /", &e))?
         .add_rule(PathBeneath::new(open(Path::new("/dev/null"))?, sink))
         .map_err(|e| fail("cannot add rule for /dev/null", &e))?;
+    for device in devices.iter().filter(|d| d.exists()) {
+        ruleset = ruleset
+            .add_rule(PathBeneath::new(open(device)?, sink))
+            .map_err(|e| fail(&format!("cannot add rule for {}", device.display()), &e))?;
+    }
+    if let Some(pts) = pts {
+        ruleset = ruleset
+            .add_rule(PathBeneath::new(pts.as_fd(), sink | AccessFs::IoctlDev))
+            .map_err(|e| fail("cannot add rule for /dev/pts", &e))?;
+    }
     for root in writable {
         if !root.exists() {
             continue;

@@ -1,3 +1,4 @@
+use std::io;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -94,6 +95,9 @@ impl SpillSink for FailingClose {
     }
     fn close(self: Box<Self>) -> io::Result<()> {
         Err(io::Error::from_raw_os_error(libc::EIO))
+    }
+    fn discard(self: Box<Self>) -> io::Result<()> {
+        Ok(())
     }
 }
 

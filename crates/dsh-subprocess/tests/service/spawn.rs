@@ -148,3 +148,83 @@ async fn a_failing_pre_exec_hook_is_its_own_spawn_stage() {
     let err = os_error(service.spawn(spec).expect_err("exec fails"));
     assert_eq!((err.errno, err.stage), (Errno::ENOENT, SpawnStage::Exec));
 }
+
+/// The session id (field 6 of `/proc/<pid>/stat`), the pid, and what opening `/dev/tty` says.
+const SESSION_PROBE: &str =
+    r#"read -r stat < /proc/$$/stat; set -- ${stat##*) }; echo "$4 $$"; exec 3</dev/tty"#;
+
+async fn session_probe(new_session: bool) -> (u32, u32, String, Option<i32>) {
+    let service = SubprocessService::new();
+    let mut spec = bash(SESSION_PROBE);
+    spec.new_session = new_session;
+    let handle = service.spawn(spec).expect("spawn");
+    let outcome = handle.wait().await;
+    let stdout = handle.stdout().collected().text;
+    let mut fields = stdout.split_whitespace().map(|f| f.parse::<u32>().expect("number"));
+    let (sid, pid) = (fields.next().expect("sid"), fields.next().expect("pid"));
+    assert_eq!(pid, handle.pid(), "bash -c execs in the direct child");
+    (sid, pid, handle.stderr().collected().text, outcome.exit_code)
+}
+
+#[tokio::test]
+async fn new_session_makes_the_child_a_session_leader_without_a_terminal() {
+    let (sid, pid, stderr, code) = session_probe(true).await;
+    assert_eq!(sid, pid, "getsid(0) == getpid()");
+    assert_eq!(stderr, "bash: line 1: /dev/tty: No such device or address\n");
+    assert_eq!(code, Some(1));
+
+    let (sid, pid, _, _) = session_probe(false).await;
+    assert_ne!(sid, pid, "by default the child stays in the harness's session");
+}
+
+#[tokio::test]
+async fn new_session_keeps_the_process_group_for_termination() {
+    let service = SubprocessService::new();
+    let mut spec = bash("sleep 300 & echo $!; wait");
+    spec.new_session = true;
+    let handle = service.spawn(spec).expect("spawn");
+    handle.stdout().wait_for_total(2).await;
+    let sleeper: i32 = handle.stdout().read_from(0).text.trim().parse().expect("pid");
+    let pgid = nix::unistd::getpgid(Some(nix::unistd::Pid::from_raw(sleeper))).expect("pgid");
+    assert_eq!(pgid.as_raw() as u32, handle.pid(), "the group is the child's pid");
+    handle.terminate();
+    handle.wait().await;
+    handle.wait_for_exit(None).await;
+    assert!(handle.is_tree_gone());
+    assert!(!crate::group_has_live_member(handle.pid()));
+}
+
+/// A descriptor opened without close-on-exec after the service exists, numbered `>= 3`.
+fn leaky_append_fd(path: &std::path::Path) -> std::os::fd::OwnedFd {
+    use std::os::fd::{FromRawFd, IntoRawFd};
+    let file = std::fs::OpenOptions::new().create(true).append(true).open(path).expect("open");
+    let fd = file.into_raw_fd();
+    // SAFETY: clears close-on-exec on a descriptor this test owns (it leaks by design).
+    assert_eq!(unsafe { libc::fcntl(fd, libc::F_SETFD, 0) }, 0);
+    // SAFETY: `fd` came from `into_raw_fd` just above and is owned by nothing else.
+    unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) }
+}
+
+#[tokio::test]
+async fn forked_children_never_inherit_descriptors_from_3() {
+    use std::os::fd::AsRawFd;
+    let service = SubprocessService::new();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let target = dir.path().join("target");
+    let fd = leaky_append_fd(&target);
+    let script = format!("echo leaked >&{}", fd.as_raw_fd());
+    let hook: dsh_subprocess::PreExecHook = Arc::new(|| Ok(()));
+    for (hook, new_session) in [(Some(hook), false), (None, true)] {
+        let mut spec = bash(&script);
+        spec.pre_exec = hook;
+        spec.new_session = new_session;
+        let handle = service.spawn(spec).expect("spawn");
+        assert_eq!(handle.wait().await.exit_code, Some(1), "new_session {new_session}");
+        assert_eq!(
+            handle.stderr().collected().text,
+            format!("bash: line 1: {}: Bad file descriptor\n", fd.as_raw_fd()),
+            "new_session {new_session}"
+        );
+    }
+    assert_eq!(std::fs::read_to_string(&target).expect("target"), "");
+}

@@ -52,11 +52,11 @@ async fn spill_holds_the_complete_stream_in_the_injected_dir() {
 #[tokio::test]
 async fn sp_09_spill_location() {
     let service = SubprocessService::new();
-    assert_eq!(service.spill_dir(), None, "the private dir is created lazily");
+    assert_eq!(service.existing_spill_dir(), None, "the private dir is created lazily");
     let handle = service.spawn(spilling(HUNDRED_LINES)).expect("spawn");
     handle.wait().await;
     let path = handle.stdout().collected().spill_path.expect("spill path");
-    let dir = service.spill_dir().expect("dir exists after a spill");
+    let dir = service.existing_spill_dir().expect("dir exists after a spill");
     assert_eq!(path.parent(), Some(dir.as_path()));
     assert_eq!(dir.parent(), Some(std::env::temp_dir().as_path()));
     let dir_name = dir.file_name().and_then(|n| n.to_str()).expect("dir name");
@@ -133,4 +133,136 @@ async fn a_stream_past_the_spill_cap_leaves_no_file() {
     assert_eq!(out.text.as_bytes(), &hundred_lines()[900..]);
     assert_eq!((out.truncated, out.spill_path), (true, None));
     assert_eq!(std::fs::read_dir(dir.path()).expect("dir").count(), 0);
+}
+
+/// `<base>/spill` (mode 0700) and `<base>/victim`, in a fresh scratch directory.
+fn spill_and_victim() -> (tempfile::TempDir, std::path::PathBuf, std::path::PathBuf) {
+    let base = tempfile::tempdir().expect("tempdir");
+    let spill = base.path().join("spill");
+    let victim = base.path().join("victim");
+    std::fs::create_dir(&spill).expect("mkdir spill");
+    std::fs::set_permissions(&spill, std::fs::Permissions::from_mode(0o700)).expect("chmod");
+    std::fs::create_dir(&victim).expect("mkdir victim");
+    (base, spill, victim)
+}
+
+/// Moves `spill` aside (to `spill-old`) and plants a symlink to `victim` in its place.
+fn swap_for_symlink(spill: &Path, victim: &Path) -> std::path::PathBuf {
+    let old = spill.with_file_name("spill-old");
+    std::fs::rename(spill, &old).expect("move the spill dir aside");
+    std::os::unix::fs::symlink(victim, spill).expect("plant symlink");
+    old
+}
+
+fn names_in(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .expect("read dir")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+#[tokio::test]
+async fn a_spill_dir_replaced_by_a_symlink_still_gets_the_files() {
+    let (_base, spill, victim) = spill_and_victim();
+    let service = service_in(&spill);
+    let first = service.spawn(spilling(HUNDRED_LINES)).expect("spawn");
+    first.wait().await;
+    let first_path = first.stdout().collected().spill_path.expect("first spill");
+
+    let old = swap_for_symlink(&spill, &victim);
+    let second = service.spawn(spilling(HUNDRED_LINES)).expect("spawn");
+    second.wait().await;
+    let second_path = second.stdout().collected().spill_path.expect("second spill");
+
+    // Reported as `<dir as spelled>/<name>`; written where the directory really is.
+    assert_eq!(second_path.parent(), Some(spill.as_path()));
+    let second_name = second_path.file_name().expect("name").to_string_lossy().into_owned();
+    let first_name = first_path.file_name().expect("name").to_string_lossy().into_owned();
+    let mut expected = vec![first_name, second_name.clone()];
+    expected.sort();
+    assert_eq!(names_in(&old), expected);
+    assert_eq!(std::fs::read(old.join(&second_name)).expect("spill"), hundred_lines());
+    assert_eq!(names_in(&victim), Vec::<String>::new(), "nothing is written through the symlink");
+}
+
+/// Always the same name, so a test can plant a victim under it.
+struct FixedName;
+
+impl SpillNamer for FixedName {
+    fn file_name(&self, label: &str) -> String {
+        format!("fixed-{label}.log")
+    }
+}
+
+#[tokio::test]
+async fn an_abandoned_spill_is_deleted_where_it_was_created() {
+    let (base, spill, victim) = spill_and_victim();
+    std::fs::write(victim.join("fixed-stdout.log"), "precious").expect("victim");
+    let fifo = base.path().join("go");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).expect("mkfifo");
+    let service = SubprocessService::with_options(ServiceOptions {
+        spill_dir: Some(spill.clone()),
+        spill_namer: Arc::new(FixedName),
+        ..ServiceOptions::default()
+    });
+    // 200 bytes (spilled: past the 100-byte tail), then, once told, 5000 more (past the cap).
+    let script = format!("head -c 200 /dev/zero; read -r _ < '{}'; head -c 5000 /dev/zero", fifo.display());
+    let mut spec = bash(&script);
+    spec.stdout = limits("stdout", 100, Some(1000));
+    let handle = service.spawn(spec).expect("spawn");
+    handle.stdout().wait_for_total(200).await;
+    assert_eq!(handle.stdout().read_from(0).spill_path, Some(spill.join("fixed-stdout.log")));
+
+    let old = swap_for_symlink(&spill, &victim);
+    std::fs::write(&fifo, "go\n").expect("release the child");
+    handle.wait().await;
+    let out = handle.stdout().collected();
+    assert_eq!((out.truncated, out.spill_path), (true, None));
+    assert_eq!(names_in(&old), Vec::<String>::new(), "the abandoned spill is gone");
+    assert_eq!(std::fs::read_to_string(victim.join("fixed-stdout.log")).expect("victim"), "precious");
+}
+
+#[tokio::test]
+async fn a_spill_dir_others_can_write_is_refused() {
+    let (_base, spill, _victim) = spill_and_victim();
+    std::fs::set_permissions(&spill, std::fs::Permissions::from_mode(0o770)).expect("chmod");
+    let service = service_in(&spill);
+    let err = service.spill_dir().expect_err("group-writable");
+    let euid = nix::unistd::geteuid().as_raw();
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "spill directory {} must be owned by uid {euid} and not writable by group or others (it is owned by uid {euid} with mode 770)",
+            spill.display()
+        )
+    );
+    let handle = service.spawn(spilling(HUNDRED_LINES)).expect("spawn");
+    handle.wait().await;
+    let out = handle.stdout().collected();
+    assert_eq!((out.truncated, out.spill_path), (true, None));
+    assert_eq!(names_in(&spill), Vec::<String>::new());
+}
+
+#[tokio::test]
+async fn spill_dir_creates_the_private_directory_and_names_it_canonically() {
+    let service = SubprocessService::new();
+    assert_eq!(service.existing_spill_dir(), None);
+    let canonical = service.spill_dir().expect("created");
+    assert_eq!(service.spill_dir().expect("the same one"), canonical);
+    assert_eq!(std::fs::canonicalize(&canonical).expect("exists"), canonical);
+    let temp = std::env::temp_dir();
+    assert_eq!(canonical.parent(), Some(std::fs::canonicalize(&temp).expect("temp").as_path()));
+    let spelled = service.existing_spill_dir().expect("exists now");
+    assert_eq!(spelled, temp.join(canonical.file_name().expect("name")));
+    let meta = std::fs::metadata(&canonical).expect("meta");
+    assert_eq!(meta.permissions().mode() & 0o777, 0o700);
+    assert_eq!(meta.uid(), nix::unistd::geteuid().as_raw());
+
+    let handle = service.spawn(spilling(HUNDRED_LINES)).expect("spawn");
+    handle.wait().await;
+    let path = handle.stdout().collected().spill_path.expect("spill");
+    assert_eq!(path.parent(), Some(spelled.as_path()));
+    std::fs::remove_dir_all(&canonical).expect("clean up");
 }

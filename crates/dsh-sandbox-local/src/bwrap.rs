@@ -1,0 +1,119 @@
+//! What the harness does in bubblewrap's own process before exec'ing it: hand it the seccomp
+//! program on an inherited descriptor, and scope signals and abstract Unix sockets to a
+//! Landlock domain that bubblewrap and the command inherit (bubblewrap has no switch for
+//! either; the domain handles no file access, so bubblewrap's own mounts still work).
+
+use std::ffi::CString;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::OnceLock;
+
+use dsh_sandbox::ChildConfinement;
+use landlock::{CompatLevel, Compatible, Ruleset, RulesetAttr, Scope};
+
+/// The in-child part of a bubblewrap launch.
+#[derive(Debug)]
+pub(crate) struct BwrapLaunch {
+    /// The seccomp program, on a descriptor of its own (its own file offset), inherited by
+    /// bubblewrap at the number its `--seccomp` argument names.
+    seccomp: Option<OwnedFd>,
+    scope: Option<&'static OwnedFd>,
+}
+
+impl BwrapLaunch {
+    /// Prepares one launch: a fresh descriptor on the filter program, and the scope domain.
+    pub(crate) fn prepare() -> Result<Self, String> {
+        let seccomp = match program_memfd()? {
+            Some(memfd) => {
+                let path = CString::new(format!("/proc/self/fd/{}", memfd.as_raw_fd()))
+                    .map_err(|e| e.to_string())?;
+                // SAFETY: opening a NUL-terminated path; the fd is owned below.
+                let fd = unsafe { libc::open(path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
+                if fd < 0 {
+                    return Err(format!(
+                        "cannot reopen the seccomp program: {}",
+                        std::io::Error::last_os_error()
+                    ));
+                }
+                // SAFETY: `fd` was just opened and is owned by nobody else.
+                Some(unsafe { OwnedFd::from_raw_fd(fd) })
+            }
+            None => None,
+        };
+        Ok(Self { seccomp, scope: scope_ruleset() })
+    }
+
+    /// The descriptor number bubblewrap reads the seccomp program from.
+    pub(crate) fn seccomp_fd(&self) -> Option<i32> {
+        self.seccomp.as_ref().map(AsRawFd::as_raw_fd)
+    }
+}
+
+impl ChildConfinement for BwrapLaunch {
+    fn apply_in_child(&self) -> std::io::Result<()> {
+        if let Some(fd) = &self.seccomp {
+            // SAFETY: clearing close-on-exec on a descriptor this process holds.
+            if unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFD, 0) } < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+        }
+        if let Some(ruleset) = self.scope {
+            // SAFETY: prctl with integer arguments; landlock_restrict_self on a ruleset fd the
+            // parent keeps open for the process's life.
+            unsafe {
+                if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0
+                    || libc::syscall(libc::SYS_landlock_restrict_self, ruleset.as_raw_fd(), 0u32) < 0
+                {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A memfd holding the filter program, made once.
+fn program_memfd() -> Result<Option<&'static OwnedFd>, String> {
+    static MEMFD: OnceLock<Result<Option<OwnedFd>, String>> = OnceLock::new();
+    MEMFD
+        .get_or_init(|| {
+            let filter = crate::seccomp::filter()?;
+            let bytes = filter.bytes();
+            if bytes.is_empty() {
+                return Ok(None);
+            }
+            // SAFETY: memfd_create with a constant name; the fd is owned below.
+            let fd = unsafe { libc::memfd_create(c"dsh-seccomp".as_ptr(), libc::MFD_CLOEXEC) };
+            if fd < 0 {
+                return Err(format!(
+                    "cannot make the seccomp program file: {}",
+                    std::io::Error::last_os_error()
+                ));
+            }
+            // SAFETY: just created, owned here for the process's life.
+            let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+            let mut file = std::fs::File::from(fd);
+            std::io::Write::write_all(&mut file, bytes)
+                .map_err(|e| format!("cannot write the seccomp program: {e}"))?;
+            Ok(Some(OwnedFd::from(file)))
+        })
+        .as_ref()
+        .map(Option::as_ref)
+        .map_err(Clone::clone)
+}
+
+/// A Landlock ruleset that only scopes signals and abstract Unix sockets (`None` where the
+/// kernel has no scoping).
+fn scope_ruleset() -> Option<&'static OwnedFd> {
+    static SCOPE: OnceLock<Option<OwnedFd>> = OnceLock::new();
+    SCOPE
+        .get_or_init(|| {
+            let ruleset = Ruleset::default()
+                .set_compatibility(CompatLevel::BestEffort)
+                .scope(Scope::AbstractUnixSocket | Scope::Signal)
+                .ok()?
+                .create()
+                .ok()?;
+            ruleset.into()
+        })
+        .as_ref()
+}

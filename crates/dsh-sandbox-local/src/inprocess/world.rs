@@ -1,0 +1,223 @@
+//! The confined command's own world, built inside its mount namespace after `/` is read-only:
+//! a private `/dev`, the session's private `/tmp`, host socket directories masked, secrets
+//! masked, and protected paths inside the writable roots read-only.
+//!
+//! Runs in a forked child (the template builder, or a confined child building its own
+//! namespace): raw syscalls on data the parent prepared, stack buffers, no allocation.
+//!
+//! Order matters. Protected paths and masks are bound first (while the host's `/tmp` is still
+//! visible as a bind source); the mounts that must stay reachable below an overmounted
+//! directory (a workspace or the spill directory under `/tmp`) are then cloned with
+//! `open_tree`; `/dev`, `/tmp` and the socket directories are covered; finally the clones are
+//! moved back onto mount points in the new `/tmp`.
+
+use std::ffi::{CStr, CString};
+use std::os::fd::RawFd;
+
+use super::child::{
+    AT_RECURSIVE, MOUNT_ATTR_NODEV, MOUNT_ATTR_NOSUID, MOUNT_ATTR_RDONLY, MountAttr, StepError, errno,
+    mount_setattr,
+};
+use super::record::Step;
+
+const OPEN_TREE_CLONE: libc::c_uint = 1;
+const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 0x4;
+/// At most this many clones are held at once (device nodes plus re-attached mounts).
+const MAX_CLONES: usize = 32;
+
+/// Device nodes bound from the host into the private `/dev`.
+const DEVICES: [&CStr; 6] =
+    [c"/dev/null", c"/dev/zero", c"/dev/full", c"/dev/random", c"/dev/urandom", c"/dev/tty"];
+
+/// Everything the world needs, prepared by the parent.
+#[derive(Debug)]
+pub(crate) struct WorldPlan {
+    /// The session's private `/tmp` and `/dev/shm` (host directories), and whether they are
+    /// writable.
+    pub tmp: CString,
+    pub shm: CString,
+    pub writable: bool,
+    /// Existing paths inside writable roots that become read-only.
+    pub protected: Vec<CString>,
+    /// Paths covered by an empty file (`false`) or directory (`true`).
+    pub masks: Vec<(CString, bool)>,
+    pub empty_file: CString,
+    pub empty_dir: CString,
+    /// Directories covered by an empty read-only tmpfs (`/run`, the runtime directory).
+    pub hidden_dirs: Vec<CString>,
+    /// Mounts re-attached at their own paths after `/tmp` is covered (on mount points the
+    /// provider made in the private directory), and whether each is read-only.
+    pub reattach: Vec<(CString, bool)>,
+}
+
+fn check(ret: libc::c_long, index: usize) -> Result<(), StepError> {
+    if ret < 0 { Err((Step::World, index, errno())) } else { Ok(()) }
+}
+
+fn mount(
+    source: &CStr,
+    target: &CStr,
+    fstype: Option<&CStr>,
+    flags: libc::c_ulong,
+    data: Option<&CStr>,
+) -> libc::c_long {
+    // SAFETY: NUL-terminated strings owned by the plan or constants; null optional arguments.
+    unsafe {
+        libc::mount(
+            source.as_ptr(),
+            target.as_ptr(),
+            fstype.map_or(std::ptr::null(), CStr::as_ptr),
+            flags,
+            data.map_or(std::ptr::null(), |d| d.as_ptr().cast()),
+        )
+        .into()
+    }
+}
+
+fn set_attr(path: &CStr, flags: libc::c_uint, set: u64, clear: u64) -> libc::c_long {
+    mount_setattr(path, flags, &MountAttr { attr_set: set, attr_clr: clear, propagation: 0, userns_fd: 0 })
+}
+
+/// Binds one of the session's private directories at `target`, writable or not (the bind
+/// copies the read-only flag the host's tree got in this namespace).
+fn bind_private(source: &CStr, target: &CStr, writable: bool, index: usize) -> Result<(), StepError> {
+    check(mount(source, target, None, libc::MS_BIND | libc::MS_REC, None), index)?;
+    let (set, clear) = match writable {
+        true => (MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, MOUNT_ATTR_RDONLY),
+        false => (MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, 0),
+    };
+    check(set_attr(target, 0, set, clear), index)
+}
+
+fn bind_read_only(source: &CStr, target: &CStr, index: usize) -> Result<(), StepError> {
+    check(mount(source, target, None, libc::MS_BIND | libc::MS_REC, None), index)?;
+    check(set_attr(target, AT_RECURSIVE, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, 0), index)
+}
+
+/// A detached copy of the mount tree at `path`.
+fn clone_tree(path: &CStr, index: usize) -> Result<RawFd, StepError> {
+    // SAFETY: open_tree with a NUL-terminated path; the returned fd is owned by the caller.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_open_tree,
+            libc::AT_FDCWD,
+            path.as_ptr(),
+            OPEN_TREE_CLONE | AT_RECURSIVE | libc::O_CLOEXEC as libc::c_uint,
+        )
+    };
+    check(fd, index)?;
+    Ok(fd as RawFd)
+}
+
+fn attach(fd: RawFd, target: &CStr, index: usize) -> Result<(), StepError> {
+    // SAFETY: move_mount of a detached tree fd onto a NUL-terminated path.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_move_mount,
+            fd,
+            c"".as_ptr(),
+            libc::AT_FDCWD,
+            target.as_ptr(),
+            MOVE_MOUNT_F_EMPTY_PATH,
+        )
+    };
+    // SAFETY: closing the clone fd this module opened.
+    unsafe { libc::close(fd) };
+    check(ret, index)
+}
+
+/// Builds the world. `index` values in errors: 0–99 protected paths and masks, 100+ the
+/// private `/dev`, 200+ `/tmp` and hidden directories, 300+ re-attached mounts.
+pub(crate) fn build(plan: &WorldPlan) -> Result<(), StepError> {
+    for (i, path) in plan.protected.iter().enumerate() {
+        bind_read_only(path, path, i)?;
+    }
+    for (i, (path, dir)) in plan.masks.iter().enumerate() {
+        let source = if *dir { &plan.empty_dir } else { &plan.empty_file };
+        bind_read_only(source, path, 50 + i)?;
+    }
+    let mut clones = [-1 as RawFd; MAX_CLONES];
+    if DEVICES.len() + plan.reattach.len() > MAX_CLONES {
+        return Err((Step::World, 300, libc::E2BIG));
+    }
+    for (i, device) in DEVICES.iter().enumerate() {
+        clones[i] = clone_tree(device, 100 + i)?;
+    }
+    for (i, (path, _)) in plan.reattach.iter().enumerate() {
+        clones[DEVICES.len() + i] = clone_tree(path, 300 + i)?;
+    }
+    build_dev(plan, &clones[..DEVICES.len()])?;
+    bind_private(&plan.tmp, c"/tmp", plan.writable, 200)?;
+    for (i, dir) in plan.hidden_dirs.iter().enumerate() {
+        check(
+            mount(
+                c"tmpfs",
+                dir,
+                Some(c"tmpfs"),
+                libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+                Some(c"mode=0755,size=16k"),
+            ),
+            210 + i,
+        )?;
+        check(set_attr(dir, 0, MOUNT_ATTR_RDONLY, 0), 210 + i)?;
+    }
+    for (i, (path, read_only)) in plan.reattach.iter().enumerate() {
+        attach(clones[DEVICES.len() + i], path, 300 + i)?;
+        if *read_only {
+            check(set_attr(path, AT_RECURSIVE, MOUNT_ATTR_RDONLY, 0), 300 + i)?;
+        }
+    }
+    Ok(())
+}
+
+/// A tmpfs on `/dev` holding the host's harmless device nodes, a fresh `devpts` instance,
+/// the session's `/dev/shm`, and the usual symlinks; then `/dev` itself is made read-only.
+fn build_dev(plan: &WorldPlan, devices: &[RawFd]) -> Result<(), StepError> {
+    check(
+        mount(
+            c"tmpfs",
+            c"/dev",
+            Some(c"tmpfs"),
+            libc::MS_NOSUID | libc::MS_STRICTATIME,
+            Some(c"mode=0755,size=64k"),
+        ),
+        100 + DEVICES.len(),
+    )?;
+    for (i, (path, fd)) in DEVICES.iter().zip(devices).enumerate() {
+        // SAFETY: creating an empty mount point file at a NUL-terminated path.
+        let file =
+            unsafe { libc::open(path.as_ptr(), libc::O_CREAT | libc::O_WRONLY | libc::O_CLOEXEC, 0o666) };
+        check(file.into(), 100 + i)?;
+        // SAFETY: closing the fd opened above.
+        unsafe { libc::close(file) };
+        attach(*fd, path, 100 + i)?;
+    }
+    let base = 110;
+    for (i, dir) in [c"/dev/pts", c"/dev/shm"].iter().enumerate() {
+        // SAFETY: mkdir of a NUL-terminated path.
+        check(unsafe { libc::mkdir(dir.as_ptr(), 0o755) }.into(), base + i)?;
+    }
+    check(
+        mount(
+            c"devpts",
+            c"/dev/pts",
+            Some(c"devpts"),
+            libc::MS_NOSUID | libc::MS_NOEXEC,
+            Some(c"newinstance,ptmxmode=0666,mode=620"),
+        ),
+        base + 2,
+    )?;
+    bind_private(&plan.shm, c"/dev/shm", plan.writable, base + 3)?;
+    let links: [(&CStr, &CStr); 5] = [
+        (c"pts/ptmx", c"/dev/ptmx"),
+        (c"/proc/self/fd", c"/dev/fd"),
+        (c"/proc/self/fd/0", c"/dev/stdin"),
+        (c"/proc/self/fd/1", c"/dev/stdout"),
+        (c"/proc/self/fd/2", c"/dev/stderr"),
+    ];
+    for (i, (target, link)) in links.iter().enumerate() {
+        // SAFETY: symlink between NUL-terminated constants.
+        check(unsafe { libc::symlink(target.as_ptr(), link.as_ptr()) }.into(), base + 5 + i)?;
+    }
+    check(set_attr(c"/dev", 0, MOUNT_ATTR_RDONLY, 0), base + 10)
+}

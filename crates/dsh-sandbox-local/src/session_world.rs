@@ -1,0 +1,221 @@
+//! The host side of each session's world: the directories behind its private `/tmp` and
+//! `/dev/shm`, the empty file and directory that cover masked paths, and what the harness
+//! shares read-only. Both runners build the same world from the [`WorldSpec`] made here.
+//!
+//! A session's directories are kept across its calls, so a file one call leaves in `/tmp` is
+//! there for the next — also when each call is another process (`dsh-bash call --session`):
+//! a named session's live in `<os temp>/dsh-sandbox-<euid>/<hash of DSH_HOME and the
+//! session id>` (the first level mode `0700`, owned by the harness's user, checked on every
+//! use; kept for later calls of the session, left to the system's temporary-file cleaning).
+//! Calls without a session get directories in the provider's own `<os temp>/dsh-sandbox-XXXXXX`,
+//! removed when the provider is dropped; that one is mode `0711` (enterable, not listable)
+//! with random names inside, and the `/tmp` there is mode `1777`, like the host's,
+//! because such a command may run under another uid than the harness.
+
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use dsh_sandbox::{SandboxExecutionPolicy, SandboxMode};
+
+use crate::config::LocalSandboxConfig;
+use crate::inprocess::{PRIVATE_TMP, WorldSpec};
+
+/// Directories whose sockets a confined command must not reach (masked by an empty tmpfs).
+const HIDDEN_DIRS: [&str; 2] = ["/run", "/var/run"];
+
+/// The provider's session worlds.
+#[derive(Debug, Default)]
+pub(crate) struct SessionWorlds {
+    state: Mutex<State>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    base: Option<tempfile::TempDir>,
+    sessions: Vec<(Option<String>, PathBuf)>,
+    shares: Vec<PathBuf>,
+}
+
+impl SessionWorlds {
+    /// Registers a directory to keep readable at its path in every later world.
+    pub(crate) fn share(&self, path: &Path) {
+        let path = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        if !state.shares.contains(&path) {
+            state.shares.push(path);
+        }
+    }
+
+    /// The writable roots and the world of a command under `policy`.
+    pub(crate) fn spec(
+        &self,
+        policy: &SandboxExecutionPolicy,
+        config: &LocalSandboxConfig,
+    ) -> Result<(Vec<PathBuf>, WorldSpec), String> {
+        let writable = match policy.mode {
+            SandboxMode::WorkspaceWrite => vec![policy.workspace_root.clone()],
+            _ => Vec::new(),
+        };
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let base = match &state.base {
+            Some(base) => base.path().to_path_buf(),
+            None => {
+                let base = tempfile::Builder::new()
+                    .prefix("dsh-sandbox-")
+                    .tempdir()
+                    .map_err(|e| format!("cannot make the sandbox's private directory: {e}"))?;
+                let path = std::fs::canonicalize(base.path()).map_err(|e| e.to_string())?;
+                set_mode(&path, 0o711)?;
+                make_dir(&path.join("empty.d"), 0o555)?;
+                std::fs::write(path.join("empty"), b"").map_err(|e| e.to_string())?;
+                set_mode(&path.join("empty"), 0o444)?;
+                state.base = Some(base);
+                path
+            }
+        };
+        let session = match state.sessions.iter().find(|(id, _)| *id == policy.session_id) {
+            Some((_, dir)) => dir.clone(),
+            None => {
+                let dir = match &policy.session_id {
+                    Some(id) => named_session_dir(id)?,
+                    None => tempfile::Builder::new()
+                        .prefix("s")
+                        .rand_bytes(16)
+                        .permissions(std::fs::Permissions::from_mode(0o711))
+                        .tempdir_in(&base)
+                        .map_err(|e| format!("cannot make a session directory in {}: {e}", base.display()))?
+                        .keep(),
+                };
+                for sub in ["tmp", "shm"] {
+                    if !dir.join(sub).is_dir() {
+                        make_dir(&dir.join(sub), 0o1777)?;
+                    }
+                }
+                state.sessions.push((policy.session_id.clone(), dir.clone()));
+                dir
+            }
+        };
+        let mut shares = state.shares.clone();
+        // A read-only command still sees its workspace, also when it lives below `/tmp`.
+        if policy.mode != SandboxMode::WorkspaceWrite && !shares.contains(&policy.workspace_root) {
+            shares.push(policy.workspace_root.clone());
+        }
+        let spec = WorldSpec {
+            tmp: session.join("tmp"),
+            shm: session.join("shm"),
+            writable: policy.mode == SandboxMode::WorkspaceWrite,
+            protected: protected_paths(&writable, &config.protected_paths),
+            masks: config
+                .masked_paths
+                .iter()
+                .filter_map(|p| std::fs::canonicalize(p).ok())
+                .filter(|p| !p.starts_with(PRIVATE_TMP))
+                .filter_map(|p| std::fs::metadata(&p).ok().map(|m| (p, m.is_dir())))
+                .collect(),
+            empty_file: base.join("empty"),
+            empty_dir: base.join("empty.d"),
+            hidden: hidden_dirs(&writable),
+            shares,
+        };
+        // Mount points for what is re-attached below the private `/tmp`, made here, in the
+        // host directory behind it, by the harness (both runners use them).
+        for (path, _) in spec.below_tmp(&writable) {
+            let point = path.strip_prefix(PRIVATE_TMP).ok().map(|relative| spec.tmp.join(relative));
+            if let Some(point) = point.filter(|p| !p.is_dir()) {
+                std::fs::create_dir_all(&point).map_err(|e| {
+                    format!("cannot make a mount point for {} in the private /tmp: {e}", path.display())
+                })?;
+            }
+        }
+        Ok((writable, spec))
+    }
+}
+
+/// The stable directory of a named session, made if missing; its parent must be owned by the
+/// harness's user and closed to everyone else.
+fn named_session_dir(id: &str) -> Result<PathBuf, String> {
+    use std::hash::{Hash, Hasher};
+    use std::os::unix::fs::MetadataExt;
+    // SAFETY: geteuid has no preconditions.
+    let euid = unsafe { libc::geteuid() };
+    let parent = std::env::temp_dir().join(format!("dsh-sandbox-{euid}"));
+    ensure_dir(&parent)?;
+    let meta = std::fs::symlink_metadata(&parent)
+        .map_err(|e| format!("cannot inspect {}: {e}", parent.display()))?;
+    if !meta.is_dir() || meta.uid() != euid || meta.mode() & 0o077 != 0 {
+        return Err(format!(
+            "{} must be a directory owned by uid {euid} and closed to others (mode 0700)",
+            parent.display()
+        ));
+    }
+    // The std hasher with its fixed keys: the same name in every process.
+    let mut hasher = std::hash::DefaultHasher::new();
+    std::env::var_os("DSH_HOME").hash(&mut hasher);
+    id.hash(&mut hasher);
+    let dir = parent.join(format!("session-{:016x}", hasher.finish()));
+    ensure_dir(&dir)?;
+    Ok(dir)
+}
+
+/// Makes `path` (mode `0700`) unless it exists already.
+fn ensure_dir(path: &Path) -> Result<(), String> {
+    match std::fs::DirBuilder::new().mode(0o700).create(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => {
+            Err(format!("cannot make {}: {e}", path.display()))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// The protected paths that exist inside each writable root (a symlink counts by its target,
+/// when that is inside the root too).
+fn protected_paths(roots: &[PathBuf], relative: &[String]) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    for root in roots {
+        for rel in relative {
+            let path = root.join(rel);
+            let Ok(meta) = std::fs::symlink_metadata(&path) else { continue };
+            let path = if meta.file_type().is_symlink() {
+                match std::fs::canonicalize(&path) {
+                    Ok(target) if target.starts_with(root) => target,
+                    _ => continue,
+                }
+            } else {
+                path
+            };
+            if !found.contains(&path) {
+                found.push(path);
+            }
+        }
+    }
+    found
+}
+
+/// `/run` and the user's runtime directory, unless a writable root lives there.
+fn hidden_dirs(roots: &[PathBuf]) -> Vec<PathBuf> {
+    let runtime = std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from);
+    let mut hidden: Vec<PathBuf> = Vec::new();
+    for dir in HIDDEN_DIRS.iter().map(PathBuf::from).chain(runtime) {
+        let Ok(dir) = std::fs::canonicalize(&dir) else { continue };
+        let covered = hidden.iter().any(|h| dir.starts_with(h));
+        let holds_root = roots.iter().any(|r| r.starts_with(&dir) || dir.starts_with(r));
+        if dir.is_dir() && !covered && !holds_root && dir != Path::new("/") {
+            hidden.push(dir);
+        }
+    }
+    hidden
+}
+
+fn make_dir(path: &Path, mode: u32) -> Result<(), String> {
+    std::fs::DirBuilder::new()
+        .mode(mode)
+        .create(path)
+        .map_err(|e| format!("cannot make {}: {e}", path.display()))?;
+    set_mode(path, mode)
+}
+
+fn set_mode(path: &Path, mode: u32) -> Result<(), String> {
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+        .map_err(|e| format!("cannot set the mode of {}: {e}", path.display()))
+}
