@@ -2,7 +2,7 @@
 // The reference side of `scripts/bench-compare`: the published TypeScript bash executor
 // (@deepseek-ai/dsh-bash-local over @deepseek-ai/dsh-subprocess-local, composed on a bare
 // @deepseek-ai/cordis Context, i.e. `ctx.shell`), measured exactly like the Rust peer
-// `crates/dsh-bash/examples/bench_peer/peer.rs` measures `LocalBashExecutor`:
+// `crates/dsh-bench/src/bin/bench_peer/peer.rs` measures `LocalBashExecutor`:
 //
 //   node bench.mjs latency N [--warmup W]      N sequential run(`true`): p50/p99, calls/s
 //   node bench.mjs throughput BYTES [--plain]  one `head -c BYTES /dev/zero | tr '\0' a`

@@ -15,9 +15,9 @@ pub(crate) fn dsh_bash_path(args: &Args) -> anyhow::Result<PathBuf> {
     if let Some(bin) = args.flag("bin") {
         return Ok(PathBuf::from(bin));
     }
-    // target/<profile>/examples/bench_peer -> target/<profile>/dsh-bash
+    // target/<profile>/bench_peer -> target/<profile>/dsh-bash
     let me = std::env::current_exe()?;
-    let profile = me.parent().and_then(Path::parent).context("no profile directory")?;
+    let profile = me.parent().context("no profile directory")?;
     Ok(profile.join("dsh-bash"))
 }
 

@@ -1,7 +1,7 @@
 //! Criterion benchmarks of the local executor against plain spawning.
 //!
-//! `cargo bench -p dsh-bash-local --bench exec`. The side-by-side table with ratios and
-//! targets comes from `scripts/bench-exec` (the `bench_exec` example).
+//! `cargo bench -p dsh-bench --bench exec`. The side-by-side table with ratios and
+//! targets comes from `scripts/bench-exec` (the `bench_exec` binary).
 
 use std::process::Command;
 use std::time::Duration;

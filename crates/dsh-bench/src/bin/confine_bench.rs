@@ -1,6 +1,6 @@
 //! Median cost of a confined `bash -c true` under each runner versus an unconfined spawn.
 //!
-//! `cargo run --release -p dsh-sandbox-local --example confine_bench -- [iterations]`
+//! `cargo run --release -p dsh-bench --bin confine_bench -- [iterations]`
 
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
