@@ -208,10 +208,16 @@ pub(crate) fn sweep() -> usize {
 }
 
 fn sweep_scoped(scope: Scope) -> usize {
-    sweep_with(scope, || Some(SPAWNED.lock()))
+    sweep_with(scope, || Some(SPAWNED.lock()), |pgid| Some(crate::exit_guard::is_live_group(pgid)))
 }
 
-fn sweep_with(scope: Scope, lock: impl FnOnce() -> Option<MutexGuard<'static, HashSet<i32>>>) -> usize {
+/// One pass; `lock` gives the set of spawned leaders and `is_live` says whether a group is a
+/// live tree's (`None`: unknown, so the candidate is spared). At exit both must not block.
+fn sweep_with(
+    scope: Scope,
+    lock: impl FnOnce() -> Option<MutexGuard<'static, HashSet<i32>>>,
+    is_live: impl Fn(i32) -> Option<bool>,
+) -> usize {
     let me = std::process::id() as i32;
     let own_group = nix::unistd::getpgrp().as_raw();
     let children = children_of(me, scope);
@@ -232,7 +238,7 @@ fn sweep_with(scope: Scope, lock: impl FnOnce() -> Option<MutexGuard<'static, Ha
             reap(pid);
             continue;
         }
-        if crate::exit_guard::is_live_group(stat.pgrp) || opted_out(pid) {
+        if is_live(stat.pgrp) != Some(false) || opted_out(pid) {
             continue;
         }
         tracing::debug!(pid, pgrp = stat.pgrp, "killing a stray descendant");
@@ -266,7 +272,7 @@ pub(crate) async fn settle_strays(bound: std::time::Duration) {
 /// on a lock another thread may hold while the process goes down).
 pub(crate) fn sweep_at_exit() {
     if ACTIVE.load(Ordering::SeqCst) {
-        let _ = sweep_with(Scope::All, || SPAWNED.try_lock());
+        let _ = sweep_with(Scope::All, || SPAWNED.try_lock(), crate::exit_guard::try_is_live_group);
     }
 }
 

@@ -44,3 +44,28 @@ pub(crate) fn unregister(pgid: i32) {
 pub(crate) fn is_live_group(pgid: i32) -> bool {
     LIVE_GROUPS.lock().contains(&pgid)
 }
+
+/// [`is_live_group`] without waiting for the lock: `None` when another thread holds it (at
+/// exit, where nothing may block).
+pub(crate) fn try_is_live_group(pgid: i32) -> Option<bool> {
+    LIVE_GROUPS.try_lock().map(|groups| groups.contains(&pgid))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_exit_path_never_waits_for_the_lock() {
+        // A group id no process can have (above pid_max), so the exit hook signals nothing.
+        let pgid = i32::MAX - 7;
+        register(pgid);
+        assert_eq!(try_is_live_group(pgid), Some(true));
+        let held = LIVE_GROUPS.lock();
+        let answer = std::thread::spawn(move || try_is_live_group(pgid)).join().expect("thread");
+        assert_eq!(answer, None, "a held lock is 'unknown', not a wait");
+        drop(held);
+        unregister(pgid);
+        assert_eq!(try_is_live_group(pgid), Some(false));
+    }
+}

@@ -37,6 +37,8 @@ struct State {
     entries: Vec<(Key, Arc<Prepared>)>,
     /// Open `/proc/self/mountinfo`, polled for mount-table changes.
     mountinfo: Option<File>,
+    /// Counts the mount-table changes seen.
+    generation: u64,
 }
 
 impl PreparedCache {
@@ -54,23 +56,46 @@ impl PreparedCache {
             .map(|p| (p.clone(), std::fs::metadata(p).ok().map(|m| (m.dev(), m.ino()))))
             .collect();
         let key = Key { roots, world: world.cloned(), mount_namespace, euid, egid };
-        let mut state = self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        if state.mounts_changed() {
-            state.entries.clear();
-        }
-        if let Some((_, prepared)) = state.entries.iter().find(|(k, _)| *k == key) {
-            return Ok(Arc::clone(prepared));
-        }
+        let generation = {
+            let mut state = self.lock();
+            state.forget_if_mounts_changed();
+            if let Some((_, prepared)) = state.entries.iter().find(|(k, _)| *k == key) {
+                return Ok(Arc::clone(prepared));
+            }
+            state.generation
+        };
+        // Built without the lock: building forks and waits for a namespace helper, and other
+        // spawns must not wait behind it. Two spawns that race here both build; one is kept.
         let prepared = Arc::new(Prepared::build(writable, world, mount_namespace, true)?);
-        if state.entries.len() >= CAPACITY {
-            state.entries.clear();
+        let mut state = self.lock();
+        state.forget_if_mounts_changed();
+        if let Some((_, existing)) = state.entries.iter().find(|(k, _)| *k == key) {
+            return Ok(Arc::clone(existing));
         }
-        state.entries.push((key, Arc::clone(&prepared)));
+        // A snapshot taken before the mount table changed is used once, never cached.
+        if state.generation == generation {
+            if state.entries.len() >= CAPACITY {
+                state.entries.clear();
+            }
+            state.entries.push((key, Arc::clone(&prepared)));
+        }
         Ok(prepared)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }
 
 impl State {
+    /// Drops every entry (and counts a generation) when the mount table changed.
+    fn forget_if_mounts_changed(&mut self) {
+        if self.mounts_changed() {
+            self.entries.clear();
+            self.generation += 1;
+        }
+    }
+
     /// True when the mount table changed since the last call (and on the first call, when
     /// the watch is opened). Without a watch every call says "changed".
     fn mounts_changed(&mut self) -> bool {

@@ -544,7 +544,7 @@ pub(crate) fn build_namespace(plan: &MountPlan) -> Result<bool, StepError> {
         // unwritable. exec recomputes the flag for the new program.
         // SAFETY: prctl with integer arguments only.
         let ret = unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 1, 0, 0, 0) };
-        check(ret.into(), Step::Unshare, 1)?;
+        check(ret.into(), Step::Dumpable, 0)?;
     }
     // SAFETY: unshare with constant flags; the child is single-threaded after fork.
     check(unsafe { libc::unshare(flags) }.into(), Step::Unshare, usize::from(!admin))?;

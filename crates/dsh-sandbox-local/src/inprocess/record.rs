@@ -36,6 +36,8 @@ pub(crate) enum Step {
     NewSession = 15,
     /// The `exec` of the command itself (reported as the spawn's error, never recorded).
     Exec = 16,
+    /// `prctl(PR_SET_DUMPABLE, 1)` before writing the id maps of a new user namespace.
+    Dumpable = 17,
 }
 
 impl Step {
@@ -58,6 +60,7 @@ impl Step {
             Seccomp,
             NewSession,
             Exec,
+            Dumpable,
         ]
         .into_iter()
         .find(|s| *s as u8 == v)
@@ -268,6 +271,21 @@ mod tests {
         // SAFETY: waiting for the child forked above.
         assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
         assert_eq!(record.get(), Some(Failure { step: Step::Bind, index: 2, errno: libc::EPERM }));
+    }
+
+    #[test]
+    fn every_step_round_trips_and_unknown_steps_are_none() {
+        for v in 1..=17u8 {
+            let step = Step::from_u8(v).expect("a step");
+            assert_eq!(step as u8, v);
+            assert_eq!(
+                unpack(pack(step, 3, libc::EPERM)),
+                Some(Failure { step, index: 3, errno: libc::EPERM })
+            );
+        }
+        assert_eq!(Step::from_u8(17), Some(Step::Dumpable), "a failed PR_SET_DUMPABLE is not an unshare");
+        assert_eq!(Step::from_u8(18), None);
+        assert_eq!(unpack(u64::from(18u8) << 56), None);
     }
 
     #[test]
