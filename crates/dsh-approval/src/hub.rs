@@ -1,7 +1,7 @@
 //! The approval hub: policy, audit, answerer waterfall.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use dsh_core::{
     APPROVAL, Agent, AgentMessage, ApprovalOutcome, ApprovalRequest, ApprovalService, Disposer, Plugin,
@@ -80,11 +80,29 @@ pub struct ApprovalHub {
     policy: ApprovalPolicy,
     next: AtomicU64,
     answerers: Arc<Mutex<Vec<AnswererEntry>>>,
+    /// Set by the host once the registered answerers are every channel an answer can come
+    /// from (see [`ApprovalHub::answerers_are_exhaustive`]).
+    exhaustive: AtomicBool,
 }
 
 impl ApprovalHub {
     pub fn new(policy: ApprovalPolicy) -> Arc<Self> {
-        Arc::new(Self { policy, next: AtomicU64::new(1), answerers: Arc::new(Mutex::new(Vec::new())) })
+        Arc::new(Self {
+            policy,
+            next: AtomicU64::new(1),
+            answerers: Arc::new(Mutex::new(Vec::new())),
+            exhaustive: AtomicBool::new(false),
+        })
+    }
+
+    /// Declares that the answerers registered with this hub, at any moment, are every channel
+    /// an answer can come from: the host registers an answerer only when it can answer, and
+    /// registers it before the calls it serves. From then on a call whose agent no registered
+    /// answerer serves (unscoped, or scoped to its id) cannot get an answer, and
+    /// [`ApprovalService::can_answer`] says so. Without this declaration the hub assumes an
+    /// answerer may still arrive.
+    pub fn answerers_are_exhaustive(&self) {
+        self.exhaustive.store(true, Ordering::Relaxed);
     }
 
     /// Adds an answerer (first or last in the waterfall), optionally scoped to one agent id.
@@ -141,7 +159,7 @@ impl ApprovalHub {
             .map(|e| Arc::clone(&e.answer))
             .collect();
         for answer in answerers {
-            match answer(question.clone()).await {
+            match answer_contained(&answer, question.clone()).await {
                 Answer::Pass => continue,
                 Answer::Failed(_) => return ApprovalOutcome::Unavailable,
                 Answer::Outcome(raw) => {
@@ -153,8 +171,40 @@ impl ApprovalHub {
     }
 }
 
+/// Asks one answerer; a panic (making the future or polling it) is a failed answer, like a
+/// returned failure, so the request still ends with its `approval/decided` event.
+async fn answer_contained(answer: &AnswerFn, question: ApprovalQuestion) -> Answer {
+    use futures::FutureExt as _;
+    use std::panic::AssertUnwindSafe;
+    let Ok(future) = std::panic::catch_unwind(AssertUnwindSafe(|| answer(question))) else {
+        return Answer::Failed("the answerer panicked".to_owned());
+    };
+    AssertUnwindSafe(future)
+        .catch_unwind()
+        .await
+        .unwrap_or_else(|_| Answer::Failed("the answerer panicked".to_owned()))
+}
+
 #[async_trait::async_trait]
 impl ApprovalService for ApprovalHub {
+    /// `false` when the effective policy is `never` (the session's, or the configured one for
+    /// a call without an agent), or when the host declared its answerers exhaustive and none
+    /// is in scope (an unscoped answerer, or one scoped to the agent's id); `true` otherwise.
+    fn can_answer(&self, agent: Option<&Agent>) -> bool {
+        let policy = agent.map_or(self.policy, |a| self.effective_policy(a.session()));
+        if policy == ApprovalPolicy::Never {
+            return false;
+        }
+        if !self.exhaustive.load(Ordering::Relaxed) {
+            return true;
+        }
+        self.answerers.lock().iter().any(|e| match (&e.scope, agent) {
+            (None, _) => true,
+            (Some(scope), Some(agent)) => scope == agent.id(),
+            (Some(_), None) => false,
+        })
+    }
+
     async fn request(&self, request: ApprovalRequest) -> Result<ApprovalOutcome, String> {
         let session = Arc::clone(request.agent.session());
         if !session.in_open_turn() {

@@ -171,3 +171,52 @@ async fn ap_06_policy_contexts() {
         "Approval prompts are disabled in this session: actions that require approval are rejected automatically — do not request sandbox escalation (do not set `sandbox_permissions`)."
     );
 }
+
+#[tokio::test]
+async fn can_answer_reports_when_no_answer_can_come() {
+    let a = Agent::new("a", None);
+    let b = Agent::new("b", None);
+    // Not declared exhaustive: an answerer may still arrive.
+    let hub = ApprovalHub::new(ApprovalPolicy::Ask);
+    assert!(hub.can_answer(Some(&a)) && hub.can_answer(None));
+    // Declared exhaustive: only calls some registered answerer serves.
+    hub.answerers_are_exhaustive();
+    assert!(!hub.can_answer(Some(&a)) && !hub.can_answer(None));
+    let scoped = hub.register_answerer(Some("a".into()), fixed_answerer(ApprovalOutcome::AllowedOnce), true);
+    assert!(hub.can_answer(Some(&a)));
+    assert!(!hub.can_answer(Some(&b)), "an answerer scoped to another agent does not serve b");
+    assert!(!hub.can_answer(None), "nor a call without an agent");
+    scoped.dispose().await;
+    assert!(!hub.can_answer(Some(&a)), "a withdrawn answerer no longer counts");
+    let _unscoped = hub.register_answerer(None, fixed_answerer(ApprovalOutcome::AllowedOnce), false);
+    assert!(hub.can_answer(Some(&a)) && hub.can_answer(Some(&b)) && hub.can_answer(None));
+    // The session's `never` policy outranks every answerer.
+    b.session().append("approval/policy", json!({"policy": "never"})).expect("event");
+    assert!(!hub.can_answer(Some(&b)));
+    assert!(hub.can_answer(Some(&a)));
+    // A configured `never` policy, with or without answerers.
+    let never = ApprovalHub::new(ApprovalPolicy::Never);
+    let _any = never.register_answerer(None, fixed_answerer(ApprovalOutcome::AllowedOnce), false);
+    assert!(!never.can_answer(Some(&a)) && !never.can_answer(None));
+    // The session switching back to `ask` makes it answerable again.
+    a.session().append("approval/policy", json!({"policy": "ask"})).expect("event");
+    assert!(never.can_answer(Some(&a)));
+}
+
+#[tokio::test]
+async fn a_panicking_answerer_is_a_failed_answer_and_the_decision_is_recorded() {
+    let panics_when_asked: AnswerFn = Arc::new(|_q| panic!("answerer bug"));
+    let panics_when_polled: AnswerFn = Arc::new(|_q| Box::pin(async { panic!("answerer bug") }));
+    for answerer in [panics_when_asked, panics_when_polled] {
+        let hub = ApprovalHub::new(ApprovalPolicy::Ask);
+        let _first = hub.register_answerer(None, answerer, false);
+        let later = Arc::new(AtomicUsize::new(0));
+        let _second = hub.register_answerer(None, counting("allowed-once", Arc::clone(&later)), false);
+        let agent = agent_in_turn("a");
+        assert_eq!(hub.request(request(&agent, None)).await, Ok(ApprovalOutcome::Unavailable));
+        assert_eq!(later.load(Ordering::SeqCst), 0, "a failure ends the waterfall, like Answer::Failed");
+        let kinds: Vec<String> = agent.session().events().iter().map(|e| e.kind.clone()).collect();
+        assert_eq!(kinds, ["turn/start", "approval/asked", "approval/decided"]);
+        assert_eq!(agent.session().events()[2].data["outcome"], json!("unavailable"));
+    }
+}

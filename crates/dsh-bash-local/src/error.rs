@@ -31,7 +31,8 @@ impl From<SpawnError> for ExecError {
     }
 }
 
-/// The seam's form of an OS spawn failure (`spawn bash ENOENT`, code `ENOENT`).
+/// The seam's form of an OS spawn failure (`spawn bash ENOENT`, code `ENOENT`; a missing
+/// working directory reads `spawn bash ENOENT: working directory /x does not exist`).
 pub fn shell_spawn_error(e: &OsSpawnError) -> ShellError {
     ShellError::Spawn { message: e.to_string(), code: Some(e.code()), program: e.program.clone() }
 }

@@ -61,6 +61,9 @@ impl LocalBashExecutor {
     /// deadline (caller signal or `timeoutMs`, first cause wins, code `BASH_TIMEOUT`), exit
     /// facts, and both collected streams. `pre_exec` runs in the child before exec.
     ///
+    /// When the spec carries an output-probe slot, a probe of the process's latest output
+    /// line is installed there from the spawn until the run ends.
+    ///
     /// Spawn failures keep their OS facts ([`ExecError::Spawn`]); a caller signal that fired
     /// before the spawn is `aborted before spawn: <reason>`.
     pub async fn run_argv(
@@ -75,6 +78,11 @@ impl LocalBashExecutor {
         spawn.signal = Some(deadline.signal().clone());
         let handle = self.service.spawn(spawn)?;
         let _cancel = TerminateUnlessSettled(&handle);
+        // Observers see the running command's latest output line until the run ends.
+        let _probe = spec.output_probe.as_ref().map(|slot| {
+            let observed = handle.clone();
+            slot.install(Arc::new(move || observed.latest_output_line()))
+        });
         let outcome = handle.wait().await;
         let (timed_out, aborted) = (deadline.timed_out(), deadline.aborted());
         drop(deadline);

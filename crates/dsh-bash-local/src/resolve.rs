@@ -42,5 +42,6 @@ pub(crate) fn resolve(
         env: request.env,
         dsh_env: request.dsh_env,
         sandbox_policy: request.sandbox_policy,
+        output_probe: request.output_probe,
     })
 }

@@ -230,6 +230,7 @@ mod tests {
             env: env.map(map),
             dsh_env: dsh_env.map(map),
             sandbox_policy: None,
+            output_probe: None,
         }
     }
 

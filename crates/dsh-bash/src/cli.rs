@@ -75,6 +75,15 @@ pub struct CallArgs {
     /// The session's working directory (its header cwd).
     #[arg(long, value_name = "DIR", requires = "session")]
     pub cwd: Option<PathBuf>,
+    /// Exit with the command's own status: its exit code, 128+N when killed by signal N,
+    /// 124 when it timed out, 130 when the call was interrupted (tool errors stay 1).
+    #[arg(long)]
+    pub exit_status: bool,
+    /// No live status line on stderr (spinner, elapsed time, latest output line) while the
+    /// command runs; it is shown only when stderr is a terminal. `DSH_NO_PROGRESS=1` does
+    /// the same.
+    #[arg(long, short = 'q')]
+    pub quiet: bool,
     /// Tool name, e.g. `bash`.
     pub tool: String,
     /// Tool arguments as one JSON value, e.g. '{"command":"ls","description":"List files"}'.
@@ -118,6 +127,10 @@ pub struct McpArgs {
     /// Do not ask approvals through MCP elicitation.
     #[arg(long)]
     pub no_elicitation: bool,
+    /// Keep the harness identity line and the persona in the `instructions` sent to the client
+    /// (left out by default: they describe the tools to an agent that has its own identity).
+    #[arg(long)]
+    pub instructions_with_identity: bool,
 }
 
 #[derive(Debug, Args)]

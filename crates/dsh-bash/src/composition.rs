@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use anyhow::bail;
 use dsh_approval::{APPROVAL_HUB, fixed_answerer, tty_answerer};
+use dsh_core::approval::APPROVAL_UNREACHABLE;
 use dsh_core::{ApprovalOutcome, Context, Disposer, PluginStatus, TOOLS, ToolRegistry};
 
 use crate::catalog::Catalog;
@@ -66,9 +67,10 @@ impl Composition {
             ctx.dispose().await;
             bail!("plugins stayed pending: {stuck}");
         }
+        let hub = ctx.get(APPROVAL_HUB);
         let answerer = match approve {
             None => None,
-            Some(answer) => match ctx.get(APPROVAL_HUB) {
+            Some(answer) => match &hub {
                 Some(hub) => Some(hub.register_answerer(None, answerer_for(answer), false)),
                 None if pending == Pending::Report => None,
                 None => {
@@ -77,6 +79,20 @@ impl Composition {
                 }
             },
         };
+        // The hosts register every answer channel they have: the `--approve` answer here, and
+        // (in the MCP server) an elicitation answerer per session whose client can answer.
+        // Without any, no approval answer can come, and the tools may be told so: through the
+        // hub when there is one, else as the composition's own fact.
+        match &hub {
+            Some(hub) => hub.answerers_are_exhaustive(),
+            None if approve.is_none() => {
+                if let Err(e) = ctx.provide(APPROVAL_UNREACHABLE, true) {
+                    ctx.dispose().await;
+                    return Err(e.into());
+                }
+            }
+            None => {}
+        }
         Ok(Self { ctx, answerer })
     }
 

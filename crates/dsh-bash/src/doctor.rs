@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::Context as _;
-use dsh_sandbox::{SANDBOX, SandboxProvider};
+use dsh_sandbox::{SANDBOX, SandboxExecutionPolicy, SandboxMode, SandboxProvider};
 #[cfg(target_os = "linux")]
 use dsh_sandbox_local::{LocalSandboxConfig, LocalSandboxProvider};
 use dsh_subprocess::SUBPROCESS;
@@ -39,6 +39,7 @@ pub async fn run(composition: &CompositionArgs) -> anyhow::Result<u8> {
     }
     report.push(format!("spill directory: {}", spill_directory(spill_dir.as_deref())));
     report.push(format!("containment: {}", containment.as_deref().unwrap_or("none (no subprocess service)")));
+    report.extend(writable_roots(composition));
     report.extend(runners.lines().map(str::to_owned));
     report.push("available plugins:".to_owned());
     for factory in Catalog::builtin().entries() {
@@ -61,6 +62,33 @@ pub async fn run(composition: &CompositionArgs) -> anyhow::Result<u8> {
     stdout.flush().context("writing stdout")?;
     let healthy = bash.is_some() && plugins.iter().all(|p| p.applied);
     Ok(if healthy { 0 } else { 1 })
+}
+
+/// Where each sandbox mode lets commands write, for the workspace root calls get when their
+/// session names no cwd (a session's cwd takes its place).
+fn writable_roots(composition: &CompositionArgs) -> Vec<String> {
+    let (workspace, source) = match &composition.workspace_root {
+        Some(root) => (dsh_core::home::absolutize(root), "--workspace-root"),
+        None => (std::env::current_dir().unwrap_or_else(|_| PathBuf::from(".")), "the current directory"),
+    };
+    let policy = SandboxExecutionPolicy {
+        mode: SandboxMode::WorkspaceWrite,
+        workspace_root: workspace.clone(),
+        session_id: None,
+    };
+    let roots: Vec<String> =
+        dsh_sandbox::writable_roots(&policy).iter().map(|r| r.display().to_string()).collect();
+    vec![
+        format!("workspace root: {} ({source}; a session's cwd takes its place)", workspace.display()),
+        "writable roots by sandbox mode:".to_owned(),
+        "  read-only: none".to_owned(),
+        format!("  workspace-write: {}", roots.join(", ")),
+        "    under the local sandbox /tmp and /dev/shm are the session's own, not the host's; the \
+         protected paths under a root stay read-only (sandbox-local protectedPaths: .git/hooks, \
+         .git/config, .envrc, … by default)"
+            .to_owned(),
+        "  danger-full-access: not confined (wherever the user may write)".to_owned(),
+    ]
 }
 
 /// The first executable `name` on `$PATH`.

@@ -24,6 +24,7 @@ mod interrupt;
 mod mcp;
 mod plan;
 mod plugins;
+mod progress;
 mod prompt;
 mod request;
 mod schema;

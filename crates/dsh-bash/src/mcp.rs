@@ -7,7 +7,7 @@
 //! channel (unless `--no-elicitation`, or an `--approve` answer is given). The server owns the
 //! composition and disposes it when the client goes away or on SIGINT/SIGTERM (handled from the
 //! first instruction on, so a signal during start-up is a clean shutdown too). Logs go to
-//! stderr at the level named by `RUST_LOG` (`error`, `warn` (default), `info`, `debug`, `trace`).
+//! stderr, filtered by `RUST_LOG` (`tracing-subscriber` directives; `warn` by default).
 //!
 //! Over HTTP the listener is bound before the composition starts, so a bad address costs
 //! nothing, and the start line on stderr names the real address (port 0 picks a free one).
@@ -21,6 +21,7 @@
 
 use std::ffi::OsString;
 use std::fmt::Write as _;
+use std::io::IsTerminal as _;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
@@ -30,6 +31,11 @@ use dsh_mcp::McpOptions;
 
 use crate::cli::{CompositionArgs, McpArgs};
 use crate::composition::{Composition, HostNeeds, Pending};
+
+/// Printed on stderr when `mcp` serves stdio and stdin is a terminal: a person started it by hand.
+pub const STDIO_TERMINAL_HINT: &str = "dsh-bash: waiting for an MCP client on stdin (JSON-RPC lines); \
+     configure your agent to start `dsh-bash mcp`, or try a tool by hand with \
+     `dsh-bash call bash '{\"command\":\"echo hello\",\"description\":\"Say hello\"}'`. Ctrl-C stops.";
 
 /// The environment variable holding the HTTP bearer token.
 pub const TOKEN_VAR: &str = "DSH_MCP_TOKEN";
@@ -83,6 +89,7 @@ pub async fn run(
         server_version: env!("CARGO_PKG_VERSION").to_owned(),
         workspace_root: composition.workspace_root.as_deref().map(dsh_core::home::absolutize),
         elicitation: !args.no_elicitation,
+        instructions_with_identity: args.instructions_with_identity,
         http_idle_timeout: Duration::from_secs(args.idle_timeout),
         http_allowed_origins: args.allow_origin,
         http_header_timeout: Duration::from_secs(args.header_timeout),
@@ -98,7 +105,12 @@ pub async fn run(
             eprintln!("{}", start_line(local, &token));
             dsh_mcp::serve_http_on(ctx, options, listener, token.secret().to_owned()).await?
         }
-        None => dsh_mcp::serve_stdio(ctx, options).await?,
+        None => {
+            if std::io::stdin().is_terminal() {
+                eprintln!("{STDIO_TERMINAL_HINT}");
+            }
+            dsh_mcp::serve_stdio(ctx, options).await?
+        }
     }
     Ok(0)
 }
@@ -145,13 +157,10 @@ fn start_line(local: SocketAddr, token: &Token) -> String {
     }
 }
 
+/// Logs on stderr, filtered by `RUST_LOG` (`tracing-subscriber` directives: a level such as
+/// `info`, or per target, `warn,dsh_mcp=debug`); `warn` when it is unset or unparseable.
 fn init_logging() {
-    let level = match std::env::var("RUST_LOG").unwrap_or_default().trim().to_ascii_lowercase().as_str() {
-        "error" => tracing::Level::ERROR,
-        "info" => tracing::Level::INFO,
-        "debug" => tracing::Level::DEBUG,
-        "trace" => tracing::Level::TRACE,
-        _ => tracing::Level::WARN,
-    };
-    let _ = tracing_subscriber::fmt().with_writer(std::io::stderr).with_max_level(level).try_init();
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt().with_writer(std::io::stderr).with_env_filter(filter).try_init();
 }

@@ -3,13 +3,17 @@
 //! Sources, later winning: the default plugin set or the file's `plugins` list; the file's
 //! per-plugin tables; the command-line switches (`--sandbox`, `--no-background`,
 //! `--workspace-root`, `--approve`, `--approval-policy`).
+//!
+//! A config that does not fit a plugin (unknown key, wrong type) is reported as
+//! `<file>: [<plugin>] <key>: <what>` (the file as given to `--config`; without a file, or
+//! when the key cannot be told, those parts are left out).
 
 use std::any::Any;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{Context as _, bail};
-use dsh_core::PluginFactory;
+use dsh_core::{PluginError, PluginFactory};
 use serde_json::{Map, Value};
 
 use crate::catalog::{self, Catalog};
@@ -31,6 +35,8 @@ pub struct ParsedRow {
 /// The plugin rows of a composition.
 pub struct Plan {
     pub rows: Vec<Row>,
+    /// The composition file the tables came from, as given on the command line.
+    pub file: Option<PathBuf>,
 }
 
 impl Plan {
@@ -39,6 +45,7 @@ impl Plan {
     pub fn from_args(catalog: &Catalog, args: &CompositionArgs, host: &[&str]) -> anyhow::Result<Self> {
         match &args.config {
             Some(path) => Self::build(catalog, &config::read(path)?, args, host)
+                .map(|plan| Plan { file: Some(path.clone()), ..plan })
                 .with_context(|| format!("config {}", path.display())),
             None => Self::build(catalog, &CompositionFile::default(), args, host),
         }
@@ -55,7 +62,7 @@ impl Plan {
             Some(names) => names.clone(),
             None => catalog::DEFAULT_COMPOSITION.iter().map(|n| (*n).to_owned()).collect(),
         };
-        let mut plan = Plan { rows: Vec::new() };
+        let mut plan = Plan { rows: Vec::new(), file: None };
         for name in &names {
             let factory = lookup(catalog, name)?;
             if plan.index(factory.short_name()).is_some() {
@@ -203,12 +210,25 @@ impl Plan {
     }
 
     /// Parses every config (so a bad value is reported before anything starts).
+    ///
+    /// A config of the wrong shape names the file, the plugin and, when it can be told, the
+    /// key: `dsh.toml: [bash-local] graceMs: invalid type: string "soon", expected a number`.
+    /// A value the plugin refuses keeps the plugin's own (contract) message.
     pub fn parse(self) -> anyhow::Result<Vec<ParsedRow>> {
+        let file = self.file;
         self.rows
             .into_iter()
-            .map(|row| {
-                let config = row.factory.parse_config(row.config)?;
-                Ok(ParsedRow { factory: row.factory, config })
+            .map(|row| match row.factory.parse_config(row.config.clone()) {
+                Ok(config) => Ok(ParsedRow { factory: row.factory, config }),
+                Err(PluginError::InvalidConfig { plugin, message }) => {
+                    let key = offending_key(&row, &message).map(|k| format!("{k}: ")).unwrap_or_default();
+                    let what = format!("[{plugin}] {key}{message}");
+                    Err(match &file {
+                        Some(file) => anyhow::anyhow!("{}: {what}", file.display()),
+                        None => anyhow::anyhow!(what),
+                    })
+                }
+                Err(e) => Err(e.into()),
             })
             .collect()
     }
@@ -218,6 +238,24 @@ impl Plan {
     pub fn names(&self) -> Vec<&'static str> {
         self.rows.iter().map(|r| r.factory.short_name()).collect()
     }
+}
+
+/// The key of `row`'s table whose value alone is refused with `message`, if exactly one is.
+/// Unknown-field messages already name their key.
+fn offending_key(row: &Row, message: &str) -> Option<String> {
+    if message.starts_with("unknown field") {
+        return None;
+    }
+    let table = row.config.as_object()?;
+    let mut culprits = table.iter().filter(|(key, value)| {
+        let alone = Value::Object(Map::from_iter([((*key).clone(), (*value).clone())]));
+        matches!(
+            row.factory.parse_config(alone),
+            Err(PluginError::InvalidConfig { message: m, .. }) if m == message
+        )
+    });
+    let (key, _) = culprits.next()?;
+    culprits.next().is_none().then(|| key.clone())
 }
 
 fn lookup(catalog: &Catalog, name: &str) -> anyhow::Result<Arc<dyn PluginFactory>> {
@@ -350,12 +388,25 @@ mod tests {
             .parse()
             .err()
             .expect("refused");
-        assert_eq!(err.to_string(), "system-prompt: invalid type: integer `3`, expected a string");
+        assert_eq!(err.to_string(), "[system-prompt] persona: invalid type: integer `3`, expected a string");
         let err = build("[system-prompt]\npersonae = \"x\"\n", CompositionArgs::default())
             .expect("plan")
             .parse()
             .err()
             .expect("refused");
-        assert!(err.to_string().starts_with("system-prompt: unknown field `personae`"), "{err}");
+        assert!(err.to_string().starts_with("[system-prompt] unknown field `personae`"), "{err}");
+        let mut plan = build("[bash-local]\ngraceMs = \"soon\"\n", CompositionArgs::default()).expect("plan");
+        plan.file = Some(PathBuf::from("conf/dsh.toml"));
+        let err = plan.parse().err().expect("refused");
+        assert_eq!(
+            err.to_string(),
+            "conf/dsh.toml: [bash-local] graceMs: invalid type: string \"soon\", expected a number"
+        );
+        let err = build("[bash-local]\ngraceMs = 0\n", CompositionArgs::default())
+            .expect("plan")
+            .parse()
+            .err()
+            .expect("refused");
+        assert_eq!(err.to_string(), "bash-local: graceMs must be a positive finite number");
     }
 }

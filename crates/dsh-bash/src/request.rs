@@ -3,6 +3,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use dsh_core::tools::OutputProbeSlot;
 use dsh_core::{AbortSignal, Agent, AgentStatus, ContentBlock, ToolExec, ToolRegistry, ToolResult};
 use serde_json::{Map, Value, json};
 
@@ -24,13 +25,26 @@ pub async fn call(
     agent: Option<Arc<Agent>>,
     signal: AbortSignal,
 ) -> Result<CallOutcome, String> {
+    call_observed(tools, tool, args, agent, signal, OutputProbeSlot::new()).await
+}
+
+/// [`call`] with `probe` as the call's output-probe slot: a host keeping a clone of it can ask
+/// for the running command's latest output line (see [`OutputProbeSlot::latest_line`]).
+pub async fn call_observed(
+    tools: &ToolRegistry,
+    tool: &str,
+    args: Value,
+    agent: Option<Arc<Agent>>,
+    signal: AbortSignal,
+    probe: OutputProbeSlot,
+) -> Result<CallOutcome, String> {
     if let Some(agent) = &agent {
         agent.session().begin_turn()?;
         agent.set_status(AgentStatus::Busy);
     }
     let call_id = format!("call-{}", NEXT_CALL.fetch_add(1, Ordering::Relaxed));
     let present_call = tools.present_call(tool, &args);
-    let exec = ToolExec::new(agent.clone(), call_id).with_signal(signal);
+    let exec = ToolExec::new(agent.clone(), call_id).with_signal(signal).with_output_probe(probe);
     let result = tools.call(tool, args.clone(), exec).await;
     let present_result = tools.present_result(tool, &args, &result);
     if let Some(agent) = &agent {

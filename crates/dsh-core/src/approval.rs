@@ -50,7 +50,23 @@ pub struct ApprovalRequest {
 #[async_trait::async_trait]
 pub trait ApprovalService: Send + Sync {
     async fn request(&self, request: ApprovalRequest) -> Result<ApprovalOutcome, String>;
+
+    /// Whether a request on behalf of `agent` (`None`: a call without an agent) can reach
+    /// someone who might allow it. `false` only when it is certain that no such answer can
+    /// come: prompts are disabled for the agent's session, or no channel that could answer its
+    /// requests exists. Consumers use it to stop suggesting an approval round trip that must
+    /// fail. The default is `true`: when in doubt, an answer may come.
+    fn can_answer(&self, _agent: Option<&Agent>) -> bool {
+        true
+    }
 }
 
 /// Service key of the approval service.
 pub const APPROVAL: ServiceKey<Arc<dyn ApprovalService>> = ServiceKey::new("approval");
+
+/// Provided (as `true`) by a host that composes no approval service and no other way to
+/// answer one, and knows that none can appear: no approval answer can come for any call of
+/// the composition. Consumers then stop suggesting approval round trips. Absent means
+/// nothing is known; a composition with an approval service asks it
+/// ([`ApprovalService::can_answer`]) instead.
+pub const APPROVAL_UNREACHABLE: ServiceKey<bool> = ServiceKey::new("approvalUnreachable");

@@ -57,6 +57,11 @@ pub enum PluginError {
     /// A configuration the plugin refuses (exact contract message).
     #[error("{0}")]
     Config(String),
+    /// A config that does not have the plugin's shape: an unknown key or a value of the wrong
+    /// type. `message` is the deserializer's, with type names in plain words
+    /// (`expected a number`, not `expected f64`; see [`plain_config_error`]).
+    #[error("{plugin}: {message}")]
+    InvalidConfig { plugin: String, message: String },
     /// `apply` failed (exact contract message where the contract has one).
     #[error("{0}")]
     Apply(String),
@@ -182,8 +187,10 @@ impl<P: Plugin> PluginFactory for Factory<P> {
         let config: P::Config = if value.is_null() {
             P::Config::default()
         } else {
-            serde_json::from_value(value)
-                .map_err(|e| PluginError::Config(format!("{}: {e}", P::SHORT_NAME)))?
+            serde_json::from_value(value).map_err(|e| PluginError::InvalidConfig {
+                plugin: P::SHORT_NAME.to_owned(),
+                message: plain_config_error(&e.to_string()),
+            })?
         };
         P::validate(&config).map_err(PluginError::Config)?;
         Ok(Arc::new(config))
@@ -195,6 +202,44 @@ impl<P: Plugin> PluginFactory for Factory<P> {
             .clone();
         P::apply(scope, config)
     }
+}
+
+/// Rewords a config deserialization message for people writing config files: Rust type
+/// names after `expected` become plain words, and so do `sequence`/`map` as the found type.
+///
+/// | deserializer says | reads |
+/// |---|---|
+/// | `f32`, `f64` | `a number` |
+/// | `i8` … `i128`, `isize` | `an integer` |
+/// | `u8` … `u128`, `usize` | `a non-negative integer` |
+/// | `a sequence` | `an array` |
+/// | `a map`, `struct <Name>` | `a table` |
+/// | `path string` | `a string` |
+///
+/// Everything else (`a boolean`, `a string`, unknown-field lists) is kept as written.
+pub fn plain_config_error(message: &str) -> String {
+    let message = message.replacen("invalid type: sequence,", "invalid type: array,", 1).replacen(
+        "invalid type: map,",
+        "invalid type: table,",
+        1,
+    );
+    let Some(at) = message.rfind(", expected ") else { return message };
+    let (head, expected) = message.split_at(at + ", expected ".len());
+    let plain = match expected {
+        "f32" | "f64" => "a number",
+        "i8" | "i16" | "i32" | "i64" | "i128" | "isize" => "an integer",
+        "u8" | "u16" | "u32" | "u64" | "u128" | "usize" => "a non-negative integer",
+        "a sequence" => "an array",
+        "a map" => "a table",
+        "path string" => "a string",
+        other
+            if other.strip_prefix("struct ").is_some_and(|name| !name.is_empty() && !name.contains(' ')) =>
+        {
+            "a table"
+        }
+        other => other,
+    };
+    format!("{head}{plain}")
 }
 
 /// Where a plugin records its effects while applying.
@@ -583,5 +628,75 @@ fn spawn_or_block(fut: BoxFuture<'static, ()>) {
             handle.spawn(fut);
         }
         Err(_) => futures::executor::block_on(fut),
+    }
+}
+
+#[cfg(test)]
+mod config_error_tests {
+    use super::*;
+
+    struct Typed;
+
+    #[derive(Clone, Debug, Default, serde::Deserialize, schemars::JsonSchema)]
+    #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+    struct TypedConfig {
+        grace_ms: f64,
+        limit: u64,
+        offset: i32,
+        enabled: bool,
+        name: String,
+        paths: Vec<String>,
+    }
+
+    impl Plugin for Typed {
+        const NAME: &'static str = "@test/typed";
+        const SHORT_NAME: &'static str = "typed";
+        const INJECT: &'static [&'static str] = &[];
+        type Config = TypedConfig;
+
+        fn apply(_scope: &mut PluginScope, _config: TypedConfig) -> Result<(), PluginError> {
+            Ok(())
+        }
+    }
+
+    fn refusal(config: Value) -> PluginError {
+        Factory::<Typed>::new().parse_config(config).expect_err("refused")
+    }
+
+    #[test]
+    fn wrong_types_are_named_in_plain_words() {
+        let cases = [
+            (serde_json::json!({"graceMs": "soon"}), "invalid type: string \"soon\", expected a number"),
+            (
+                serde_json::json!({"limit": -1}),
+                "invalid value: integer `-1`, expected a non-negative integer",
+            ),
+            (serde_json::json!({"offset": 1.5}), "invalid type: floating point `1.5`, expected an integer"),
+            (serde_json::json!({"enabled": "yes"}), "invalid type: string \"yes\", expected a boolean"),
+            (serde_json::json!({"name": 3}), "invalid type: integer `3`, expected a string"),
+            (serde_json::json!({"paths": {"a": 1}}), "invalid type: table, expected an array"),
+            (serde_json::json!({"name": [1]}), "invalid type: array, expected a string"),
+            (serde_json::json!(5), "invalid type: integer `5`, expected a table"),
+        ];
+        for (config, message) in cases {
+            let error = refusal(config);
+            assert_eq!(error, PluginError::InvalidConfig { plugin: "typed".into(), message: message.into() });
+            assert_eq!(error.to_string(), format!("typed: {message}"));
+        }
+    }
+
+    #[test]
+    fn unknown_fields_keep_their_wording() {
+        let error = refusal(serde_json::json!({"grace": 1}));
+        let PluginError::InvalidConfig { plugin, message } = error else { panic!("not a shape error") };
+        assert_eq!(plugin, "typed");
+        assert!(message.starts_with("unknown field `grace`, expected one of `graceMs`"), "{message}");
+    }
+
+    #[test]
+    fn plain_words_leave_other_messages_alone() {
+        assert_eq!(plain_config_error("missing field `mode`"), "missing field `mode`");
+        assert_eq!(plain_config_error("x, expected path string"), "x, expected a string");
+        assert_eq!(plain_config_error("x, expected struct A B"), "x, expected struct A B");
     }
 }

@@ -27,8 +27,8 @@ pub use context::{
     ServiceKey, WeakContext,
 };
 pub use error::{ErrorInfo, ToolError};
-pub use persistence::{JsonlPersistence, SESSION_PERSISTENCE, SessionPersistence};
-pub use prompt::{PromptSection, SYSTEM_PROMPT, SystemPrompt};
+pub use persistence::{HEADER_RECORD, JsonlPersistence, SESSION_PERSISTENCE, SessionPersistence};
+pub use prompt::{HARNESS_IDENTITY_SECTION, PERSONA_SECTION, PromptSection, SYSTEM_PROMPT, SystemPrompt};
 pub use session::{Session, SessionEvent, SessionHeader, SessionLocator};
 pub use tools::{
     ContentBlock, Decision, PostDecision, Schema, TOOLS, Tool, ToolCall, ToolExec, ToolParams, ToolRegistry,

@@ -8,7 +8,9 @@ use serde::Deserialize;
 
 use crate::agent::{AGENTS, Agents};
 use crate::context::{Plugin, PluginError, PluginScope};
-use crate::persistence::{JsonlPersistence, SESSION_PERSISTENCE, SessionPersistence};
+use crate::persistence::{
+    JsonlPersistence, SESSION_PERSISTENCE, SESSION_RETENTION_ENV, SessionPersistence, session_retention,
+};
 use crate::prompt::{SYSTEM_PROMPT, SystemPrompt};
 use crate::tools::{TOOLS, ToolRegistry};
 
@@ -111,6 +113,10 @@ impl Plugin for AgentsPlugin {
 }
 
 /// Provides `sessionPersistence`: one JSONL file per session under `<DSH_HOME>/sessions`.
+///
+/// When applied, removes logs older than `DSH_SESSION_RETENTION_DAYS` days if that is set to
+/// a positive whole number (see [`crate::persistence::SESSION_RETENTION_ENV`]); by default
+/// every log is kept.
 pub struct SessionJsonlPlugin;
 
 /// Config of JSONL persistence.
@@ -137,7 +143,19 @@ impl Plugin for SessionJsonlPlugin {
                 crate::home::resolve_dsh_home(config.dsh_home.as_deref(), ambient.as_deref()).join("sessions")
             }
         };
-        let backend: Arc<dyn SessionPersistence> = Arc::new(JsonlPersistence::new(root));
+        let jsonl = JsonlPersistence::new(root);
+        // Opt-in retention, once per load: removing old logs never fails the load.
+        let retention = std::env::var(SESSION_RETENTION_ENV).ok();
+        if let Some(max_age) = session_retention(retention.as_deref()) {
+            match jsonl.remove_older_than(max_age) {
+                Ok(removed) if !removed.is_empty() => {
+                    tracing::debug!(count = removed.len(), "removed session logs past retention");
+                }
+                Ok(_) => {}
+                Err(e) => tracing::debug!(error = %e, "session log retention skipped"),
+            }
+        }
+        let backend: Arc<dyn SessionPersistence> = Arc::new(jsonl);
         scope.provide(SESSION_PERSISTENCE, backend)
     }
 }

@@ -48,6 +48,10 @@ pub struct SystemPrompt {
 
 /// The built-in identity line.
 pub const HARNESS_IDENTITY: &str = "You are an AI agent powered by DeepSeek Harness.";
+/// Name of the built-in section holding [`HARNESS_IDENTITY`].
+pub const HARNESS_IDENTITY_SECTION: &str = "harness:identity";
+/// Name of the built-in section holding the deployment's persona.
+pub const PERSONA_SECTION: &str = "deployment:persona";
 
 impl SystemPrompt {
     /// A prompt with the built-in sections (`harness:identity` at -100 unless disabled,
@@ -60,9 +64,9 @@ impl SystemPrompt {
             contexts: Arc::new(Mutex::new(Vec::new())),
         });
         if include_harness_identity {
-            prompt.push_section("harness:identity", -100.0, HARNESS_IDENTITY);
+            prompt.push_section(HARNESS_IDENTITY_SECTION, -100.0, HARNESS_IDENTITY);
         }
-        prompt.push_section("deployment:persona", 0.0, persona);
+        prompt.push_section(PERSONA_SECTION, 0.0, persona);
         prompt
     }
 
@@ -118,9 +122,15 @@ impl SystemPrompt {
 
     /// The assembled system prompt: non-empty section texts joined by blank lines.
     pub fn render(&self) -> String {
+        self.render_excluding(&[])
+    }
+
+    /// [`render`](Self::render) without the sections named in `excluded` (a host that describes
+    /// the tools to someone else's agent leaves out the identity and persona sections).
+    pub fn render_excluding(&self, excluded: &[&str]) -> String {
         self.sections()
             .into_iter()
-            .filter(|s| !s.text.is_empty())
+            .filter(|s| !s.text.is_empty() && !excluded.contains(&s.name.as_str()))
             .map(|s| s.text)
             .collect::<Vec<_>>()
             .join("\n\n")

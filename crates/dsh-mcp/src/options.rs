@@ -30,6 +30,10 @@ pub struct McpOptions {
     /// Ask approvals through MCP elicitation when the client supports it and an approval hub
     /// is composed.
     pub elicitation: bool,
+    /// Keep the harness identity line and the deployment persona in the `instructions` sent at
+    /// initialisation. Off by default: the instructions describe the tools to the client's own
+    /// agent, which has an identity of its own.
+    pub instructions_with_identity: bool,
     /// How long to wait for the client's `roots/list` answer before falling back.
     pub roots_timeout: Duration,
     /// The largest accepted message: one stdio line or one HTTP request body, in bytes.
@@ -58,6 +62,7 @@ impl Default for McpOptions {
             workspace_root: None,
             progress_interval: Duration::from_secs(1),
             elicitation: true,
+            instructions_with_identity: false,
             roots_timeout: Duration::from_secs(5),
             max_message_bytes: 4 * 1024 * 1024,
             http_idle_timeout: Duration::from_secs(3600),

@@ -8,8 +8,10 @@ use std::borrow::Cow;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
+use dsh_core::tools::OutputProbeSlot;
 use dsh_core::{
-    AbortReason, AbortSignal, AgentMessage, SYSTEM_PROMPT, TOOLS, ToolError, ToolExec, ToolResult,
+    AbortReason, AbortSignal, AgentMessage, HARNESS_IDENTITY_SECTION, PERSONA_SECTION, SYSTEM_PROMPT, TOOLS,
+    ToolError, ToolExec, ToolResult,
 };
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, Implementation, InitializeRequestParams, InitializeResult,
@@ -78,7 +80,13 @@ impl ServerHandler for McpServer {
         info.protocol_version = PROTOCOL_VERSION;
         info.server_info =
             Implementation::new(&self.shared.options.server_name, &self.shared.options.server_version);
-        let instructions = self.shared.ctx.get(SYSTEM_PROMPT).map(|p| p.render()).unwrap_or_default();
+        let excluded: &[&str] = if self.shared.options.instructions_with_identity {
+            &[]
+        } else {
+            &[HARNESS_IDENTITY_SECTION, PERSONA_SECTION]
+        };
+        let instructions =
+            self.shared.ctx.get(SYSTEM_PROMPT).map(|p| p.render_excluding(excluded)).unwrap_or_default();
         if !instructions.is_empty() {
             info.instructions = Some(instructions);
         }
@@ -170,6 +178,7 @@ impl ServerHandler for McpServer {
         };
         let guard = session.enter_call(&agent, &call_id, &name, &args);
         let exec = ToolExec::new(Some(Arc::clone(&agent)), call_id).with_signal(signal.clone());
+        let output = exec.output_probe.clone();
         let call = registry.call(&name, args, exec);
         let progress = context.meta.get_progress_token().map(|token| Progress {
             peer: session.peer().clone(),
@@ -177,6 +186,7 @@ impl ServerHandler for McpServer {
             tool: name.clone(),
             started: Instant::now(),
             every: self.shared.options.effective_progress_interval(),
+            output,
         });
         let result = run_call(call, &context, &signal, progress).await;
         let notices: Vec<AgentMessage> = agent.take_inbox().into_iter().map(|(_, message)| message).collect();
@@ -185,14 +195,24 @@ impl ServerHandler for McpServer {
     }
 }
 
-/// Progress reporting for one call: elapsed time only (a foreground command's output is not
-/// observable before it ends through the tool seam).
+/// Progress reporting for one call: elapsed time, and the latest output line while the body
+/// exposes one (a running foreground command does, through the call's output probe).
 struct Progress {
     peer: Peer<RoleServer>,
     token: ProgressToken,
     tool: String,
     started: Instant,
     every: Duration,
+    /// The call's output-probe slot, asked once per tick.
+    output: OutputProbeSlot,
+}
+
+/// `<tool>: running for <N>s`, then ` — <latest line>` when a line is known.
+fn progress_message(tool: &str, seconds: u64, latest: Option<&str>) -> String {
+    match latest {
+        Some(line) => format!("{tool}: running for {seconds}s \u{2014} {line}"),
+        None => format!("{tool}: running for {seconds}s"),
+    }
 }
 
 impl Progress {
@@ -200,7 +220,8 @@ impl Progress {
         let elapsed = self.started.elapsed().as_secs_f64();
         // One decimal keeps the value readable and strictly increasing between ticks.
         let progress = (elapsed * 10.0).round() / 10.0;
-        let message = format!("{}: running for {}s", self.tool, elapsed.round() as u64);
+        let latest = self.output.latest_line();
+        let message = progress_message(&self.tool, elapsed.round() as u64, latest.as_deref());
         let param = ProgressNotificationParam::new(self.token.clone(), progress).with_message(message);
         if let Err(error) = self.peer.notify_progress(param).await {
             tracing::debug!(%error, "could not send progress");
@@ -248,5 +269,16 @@ async fn next_tick(ticker: &mut Option<tokio::time::Interval>) {
             ticker.tick().await;
         }
         None => std::future::pending::<()>().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::progress_message;
+
+    #[test]
+    fn progress_message_carries_the_latest_line_when_known() {
+        assert_eq!(progress_message("bash", 3, None), "bash: running for 3s");
+        assert_eq!(progress_message("bash", 3, Some("step 1")), "bash: running for 3s \u{2014} step 1");
     }
 }

@@ -18,7 +18,7 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::approval::{InFlightCalls, elicitation_answerer};
+use crate::approval::{InFlightCalls, elicitation_answerer, supports_elicitation};
 use crate::options::McpOptions;
 use crate::roots::first_file_root;
 
@@ -35,7 +35,15 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
+    /// The server's shared state. The server is the host of the approval hub's answer
+    /// channels from here on: the answerers registered before it starts (a host's fixed
+    /// answer) and the elicitation answerer of each session whose client can answer are all
+    /// of them, so the hub is told its answerers are exhaustive and can report a session that
+    /// no answer can reach.
     pub fn new(ctx: Context, options: McpOptions) -> Self {
+        if let Some(hub) = ctx.get(APPROVAL_HUB) {
+            hub.answerers_are_exhaustive();
+        }
         Self { ctx, options, sessions: Mutex::new(Vec::new()) }
     }
 
@@ -152,7 +160,10 @@ impl McpSession {
             let _ = tx.send(message.clone());
         });
         tokio::spawn(forward_notices(self.peer.clone(), rx, Arc::clone(&self.log_level), self.ended.clone()));
+        // Only a client that declared form elicitation can answer: registering the answerer
+        // for any other would make the session look answerable when no answer can come.
         if self.shared.options.elicitation
+            && supports_elicitation(&self.peer)
             && let Some(hub) = ctx.get(APPROVAL_HUB)
         {
             let answer = elicitation_answerer(self.peer.clone(), self.calls.clone());

@@ -56,7 +56,7 @@ fn the_agent(ctx: &Context) -> Arc<Agent> {
 }
 
 #[tokio::test]
-async fn initialize_reports_identity_instructions_and_capabilities() {
+async fn initialize_reports_instructions_and_capabilities() {
     let dir = tempfile::tempdir().expect("tempdir");
     let (ctx, _) = composition();
     let (mut client, _server) = start(&ctx, options(dir.path()));
@@ -64,7 +64,9 @@ async fn initialize_reports_identity_instructions_and_capabilities() {
     let result = &init["result"];
     assert_eq!(result["protocolVersion"], json!("2025-11-25"));
     assert_eq!(result["serverInfo"]["name"], json!("dsh-bash"));
-    assert_eq!(result["instructions"], json!("You are an AI agent powered by DeepSeek Harness."));
+    // The identity line is not the client's: by default the instructions leave it out (this
+    // composition has no other section, so there are none).
+    assert_eq!(result.get("instructions"), None, "{result}");
     assert!(result["capabilities"]["tools"].is_object());
     assert!(result["capabilities"]["logging"].is_object());
 
@@ -78,6 +80,26 @@ async fn initialize_reports_identity_instructions_and_capabilities() {
         )
         .await;
     assert_eq!(init["result"]["protocolVersion"], json!("2025-06-18"));
+}
+
+#[tokio::test]
+async fn instructions_keep_the_identity_and_persona_only_when_asked() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (ctx, _) = composition();
+    let prompt = ctx.get(dsh_core::SYSTEM_PROMPT).expect("prompt");
+    let _section = prompt.register_section("tool:probe", 105.0, "Use the probe tool.").expect("section");
+
+    let (mut client, _server) = start(&ctx, options(dir.path()));
+    let init = client.initialize(json!({})).await;
+    assert_eq!(init["result"]["instructions"], json!("Use the probe tool."));
+
+    let with_identity = McpOptions { instructions_with_identity: true, ..options(dir.path()) };
+    let (mut client, _server) = start(&ctx, with_identity);
+    let init = client.initialize(json!({})).await;
+    assert_eq!(
+        init["result"]["instructions"],
+        json!("You are an AI agent powered by DeepSeek Harness.\n\nUse the probe tool.")
+    );
 }
 
 #[tokio::test]
@@ -437,4 +459,78 @@ async fn calls_of_one_session_run_one_at_a_time_in_arrival_order() {
     let after = client.call(5, "echo", json!({"text": "after"})).await;
     assert_eq!(texts(&after), ["after"]);
     assert_eq!(observed.runs.load(Ordering::SeqCst), 2, "the cancelled queued call never ran");
+}
+
+/// The real bash tool over a local executor (the fakes cannot print while they run).
+mod real_bash {
+    use std::sync::Arc;
+
+    use dsh_bash_local::{LocalBashConfig, LocalBashExecutor};
+    use dsh_core::plugins::{AgentsPlugin, NoConfig, SystemPromptPlugin, ToolsPlugin};
+    use dsh_core::{Context, Disposer, Plugin, PluginError, PluginScope};
+    use dsh_shell::{SHELL, ShellEnvPlugin, ShellExecutor};
+    use dsh_subprocess::SubprocessService;
+    use dsh_tool_bash::ToolBash;
+
+    /// A subprocess service and the local `bash -c` executor over it.
+    struct LocalShell;
+
+    impl Plugin for LocalShell {
+        const NAME: &'static str = "@test/local-shell";
+        const SHORT_NAME: &'static str = "local-shell";
+        const INJECT: &'static [&'static str] = &[];
+        type Config = NoConfig;
+
+        fn apply(scope: &mut PluginScope, _config: NoConfig) -> Result<(), PluginError> {
+            let service = SubprocessService::new();
+            let disposed = Arc::clone(&service);
+            scope.add(Disposer::new_async(move || async move { disposed.dispose().await }));
+            let executor = LocalBashExecutor::new(LocalBashConfig::default(), service)
+                .map_err(|e| PluginError::Config(e.to_string()))?;
+            let executor: Arc<dyn ShellExecutor> = Arc::new(executor);
+            scope.provide(SHELL, executor)
+        }
+    }
+
+    pub fn composition() -> Context {
+        let ctx = Context::new();
+        ctx.load_default::<ToolsPlugin>().expect("tools");
+        ctx.load_default::<SystemPromptPlugin>().expect("prompt");
+        ctx.load_default::<AgentsPlugin>().expect("agents");
+        ctx.load_default::<LocalShell>().expect("local shell");
+        ctx.load_default::<ShellEnvPlugin>().expect("shell env");
+        ctx.load_default::<ToolBash>().expect("bash tool");
+        ctx
+    }
+}
+
+#[tokio::test]
+async fn progress_carries_the_running_commands_latest_output_line() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ctx = real_bash::composition();
+    let (mut client, _server) = start(&ctx, options(dir.path()));
+    client.initialize(json!({})).await;
+    let response = client
+        .request(
+            1,
+            "tools/call",
+            json!({
+                "name": "bash",
+                "arguments": {"command": "echo 'step 1'; sleep 3; echo done", "description": "steps"},
+                "_meta": {"progressToken": "p-out"},
+            }),
+        )
+        .await;
+    assert_eq!(texts(&response), ["step 1\ndone\n"]);
+    let messages: Vec<&str> = client
+        .seen
+        .iter()
+        .filter(|m| m["method"] == json!("notifications/progress"))
+        .filter_map(|m| m["params"]["message"].as_str())
+        .collect();
+    assert!(
+        messages.iter().any(|m| m.starts_with("bash: running for ") && m.ends_with("s \u{2014} step 1")),
+        "a progress message shows the latest output line: {messages:?}"
+    );
+    ctx.dispose().await;
 }

@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use dsh_core::tools::OutputProbeSlot;
 use dsh_core::{AbortSignal, ErrorInfo, ToolError};
 use dsh_sandbox::{SandboxEnforcement, SandboxExecutionPolicy, SandboxMode, SandboxUnavailableError};
 use futures::future::BoxFuture;
@@ -32,6 +33,10 @@ pub struct ShellExecRequest {
     /// Managed `DSH_*` snapshot, merged last (wins over `env`).
     pub dsh_env: Option<BTreeMap<String, String>>,
     pub sandbox_policy: Option<SandboxExecutionPolicy>,
+    /// Where a foreground run installs a probe of its latest output line once the process has
+    /// started (removed when the run ends); `None` when nobody observes. Background starts
+    /// ignore it.
+    pub output_probe: Option<OutputProbeSlot>,
 }
 
 /// A resolved request: defaults and caps applied.
@@ -46,6 +51,8 @@ pub struct ShellExecSpec {
     pub env: Option<BTreeMap<String, String>>,
     pub dsh_env: Option<BTreeMap<String, String>>,
     pub sandbox_policy: Option<SandboxExecutionPolicy>,
+    /// See [`ShellExecRequest::output_probe`]; carried verbatim by `resolve`.
+    pub output_probe: Option<OutputProbeSlot>,
 }
 
 /// One collected stream: the (tail of the) text, whether bytes were dropped from memory, and
@@ -122,6 +129,12 @@ pub trait ShellProcess: Send + Sync {
     fn read_output(&self) -> ShellProcessRead;
     /// Kills the process group; `true` if it was running. Idempotent.
     fn kill(&self) -> bool;
+    /// The latest line of output (stdout or stderr, whichever was written last), for
+    /// progress displays; non-consuming, so reads are unaffected. `None` when unknown (the
+    /// default for providers that cannot peek).
+    fn latest_output_line(&self) -> Option<String> {
+        None
+    }
 }
 
 /// Why an executor could not produce a result.

@@ -13,6 +13,7 @@
 
 use std::collections::VecDeque;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::Mutex;
 use tokio::sync::watch;
@@ -70,9 +71,27 @@ enum Spill {
     Sealed(Option<PathBuf>),
 }
 
+/// Stamps of the latest write to any collector of this process: comparing two collectors'
+/// stamps tells which one was written last.
+static WRITE_STAMP: AtomicU64 = AtomicU64::new(1);
+
+/// The end of a stream as [`OutputCollector::peek_tail`] sees it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TailPeek {
+    /// The last bytes retained in memory (at most the requested count).
+    pub bytes: Vec<u8>,
+    /// `bytes` does not start at the stream's first byte.
+    pub cut: bool,
+    /// When the stream was last written, comparable across collectors (greater is later);
+    /// 0 when nothing was written yet.
+    pub written_at: u64,
+}
+
 struct State {
     tail: VecDeque<u8>,
     total: u64,
+    /// See [`TailPeek::written_at`].
+    written_at: u64,
     spill: Spill,
     finished: bool,
 }
@@ -90,7 +109,7 @@ impl OutputCollector {
     pub(crate) fn new(limits: CaptureLimits, factory: Option<SpillFactory>) -> Self {
         let spill =
             if limits.spill_cap.is_some() && factory.is_some() { Spill::Idle } else { Spill::Abandoned };
-        let state = State { tail: VecDeque::new(), total: 0, spill, finished: false };
+        let state = State { tail: VecDeque::new(), total: 0, written_at: 0, spill, finished: false };
         Self { limits, factory, state: Mutex::new(state), progress: watch::Sender::new(()) }
     }
 
@@ -111,6 +130,7 @@ impl OutputCollector {
         let cap = self.limits.memory_cap;
         let mut state = self.state.lock();
         state.total += chunk.len() as u64;
+        state.written_at = WRITE_STAMP.fetch_add(1, Ordering::Relaxed);
         let overflow = state.tail.len() + chunk.len() > cap;
         if overflow || matches!(state.spill, Spill::Open(_)) {
             self.spill_chunk(&mut state, chunk);
@@ -218,6 +238,20 @@ impl OutputCollector {
             next_offset: state.total - held as u64,
             spill_path: spill_path(&state.spill),
         }
+    }
+
+    /// The last at most `max_bytes` retained bytes, copied under the lock without touching
+    /// the rest of the buffer, with the stamp of the latest write. Nothing is consumed.
+    pub fn peek_tail(&self, max_bytes: usize) -> TailPeek {
+        let state = self.state.lock();
+        let bytes = copy_from(&state.tail, state.tail.len().saturating_sub(max_bytes));
+        let cut = state.total > bytes.len() as u64;
+        TailPeek { bytes, cut, written_at: state.written_at }
+    }
+
+    /// The stamp of the latest write (see [`TailPeek::written_at`]).
+    pub fn written_at(&self) -> u64 {
+        self.state.lock().written_at
     }
 
     /// The whole retained output with its truncation facts (the final result once settled).

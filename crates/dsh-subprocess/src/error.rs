@@ -36,6 +36,10 @@ pub enum SpawnStage {
 }
 
 /// An OS-level spawn failure, worded like Node's `spawn <program> <ERRNO>`.
+///
+/// A failure of the working directory ([`SpawnStage::Cwd`]) adds what is wrong with it after
+/// that prefix, so it does not read as a missing program:
+/// `spawn bash ENOENT: working directory /x does not exist`.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub struct OsSpawnError {
     /// `argv[0]` as given (not the resolved path).
@@ -60,7 +64,19 @@ impl OsSpawnError {
 
 impl fmt::Display for OsSpawnError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "spawn {} {}", self.program, self.code())
+        write!(f, "spawn {} {}", self.program, self.code())?;
+        if self.stage == SpawnStage::Cwd {
+            let cwd = self.cwd.display();
+            match self.errno {
+                Errno::ENOENT => write!(f, ": working directory {cwd} does not exist")?,
+                Errno::ENOTDIR => write!(f, ": working directory {cwd} is not a directory")?,
+                Errno::EACCES => {
+                    write!(f, ": working directory {cwd} is not accessible (permission denied)")?
+                }
+                errno => write!(f, ": working directory {cwd}: {}", errno.desc())?,
+            }
+        }
+        Ok(())
     }
 }
 
@@ -80,5 +96,25 @@ mod tests {
         assert_eq!(e.code(), "ENOENT");
         assert_eq!(e.syscall(), "spawn bash");
         assert_eq!(SpawnError::from(e).to_string(), "spawn bash ENOENT");
+    }
+
+    #[test]
+    fn a_working_directory_failure_says_so_after_the_node_prefix() {
+        let e =
+            |errno| OsSpawnError { program: "bash".into(), errno, stage: SpawnStage::Cwd, cwd: "/x".into() };
+        assert_eq!(e(Errno::ENOENT).to_string(), "spawn bash ENOENT: working directory /x does not exist");
+        assert_eq!(
+            e(Errno::ENOTDIR).to_string(),
+            "spawn bash ENOTDIR: working directory /x is not a directory"
+        );
+        assert_eq!(
+            e(Errno::EACCES).to_string(),
+            "spawn bash EACCES: working directory /x is not accessible (permission denied)"
+        );
+        assert_eq!(
+            e(Errno::ELOOP).to_string(),
+            format!("spawn bash ELOOP: working directory /x: {}", Errno::ELOOP.desc())
+        );
+        assert_eq!(e(Errno::ENOENT).code(), "ENOENT");
     }
 }

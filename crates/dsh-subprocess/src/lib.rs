@@ -3,12 +3,13 @@
 //! [`SubprocessService`] starts children in their own process groups (or, on request, their
 //! own sessions, without a controlling terminal), never hands them a descriptor the harness
 //! inherited, collects each output stream into a bounded tail with an optional spill file
-//! ([`OutputCollector`]), scrubs credentials and stale `DSH_*` values from the inherited
-//! environment, terminates process trees with `SIGTERM` → grace → `SIGKILL`, and owns every
-//! tree until it is gone. With [`Containment::Subreaper`] (the default, Linux) nothing a tree
-//! starts outlives it: what is left of a group dies with its leader, and
-//! `setsid`/double-forked strays are adopted and killed (opt out with `DSH_DETACH=1` in a
-//! `setsid` process's environment).
+//! ([`OutputCollector`]; a running process's latest output line can be peeked at cheaply
+//! with [`ProcessHandle::latest_output_line`]), scrubs credentials and stale `DSH_*` values
+//! from the inherited environment, terminates process trees with `SIGTERM` → grace →
+//! `SIGKILL`, and owns every tree until it is gone. With [`Containment::Subreaper`] (the
+//! default, Linux) nothing a tree starts outlives it: what is left of a group dies with its
+//! leader, and `setsid`/double-forked strays are adopted and killed (opt out with
+//! `DSH_DETACH=1` in a `setsid` process's environment).
 //!
 //! It knows nothing about bash, the shell executor seam, sandboxes (a sandbox only hands it a
 //! [`PreExecHook`]) or any tool or host. Linux is the supported platform.
@@ -20,6 +21,7 @@ mod error;
 mod exit_guard;
 mod fds;
 mod handle;
+mod latest_line;
 mod program;
 mod service;
 mod signal_name;
@@ -28,14 +30,18 @@ mod spill;
 mod tree;
 mod utf8;
 
-pub use collector::{CaptureLimits, CollectedStream, OutputCollector, StreamRead};
+pub use collector::{CaptureLimits, CollectedStream, OutputCollector, StreamRead, TailPeek};
 pub use containment::{Containment, ContainmentStatus, DETACH_ENV};
 pub use env::{AmbientEnv, EnvEntry, is_scrubbed};
 pub use error::{OsSpawnError, SpawnError, SpawnStage};
 pub use handle::{ProcessHandle, ProcessOutcome};
+pub use latest_line::{LATEST_LINE_MAX_CHARS, LATEST_LINE_WINDOW, latest_line};
 pub use nix::errno::Errno;
 pub use service::{SUBPROCESS, SUBPROCESS_SERVICE, ServiceOptions, SubprocessService};
-pub use signal_name::signal_name;
+pub use signal_name::{signal_name, signal_number};
 pub use spawn::{PreExecHook, SpawnSpec};
-pub use spill::{DefaultSpillNamer, SpillNamer};
+pub use spill::{
+    DEFAULT_SPILL_MAX_AGE, DefaultSpillNamer, SPILL_MAX_AGE_ENV, SpillNamer, remove_stale_spill_dirs,
+    spill_max_age,
+};
 pub use tree::group_has_live_member;

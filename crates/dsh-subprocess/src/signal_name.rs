@@ -27,9 +27,41 @@ pub fn signal_name(signo: i32) -> String {
     format!("SIG{signo}")
 }
 
+/// The number of the signal [`signal_name`] calls `name` (`SIGTERM` → 15, `SIGRTMIN+2`, `SIG77`).
+pub fn signal_number(name: &str) -> Option<i32> {
+    if let Ok(signal) = name.parse::<Signal>() {
+        return Some(signal as i32);
+    }
+    #[cfg(target_os = "linux")]
+    {
+        let (min, max) = (libc::SIGRTMIN(), libc::SIGRTMAX());
+        let realtime = match name {
+            "SIGRTMIN" => Some(min),
+            "SIGRTMAX" => Some(max),
+            _ => name.strip_prefix("SIGRTMIN+").and_then(|n| n.parse::<i32>().ok()).map(|n| min + n).or_else(
+                || name.strip_prefix("SIGRTMAX-").and_then(|n| n.parse::<i32>().ok()).map(|n| max - n),
+            ),
+        };
+        if let Some(signo) = realtime {
+            return (min..=max).contains(&signo).then_some(signo);
+        }
+    }
+    name.strip_prefix("SIG").and_then(|n| n.parse::<i32>().ok()).filter(|n| *n > 0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn names_map_back_to_their_numbers() {
+        for signo in 1..=64 {
+            assert_eq!(signal_number(&signal_name(signo)), Some(signo), "{}", signal_name(signo));
+        }
+        assert_eq!(signal_number("SIGTERM"), Some(libc::SIGTERM));
+        assert_eq!(signal_number("NOPE"), None);
+        assert_eq!(signal_number("SIG0"), None);
+    }
 
     #[test]
     fn standard_signals_have_their_names() {

@@ -25,17 +25,35 @@
 //!
 //! The path reported for a spill file is `<directory as spelled>/<name>`; it names the file the
 //! harness wrote only for as long as nobody renames the directory.
+//!
+//! Clean-up of directories left behind by harnesses that are gone:
+//!
+//! * Every private spill directory a harness opens (created, or injected under a name of that
+//!   pattern) is held with a shared `flock` for the rest of the process's life (a close-on-exec
+//!   duplicate of its descriptor is kept open on purpose, even after the service is dropped),
+//!   so spill files a model was told about stay readable while their harness lives.
+//! * The first time a process creates its private directory, a background thread runs
+//!   [`remove_stale_spill_dirs`] over the temp directory with the age from
+//!   [`SPILL_MAX_AGE_ENV`] (default [`DEFAULT_SPILL_MAX_AGE`]; `0` disables it). Nothing runs
+//!   per spill or per call.
+//! * A directory is removed only when its name is exactly `dsh-subprocess-XXXXXX`, it is a real
+//!   directory (never a symlink) owned by the effective user, no process holds its lock, no
+//!   entry name carries the pid of a live process, it holds no subdirectory, and neither it nor
+//!   any entry was modified within the age. Its files are removed through the directory's own
+//!   descriptor.
 
 use std::fs::File;
 use std::io::{self, Write};
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use nix::errno::Errno;
-use nix::fcntl::{OFlag, OpenHow, ResolveFlag};
-use nix::sys::stat::Mode;
+use nix::fcntl::{AtFlags, Flock, FlockArg, OFlag, OpenHow, ResolveFlag};
+use nix::sys::stat::{FileStat, Mode, SFlag};
+use nix::unistd::UnlinkatFlags;
 use parking_lot::Mutex;
 
 /// How many fresh names are tried when the chosen path already exists.
@@ -46,6 +64,26 @@ const DIR_ATTEMPTS: usize = 16;
 
 /// The process-wide spill counter (the `<n>` in every spill file name).
 static SPILL_COUNTER: AtomicU64 = AtomicU64::new(0);
+
+/// The prefix of private spill directory names (followed by six alphanumerics).
+const DIR_PREFIX: &str = "dsh-subprocess-";
+
+/// Environment variable of the harness: how old (in whole seconds) a spill directory of a
+/// harness that is gone must be before a starting harness removes it. Unset or blank means
+/// [`DEFAULT_SPILL_MAX_AGE`]; `0` (or any value that is not a whole number) disables clean-up.
+pub const SPILL_MAX_AGE_ENV: &str = "DSH_SPILL_MAX_AGE_SECS";
+
+/// The clean-up age when [`SPILL_MAX_AGE_ENV`] is unset: 24 hours.
+pub const DEFAULT_SPILL_MAX_AGE: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// Shared locks on every spill directory this process opened, never released before exit.
+static HELD_LOCKS: Mutex<Vec<Flock<OwnedFd>>> = Mutex::new(Vec::new());
+
+/// Whether this process already started its clean-up sweep.
+static SWEPT: AtomicBool = AtomicBool::new(false);
+
+/// How many times a busy lock is retried (a sweep holds it only for a moment).
+const LOCK_ATTEMPTS: usize = 50;
 
 /// Chooses the file name (not the directory) of a new spill file.
 ///
@@ -200,6 +238,10 @@ fn open_injected(path: &Path) -> io::Result<SpillDir> {
     let canonical = std::fs::canonicalize(path).map_err(described)?;
     let fd = open_without_symlinks(&canonical).map_err(described)?;
     verify_private(&fd, path)?;
+    // Only a directory a sweep would consider needs the lock (one kept descriptor each).
+    if path.file_name().and_then(|n| n.to_str()).is_some_and(is_private_dir_name) {
+        hold_for_process_lifetime(&fd);
+    }
     Ok(SpillDir { path: path.to_path_buf(), canonical, fd })
 }
 
@@ -239,7 +281,10 @@ fn create_private() -> io::Result<SpillDir> {
         nix::sys::stat::fchmod(fd.as_fd(), Mode::from_bits_truncate(0o700))
             .map_err(|e| described(e.into()))?;
         verify_private(&fd, &path)?;
-        // Completed spill files outlive the service: the directory is never removed.
+        hold_for_process_lifetime(&fd);
+        start_sweep(&temp);
+        // Completed spill files outlive the service: this process never removes the directory
+        // (a later harness may, once this one is gone and the directory is old).
         return Ok(SpillDir { path, canonical: canonical_temp.join(&name), fd });
     }
     Err(described(io::Error::from(io::ErrorKind::AlreadyExists)))
@@ -275,4 +320,175 @@ fn verify_private(fd: &OwnedFd, path: &Path) -> io::Result<()> {
         ));
     }
     Ok(())
+}
+
+/// Takes a shared `flock` on the opened directory (through a close-on-exec duplicate, so no
+/// child inherits it) and keeps it until the process exits, so no sweep removes the directory
+/// while this harness lives. A lock that cannot be taken (a sweep holding it for longer than
+/// the retries, a filesystem without `flock`) leaves the directory unlocked: spilling never
+/// fails or blocks for it.
+fn hold_for_process_lifetime(fd: &OwnedFd) {
+    let Ok(mut dup) = fd.try_clone() else { return };
+    for _ in 0..LOCK_ATTEMPTS {
+        match Flock::lock(dup, FlockArg::LockSharedNonblock) {
+            Ok(lock) => {
+                HELD_LOCKS.lock().push(lock);
+                return;
+            }
+            Err((fd, Errno::EWOULDBLOCK | Errno::EINTR)) => {
+                dup = fd;
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            Err(_) => return,
+        }
+    }
+}
+
+/// Starts the once-per-process sweep of `temp` on a background thread.
+fn start_sweep(temp: &Path) {
+    if SWEPT.swap(true, Ordering::SeqCst) {
+        return;
+    }
+    let Some(max_age) = spill_max_age(std::env::var(SPILL_MAX_AGE_ENV).ok().as_deref()) else {
+        return;
+    };
+    let temp = temp.to_path_buf();
+    let sweep = move || match remove_stale_spill_dirs(&temp, max_age) {
+        Ok(removed) if !removed.is_empty() => {
+            tracing::debug!(count = removed.len(), "removed stale spill directories");
+        }
+        Ok(_) => {}
+        Err(e) => tracing::debug!(error = %e, "spill directory clean-up skipped"),
+    };
+    // A failing thread spawn only means no clean-up this time.
+    let _ = std::thread::Builder::new().name("dsh-spill-sweep".into()).spawn(sweep);
+}
+
+/// The clean-up age for a value of [`SPILL_MAX_AGE_ENV`]: unset or blank → the default;
+/// `0` or anything but a whole number of seconds → `None` (disabled).
+pub fn spill_max_age(value: Option<&str>) -> Option<Duration> {
+    match value.map(str::trim) {
+        None | Some("") => Some(DEFAULT_SPILL_MAX_AGE),
+        Some(text) => match text.parse::<u64>() {
+            Ok(0) | Err(_) => None,
+            Ok(secs) => Some(Duration::from_secs(secs)),
+        },
+    }
+}
+
+/// Removes, from `temp_dir`, the private spill directories of harnesses that are gone and
+/// that were last modified longer than `max_age` ago; returns the paths removed.
+///
+/// A candidate is an entry named exactly `dsh-subprocess-` followed by six ASCII alphanumerics.
+/// It is opened without following symlinks (`O_NOFOLLOW|O_DIRECTORY`) and left alone unless
+/// it is a directory owned by the effective user; its newest modification time (its own and
+/// every entry's) is older than `max_age`; no entry is a directory; no entry name
+/// (`dsh-subprocess-<pid>-…`) carries the pid of a live process; and an exclusive
+/// non-blocking `flock` succeeds (a live harness holds a shared one). Its entries are then
+/// unlinked through the directory's descriptor and the directory is removed if it is still
+/// the one that was opened. Candidates that fail any step are skipped; only failing to open or
+/// read `temp_dir` itself is an error.
+pub fn remove_stale_spill_dirs(temp_dir: &Path, max_age: Duration) -> io::Result<Vec<PathBuf>> {
+    let temp_fd =
+        nix::fcntl::open(temp_dir, OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC, Mode::empty())?;
+    let names: Vec<String> = nix::dir::Dir::from_fd(temp_fd.try_clone()?)?
+        .into_iter()
+        .filter_map(|entry| entry.ok()?.file_name().to_str().ok().map(str::to_owned))
+        .filter(|name| is_private_dir_name(name))
+        .collect();
+    let now = SystemTime::now();
+    let mut removed = Vec::new();
+    for name in names {
+        if remove_if_stale(&temp_fd, &name, now, max_age) {
+            removed.push(temp_dir.join(&name));
+        }
+    }
+    Ok(removed)
+}
+
+/// `dsh-subprocess-` followed by exactly six ASCII alphanumerics.
+fn is_private_dir_name(name: &str) -> bool {
+    name.strip_prefix(DIR_PREFIX)
+        .is_some_and(|suffix| suffix.len() == 6 && suffix.bytes().all(|b| b.is_ascii_alphanumeric()))
+}
+
+/// One candidate of [`remove_stale_spill_dirs`]; `true` when it was removed.
+fn remove_if_stale(temp_fd: &OwnedFd, name: &str, now: SystemTime, max_age: Duration) -> bool {
+    let Ok(fd) = nix::fcntl::openat(temp_fd.as_fd(), name, dir_flags(), Mode::empty()) else {
+        return false;
+    };
+    let Ok(stat) = nix::sys::stat::fstat(fd.as_fd()) else { return false };
+    if stat.st_uid != nix::unistd::geteuid().as_raw() || !is_kind(&stat, SFlag::S_IFDIR) {
+        return false;
+    }
+    // Checked before locking, so a sweep never holds the lock of a fresh directory.
+    if survey(&fd, &stat, now, max_age).is_none() {
+        return false;
+    }
+    let Ok(lock) = Flock::lock(fd, FlockArg::LockExclusiveNonblock) else { return false };
+    // Checked again under the lock: nothing may have been added or touched meanwhile.
+    let Some(entries) = survey(&lock, &stat, now, max_age) else { return false };
+    for entry in &entries {
+        if nix::unistd::unlinkat(lock.as_fd(), entry.as_str(), UnlinkatFlags::NoRemoveDir).is_err() {
+            return false;
+        }
+    }
+    let same = nix::sys::stat::fstatat(temp_fd.as_fd(), name, AtFlags::AT_SYMLINK_NOFOLLOW)
+        .is_ok_and(|now| now.st_dev == stat.st_dev && now.st_ino == stat.st_ino);
+    same && nix::unistd::unlinkat(temp_fd.as_fd(), name, UnlinkatFlags::RemoveDir).is_ok()
+}
+
+/// The entry names of an opened candidate directory when it may be removed: every entry and
+/// the directory itself older than `max_age`, no subdirectory, no live pid in an entry name.
+fn survey(dir: &OwnedFd, stat: &FileStat, now: SystemTime, max_age: Duration) -> Option<Vec<String>> {
+    let own = nix::sys::stat::fstat(dir.as_fd()).ok()?;
+    if own.st_dev != stat.st_dev || own.st_ino != stat.st_ino || !older_than(&own, now, max_age) {
+        return None;
+    }
+    let mut names = Vec::new();
+    let mut listing = nix::dir::Dir::from_fd(dir.try_clone().ok()?).ok()?;
+    for entry in listing.iter() {
+        let entry = entry.ok()?;
+        let name = entry.file_name().to_str().ok()?.to_owned();
+        if name == "." || name == ".." {
+            continue;
+        }
+        let entry_stat =
+            nix::sys::stat::fstatat(dir.as_fd(), name.as_str(), AtFlags::AT_SYMLINK_NOFOLLOW).ok()?;
+        if is_kind(&entry_stat, SFlag::S_IFDIR)
+            || !older_than(&entry_stat, now, max_age)
+            || names_live_process(&name)
+        {
+            return None;
+        }
+        names.push(name);
+    }
+    Some(names)
+}
+
+fn is_kind(stat: &FileStat, kind: SFlag) -> bool {
+    SFlag::from_bits_truncate(stat.st_mode) & SFlag::S_IFMT == kind
+}
+
+/// Whether the modification time is more than `max_age` before `now` (a time in the future
+/// is never old).
+fn older_than(stat: &FileStat, now: SystemTime, max_age: Duration) -> bool {
+    let Ok(secs) = u64::try_from(stat.st_mtime) else { return false };
+    let Ok(nanos) = u32::try_from(stat.st_mtime_nsec) else { return false };
+    let modified = UNIX_EPOCH + Duration::new(secs, nanos);
+    now.duration_since(modified).is_ok_and(|age| age > max_age)
+}
+
+/// Whether a spill file name (`dsh-subprocess-<pid>-…`) names a process that exists (or that
+/// we may not signal): such a directory may belong to a harness that holds no lock.
+fn names_live_process(name: &str) -> bool {
+    let Some(pid) = name
+        .strip_prefix(DIR_PREFIX)
+        .and_then(|rest| rest.split('-').next())
+        .and_then(|pid| pid.parse::<i32>().ok())
+        .filter(|pid| *pid > 0)
+    else {
+        return false;
+    };
+    !matches!(nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None), Err(Errno::ESRCH))
 }

@@ -2,9 +2,9 @@
 //! hooks. The job runtime owns ids, owners, reads, kills, waits and notices; this module only
 //! maps bash exit and sandbox facts into job output and outcome detail.
 
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
-use dsh_core::{ToolError, ToolExec};
+use dsh_core::{Agent, ToolError, ToolExec, WeakContext};
 use dsh_jobs::{JOBS, JobHooks, JobOutcome, JobStartSpec, OutcomeStatus};
 use dsh_shell::{ProcessStatus, ShellError, ShellExecRequest, ShellProcess};
 use parking_lot::Mutex;
@@ -33,8 +33,28 @@ pub(crate) fn process_outcome(process: &dyn ShellProcess) -> JobOutcome {
     JobOutcome { status: detail.0, detail: Some(detail.1), output: None }
 }
 
+/// Whether a read of the job shows the escalation hint after a denial: the composition
+/// advertises escalation targets and, at the time of the read, an approval answer is not known
+/// to be out of reach for the job's owner (an unowned job, or one whose owner is gone, is
+/// judged as a call without an agent).
+struct HintDecision {
+    escalation: bool,
+    ctx: WeakContext,
+    owner: Option<Weak<Agent>>,
+}
+
+impl HintDecision {
+    fn offered(&self) -> bool {
+        if !self.escalation {
+            return false;
+        }
+        let owner = self.owner.as_ref().and_then(Weak::upgrade);
+        crate::escalation::offered_to(&self.ctx, owner.as_deref())
+    }
+}
+
 /// The hooks over one started process.
-fn hooks(process: Arc<dyn ShellProcess>, escalation: bool) -> JobHooks {
+fn hooks(process: Arc<dyn ShellProcess>, hint: HintDecision) -> JobHooks {
     let cancel_process = Arc::clone(&process);
     let done_process = Arc::clone(&process);
     JobHooks {
@@ -48,7 +68,11 @@ fn hooks(process: Arc<dyn ShellProcess>, escalation: bool) -> JobHooks {
             Ok(process_outcome(done_process.as_ref()))
         }),
         read_output: Some(Box::new(move || {
-            render_process_read(process.read_output(), process.sandbox().as_ref(), escalation)
+            let read = process.read_output();
+            let sandbox = process.sandbox();
+            // Asked only when there is a denial to annotate.
+            let offered = sandbox.as_ref().is_some_and(|s| s.denied) && hint.offered();
+            render_process_read(read, sandbox.as_ref(), offered)
         })),
     }
 }
@@ -72,12 +96,16 @@ pub(crate) fn start(
     let shell_error: Arc<Mutex<Option<ShellError>>> = Arc::new(Mutex::new(None));
     let slot = Arc::clone(&shell_error);
     let shell = Arc::clone(tool.shell());
-    let escalation = tool.escalation();
+    let hint = HintDecision {
+        escalation: tool.escalation(),
+        ctx: tool.ctx().clone(),
+        owner: exec.agent.as_ref().map(Arc::downgrade),
+    };
     // No tool-call signal: once published, the job is controlled only through the runtime.
     let run = Box::new(move || {
         let started = shell.resolve(request).and_then(|spec| shell.start(spec));
         match started {
-            Ok(process) => Ok(hooks(process, escalation)),
+            Ok(process) => Ok(hooks(process, hint)),
             Err(error) => {
                 let message = error.to_string();
                 *slot.lock() = Some(error);

@@ -3,7 +3,8 @@
 
 use std::sync::Arc;
 
-use dsh_core::{APPROVAL, ApprovalRequest, ApprovalService, ToolError, ToolExec};
+use dsh_core::approval::APPROVAL_UNREACHABLE;
+use dsh_core::{APPROVAL, Agent, ApprovalRequest, ApprovalService, ToolError, ToolExec, WeakContext};
 use dsh_sandbox::{
     EscalationError, SandboxMode, StandingPolicy, check_widening, escalation_reason, map_escalation_outcome,
 };
@@ -45,6 +46,20 @@ pub(crate) async fn approve(
 }
 
 /// The approval service, looked up at call time (it may load after the tool).
-pub(crate) fn approval_service(ctx: &dsh_core::WeakContext) -> Option<Arc<dyn ApprovalService>> {
+pub(crate) fn approval_service(ctx: &WeakContext) -> Option<Arc<dyn ApprovalService>> {
     ctx.get(APPROVAL)
+}
+
+/// Whether a sandboxing composition offers escalation to the model after a denial (the
+/// escalation hint is shown) for a call of `agent` (`None`: a call without an agent). It is
+/// withheld only on an explicit fact that no approval answer can come: the host declared its
+/// composition unreachable ([`APPROVAL_UNREACHABLE`]), or the composed approval service says
+/// so ([`ApprovalService::can_answer`]). A retry with `sandbox_permissions` would then fail,
+/// and suggesting it wastes a turn. Without either fact the hint stays, even with no approval
+/// service composed: the retry then explains its own refusal.
+pub(crate) fn offered_to(ctx: &WeakContext, agent: Option<&Agent>) -> bool {
+    if ctx.get(APPROVAL_UNREACHABLE) == Some(true) {
+        return false;
+    }
+    approval_service(ctx).is_none_or(|approval| approval.can_answer(agent))
 }

@@ -120,6 +120,8 @@ impl BashTool {
     /// Contract §2.8.
     async fn foreground(&self, mut request: ShellExecRequest, exec: &ToolExec) -> Result<Value, ToolError> {
         request.signal = Some(exec.signal.clone());
+        // The host may watch the command's latest output line while it runs.
+        request.output_probe = Some(exec.output_probe.clone());
         let spec = self.shell.resolve(request)?;
         let result = self.shell.run(spec).await?;
         if result.aborted {
@@ -181,6 +183,27 @@ impl Tool for BashTool {
 
     fn present_call(&self, args: &Value) -> Option<Value> {
         crate::present::present_call(args)
+    }
+
+    /// Drops the escalation hint from a denied foreground result when the calling agent cannot
+    /// get an approval answer (see [`crate::escalation::offered_to`]). Only the tool's own
+    /// rendering is replaced; content something else substituted is left as it is.
+    fn finalize_content(&self, exec: &ToolExec, result: &ToolResult) -> Option<Vec<ContentBlock>> {
+        if !self.escalation() || result.is_error {
+            return None;
+        }
+        let Some(ValueView::Foreground(view)) = ValueView::parse(result.value.as_ref()?) else {
+            return None;
+        };
+        if !view.sandbox.as_ref().is_some_and(|s| s.denied)
+            || crate::escalation::offered_to(&self.ctx, exec.agent.as_deref())
+        {
+            return None;
+        }
+        if result.single_text() != Some(render_result(&view, true).as_str()) {
+            return None;
+        }
+        Some(vec![ContentBlock::text(render_result(&view, false))])
     }
 
     fn present_result(&self, args: &Value, result: &ToolResult) -> Option<Value> {

@@ -101,7 +101,10 @@ async fn ex_12_background_spawn_failure() {
     process.done().await;
     assert_eq!(process.status(), ProcessStatus::Killed);
     assert_eq!((process.exit_code(), process.signal()), (None, None));
-    assert_eq!(process.read_output().delta, "[stderr]\nspawn failed: Error: spawn bash ENOENT");
+    assert_eq!(
+        process.read_output().delta,
+        "[stderr]\nspawn failed: Error: spawn bash ENOENT: working directory /nonexistent-dsh does not exist"
+    );
     assert_eq!(process.read_output().delta, "");
     assert!(!process.kill());
 }

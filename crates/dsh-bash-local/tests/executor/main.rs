@@ -3,6 +3,7 @@
 mod argv;
 mod background;
 mod env;
+mod probe;
 mod resolve;
 mod run;
 

@@ -172,7 +172,7 @@ async fn ex_06_spawn_failure_rejects_run() {
     assert_eq!(
         err,
         ShellError::Spawn {
-            message: "spawn bash ENOENT".into(),
+            message: "spawn bash ENOENT: working directory /nonexistent-dsh does not exist".into(),
             code: Some("ENOENT".into()),
             program: "bash".into()
         }

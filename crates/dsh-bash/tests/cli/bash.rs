@@ -107,7 +107,7 @@ fn session_call_runs_in_the_session_cwd_with_its_identity() {
         format!("{}\ns-1\n{}\n1\n", dir.canonicalize().expect("canonical").display(), jsonl.display())
     );
     let log = std::fs::read_to_string(&jsonl).expect("session log");
-    assert_eq!(log.lines().count(), 2, "{log}");
+    assert_eq!(log.lines().count(), 3, "the header, then one turn: {log}");
 }
 
 #[test]

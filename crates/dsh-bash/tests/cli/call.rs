@@ -32,8 +32,9 @@ fn session_call_runs_inside_a_persisted_turn() {
     let events: Vec<serde_json::Value> =
         log.lines().map(|l| serde_json::from_str(l).expect("json line")).collect();
     let kinds: Vec<&str> = events.iter().map(|e| e["type"].as_str().expect("type")).collect();
-    assert_eq!(kinds, ["turn/start", "turn/end"]);
-    assert_eq!(events[0]["session"], json!("s1"));
+    assert_eq!(kinds, ["session/header", "turn/start", "turn/end"]);
+    assert_eq!(events[0]["data"], json!({"id": "s1", "cwd": cwd}));
+    assert!(events.iter().all(|e| e["session"] == json!("s1")));
 }
 
 #[test]

@@ -28,14 +28,17 @@ fn unknown_plugin_table() {
 fn unknown_config_key() {
     let out = with_config("[system-prompt]\npersonae = \"x\"\n", &["prompt"]);
     let line = out.assert_usage_error();
-    assert!(line.contains("system-prompt: unknown field `personae`"), "{line}");
+    assert!(line.contains(": [system-prompt] unknown field `personae`"), "{line}");
 }
 
 #[test]
 fn wrong_config_type() {
     let out = with_config("[system-prompt]\npersona = 3\n", &["prompt"]);
     let line = out.assert_usage_error();
-    assert!(line.ends_with("system-prompt: invalid type: integer `3`, expected a string"), "{line}");
+    assert!(
+        line.ends_with("[system-prompt] persona: invalid type: integer `3`, expected a string"),
+        "{line}"
+    );
 }
 
 #[test]
@@ -96,7 +99,10 @@ fn executor_config_is_validated_at_load() {
     assert_eq!(out.assert_usage_error(), "dsh-bash: bash-local: graceMs must be a positive finite number");
     let out = with_config("[bash-local]\ngraceMs = \"soon\"\n", &["prompt"]);
     let line = out.assert_usage_error();
-    assert!(line.contains("bash-local: invalid type: string \"soon\", expected f64"), "{line}");
+    assert!(
+        line.contains("[bash-local] graceMs: invalid type: string \"soon\", expected a number"),
+        "{line}"
+    );
 }
 
 #[test]

@@ -42,7 +42,7 @@ fn a_symlink_planted_at_the_session_log_never_receives_events() {
                 .to_owned()
         })
         .collect();
-    assert_eq!(kinds, ["turn/start", "turn/end", "turn/start", "turn/end"]);
+    assert_eq!(kinds, ["session/header", "turn/start", "turn/end", "turn/start", "turn/end"]);
 
     // A later process for the same session refuses the planted symlink.
     let out = dsh_bash(

@@ -14,6 +14,8 @@ fn mcp_serves_the_default_composition_on_stdio() {
     let mut child = Command::new(env!("CARGO_BIN_EXE_dsh-bash"))
         .args(["--workspace-root", root.to_str().expect("utf-8"), "mcp"])
         .env("DSH_HOME", sandbox.path().join("home"))
+        // Per-target directives, as tracing-subscriber's EnvFilter reads them.
+        .env("RUST_LOG", "warn,dsh_mcp=info")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -36,6 +38,9 @@ fn mcp_serves_the_default_composition_on_stdio() {
         "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "test", "version": "0"}}}));
     let init = response(1);
     assert_eq!(init["result"]["serverInfo"]["name"], json!("dsh-bash"));
+    let instructions = init["result"]["instructions"].as_str().expect("instructions");
+    assert!(instructions.contains("[exit code: N]"), "{instructions}");
+    assert!(!instructions.contains("DeepSeek Harness"), "no identity line by default: {instructions}");
     send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
     send(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}));
     let tools = response(2);
@@ -55,8 +60,11 @@ fn mcp_serves_the_default_composition_on_stdio() {
     );
     assert_eq!(call["result"]["isError"], json!(false));
     drop(stdin);
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().expect("stderr"), &mut stderr).expect("stderr");
     let status = child.wait().expect("wait");
     assert_eq!(status.code(), Some(0));
+    assert!(stderr.contains("MCP session agent"), "dsh_mcp=info lets the info line through: {stderr}");
 }
 
 /// The status code of one `initialize` POST to `url`, with `token` as the bearer if given.

@@ -5,7 +5,8 @@ use serde_json::json;
 
 use crate::harness::{Run, Sandbox};
 
-const DENIAL: &str = "[sandbox: file access denied under read-only mode]\n[sandbox: escalation available — retry this exact command once with sandbox_permissions (the narrowest wider mode that suffices) + justification; the approval prompt asks the user]\n[exit code: 1]";
+/// No escalation hint: without `--approve` no approval answer can come (see `escalation_hint`).
+const DENIAL: &str = "[sandbox: file access denied under read-only mode]\n[exit code: 1]";
 
 /// A scratch sandbox when this host can confine commands (see
 /// [`crate::harness::confining_host`]), `None` after printing why it cannot.

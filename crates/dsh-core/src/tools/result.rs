@@ -8,6 +8,7 @@ use serde_json::{Value, json};
 use crate::abort::AbortSignal;
 use crate::agent::Agent;
 use crate::error::ToolError;
+use crate::tools::probe::OutputProbeSlot;
 
 /// One block of model-facing content.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -93,16 +94,38 @@ pub struct ToolExec {
     pub signal: AbortSignal,
     /// False for nested calls (Code Mode); hosts always make top-level calls.
     pub top_level: bool,
+    /// Where the body installs a probe of its running output; shared by every clone, so a
+    /// host that kept a clone can ask [`ToolExec::latest_output_line`] while the call runs.
+    pub output_probe: OutputProbeSlot,
 }
 
 impl ToolExec {
     /// A top-level call with a fresh, never-aborted signal.
     pub fn new(agent: Option<Arc<Agent>>, call_id: impl Into<String>) -> Self {
-        Self { agent, call_id: call_id.into(), signal: AbortSignal::new(), top_level: true }
+        Self {
+            agent,
+            call_id: call_id.into(),
+            signal: AbortSignal::new(),
+            top_level: true,
+            output_probe: OutputProbeSlot::new(),
+        }
     }
 
     pub fn with_signal(mut self, signal: AbortSignal) -> Self {
         self.signal = signal;
         self
+    }
+
+    /// Shares `slot` as this call's output-probe slot (a host that wants to observe the call
+    /// keeps a clone of it).
+    pub fn with_output_probe(mut self, slot: OutputProbeSlot) -> Self {
+        self.output_probe = slot;
+        self
+    }
+
+    /// The latest line of the call's running output, while the body has a probe installed
+    /// (see [`OutputProbeSlot`]); `None` otherwise. Cheap; meant to be polled by hosts.
+    pub fn latest_output_line(&self) -> Option<String> {
+        self.output_probe.latest_line()
     }
 }

@@ -1,6 +1,7 @@
 """The stdio server driven by the Python `mcp` client: tools, foreground and background bash,
-completion notices, cancellation, progress, session cwd from roots, and an escalation
-approved through elicitation."""
+completion notices, cancellation, progress, session cwd from roots, an escalation
+approved through elicitation, and the escalation hint offered only to clients that can answer
+approvals."""
 
 from __future__ import annotations
 
@@ -45,6 +46,8 @@ async def test_list_tools_and_instructions() -> None:
         assert len(bash_tool.output_schema["oneOf"]) == 2
         assert by_name["job_list"].output_schema["required"] == ["result"]
         assert "Check the [exit code: N] marker on every bash result" in (client.instructions or "")
+        # The instructions describe the tools; the client's agent keeps its own identity.
+        assert "You are an AI agent" not in (client.instructions or "")
 
 
 async def test_bash_foreground_in_the_root_cwd() -> None:
@@ -178,6 +181,52 @@ async def test_denied_then_escalated_with_elicitation() -> None:
         assert "[sandbox: file access denied under read-only mode]" in text(again)
 
 
+HINT = (
+    "[sandbox: escalation available — retry this exact command once with sandbox_permissions "
+    "(the narrowest wider mode that suffices) + justification; the approval prompt asks the user]"
+)
+DENIAL = "[sandbox: file access denied under read-only mode]"
+
+
+async def denied_texts(*extra: str, elicitation: bool) -> tuple[str, str]:
+    """A denied foreground write and a denied background one (read with job_output) from a
+    client that does or does not declare elicitation; returns both texts."""
+    workspace = tempdir()
+
+    async def elicit(_context, _params) -> types.ElicitResult:
+        return types.ElicitResult(action="decline")
+
+    params = server_params("--sandbox", "read-only", "--workspace-root", workspace, *extra)
+    callbacks = {"elicitation_callback": elicit} if elicitation else {}
+    async with Client(params, list_roots_callback=roots_callback(workspace), **callbacks) as client:
+        denied = await client.call_tool("bash", bash(f"printf ok > {Path(workspace) / 'fg.txt'}"))
+        if denied.is_error and "no sandbox backend is usable" in text(denied):
+            raise Skip(f"the host cannot confine commands: {text(denied)}")
+        assert denied.is_error is False, text(denied)
+        started = await client.call_tool(
+            "bash", bash(f"printf ok > {Path(workspace) / 'bg.txt'}", run_in_background=True)
+        )
+        job_id = started.structured_content["jobId"]
+        output = await client.call_tool("job_output", {"job_id": job_id, "wait": True})
+        assert not (Path(workspace) / "fg.txt").exists() and not (Path(workspace) / "bg.txt").exists()
+        return text(denied), text(output)
+
+
+async def test_escalation_hint_only_for_clients_that_can_answer_approvals() -> None:
+    # A client without elicitation cannot answer an approval: no hint to retry with one.
+    for result in await denied_texts(elicitation=False):
+        assert DENIAL in result, result
+        assert HINT not in result and "sandbox_permissions" not in result, result
+    # Nor can any client when the server does not elicit.
+    for result in await denied_texts("--no-elicitation", elicitation=True):
+        assert DENIAL in result, result
+        assert HINT not in result, result
+    # A client that declared elicitation is offered the escalation.
+    foreground, job_output = await denied_texts(elicitation=True)
+    assert foreground.endswith(f"{DENIAL}\n{HINT}\n[exit code: 1]"), foreground
+    assert job_output.endswith(f"{DENIAL}\n{HINT}\n[status: completed, exit code: 1]"), job_output
+
+
 async def test_sigterm_tears_the_composition_down() -> None:
     pidfile = Path(tempdir()) / "pid"
     pids: dict[str, int] = {}
@@ -211,6 +260,7 @@ if __name__ == "__main__":
                 test_cancellation_kills_the_running_command,
                 test_progress_notifications_while_a_command_runs,
                 test_denied_then_escalated_with_elicitation,
+                test_escalation_hint_only_for_clients_that_can_answer_approvals,
                 test_sigterm_tears_the_composition_down,
             ]
         )

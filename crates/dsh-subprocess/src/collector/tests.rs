@@ -185,3 +185,24 @@ fn memory_stays_within_the_cap() {
     assert!(state.tail.capacity() < 2048, "capacity {}", state.tail.capacity());
     assert_eq!(state.total, 3_330_000);
 }
+
+#[test]
+fn peek_tail_copies_only_the_end_and_stamps_writes() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = collector(8, None, dir.path());
+    let err = collector(8, None, dir.path());
+    assert_eq!(out.peek_tail(4), TailPeek::default(), "nothing written yet");
+    out.push(b"abc");
+    let peek = out.peek_tail(4);
+    assert_eq!((peek.bytes.as_slice(), peek.cut), (&b"abc"[..], false));
+    err.push(b"x");
+    assert!(err.written_at() > out.written_at(), "stderr written last");
+    out.push(b"defghijk");
+    assert!(out.written_at() > err.written_at(), "stdout written last");
+    let peek = out.peek_tail(4);
+    assert_eq!((peek.bytes.as_slice(), peek.cut), (&b"hijk"[..], true));
+    let peek = out.peek_tail(100);
+    assert_eq!((peek.bytes.as_slice(), peek.cut), (&b"defghijk"[..], true), "memory holds the last 8");
+    assert_eq!(out.total(), 11, "a peek consumes nothing");
+    assert_eq!(out.read_from(0).text, "defghijk");
+}

@@ -49,7 +49,7 @@ async fn sp_02_spawn_preconditions() {
     let mut spec = bash("true");
     spec.cwd = Some("/nonexistent-dsh".into());
     let err = os_error(service.spawn(spec).expect_err("missing cwd"));
-    assert_eq!(err.to_string(), "spawn bash ENOENT");
+    assert_eq!(err.to_string(), "spawn bash ENOENT: working directory /nonexistent-dsh does not exist");
     assert_eq!((err.code().as_str(), err.stage), ("ENOENT", SpawnStage::Cwd));
 }
 

@@ -197,6 +197,7 @@ impl ShellExecutor for FakeExecutor {
             env: request.env,
             dsh_env: request.dsh_env,
             sandbox_policy: request.sandbox_policy,
+            output_probe: request.output_probe,
         })
     }
 
