@@ -4,8 +4,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use dsh_core::{
-    APPROVAL, Agent, AgentMessage, ApprovalOutcome, ApprovalRequest, ApprovalService, Disposer, Plugin,
-    PluginError, PluginScope, SYSTEM_PROMPT, ServiceKey, Session,
+    APPROVAL, Agent, AgentMessage, ApprovalError, ApprovalOutcome, ApprovalRequest, ApprovalService,
+    ConfigError, Disposer, Handles, Plugin, PluginError, PluginScope, ServiceKey, Session, SessionError,
 };
 use futures::future::BoxFuture;
 use parking_lot::Mutex;
@@ -28,14 +28,25 @@ impl ApprovalPolicy {
         }
     }
 
-    /// Parses `ask`/`never` with the contract's message for anything else.
+    /// Parses `ask`/`never`; anything else is refused with a fixed message.
     pub fn parse(s: &str) -> Result<Self, String> {
         match s {
             "ask" => Ok(ApprovalPolicy::Ask),
             "never" => Ok(ApprovalPolicy::Never),
-            _ => Err("approval policy must be one of \"ask\" or \"never\"".to_owned()),
+            _ => Err(PolicyError::Unknown.to_string()),
         }
     }
+}
+
+/// Why switching a session's approval policy failed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PolicyError {
+    /// The policy named is neither `ask` nor `never`.
+    #[error("approval policy must be one of \"ask\" or \"never\"")]
+    Unknown,
+    /// Recording the `approval/policy` event in the session failed.
+    #[error(transparent)]
+    Session(#[from] SessionError),
 }
 
 /// What an answerer sees.
@@ -72,8 +83,6 @@ struct AnswererEntry {
 
 /// Service key of the hub (answerer registration, policy switches).
 pub const APPROVAL_HUB: ServiceKey<Arc<ApprovalHub>> = ServiceKey::new("approvalHub");
-
-const OUTSIDE_TURN: &str = "approval.request() outside an open turn: the approval/asked + approval/decided audit pair must be turn-enclosed (a bare event between turns is crash-tail garbage on reload). Ask from inside the turn that needs the decision.";
 
 /// The approval service.
 pub struct ApprovalHub {
@@ -128,8 +137,8 @@ impl ApprovalHub {
     }
 
     /// Switches the session's policy (one `approval/policy` event) and tells the agent.
-    pub fn set_approval_policy(&self, agent: &Agent, policy: &str) -> Result<(), String> {
-        let next = ApprovalPolicy::parse(policy)?;
+    pub fn set_approval_policy(&self, agent: &Agent, policy: &str) -> Result<(), PolicyError> {
+        let next = ApprovalPolicy::parse(policy).map_err(|_| PolicyError::Unknown)?;
         let prev = self.effective_policy(agent.session());
         agent.session().append("approval/policy", json!({ "policy": next.as_str() }))?;
         if prev != next {
@@ -205,10 +214,10 @@ impl ApprovalService for ApprovalHub {
         })
     }
 
-    async fn request(&self, request: ApprovalRequest) -> Result<ApprovalOutcome, String> {
+    async fn request(&self, request: ApprovalRequest) -> Result<ApprovalOutcome, ApprovalError> {
         let session = Arc::clone(request.agent.session());
         if !session.in_open_turn() {
-            return Err(OUTSIDE_TURN.to_owned());
+            return Err(ApprovalError::OutsideTurn);
         }
         let id = uuid::Uuid::new_v4().to_string();
         let mut asked = Map::new();
@@ -268,27 +277,28 @@ pub struct ApprovalPlugin;
 impl Plugin for ApprovalPlugin {
     const NAME: &'static str = "@deepseek-ai/dsh-user-approval";
     const SHORT_NAME: &'static str = "approval";
-    const INJECT: &'static [&'static str] = &["systemPrompt"];
+    type Deps = (dsh_core::services::SystemPrompt,);
     type Config = ApprovalConfig;
+    type Validated = ApprovalPolicy;
 
-    fn validate(config: &ApprovalConfig) -> Result<(), String> {
-        ApprovalPolicy::parse(&config.policy).map(|_| ())
+    fn validate(config: ApprovalConfig) -> Result<ApprovalPolicy, ConfigError> {
+        ApprovalPolicy::parse(&config.policy).map_err(ConfigError::new)
     }
 
-    fn apply(scope: &mut PluginScope, config: ApprovalConfig) -> Result<(), PluginError> {
-        let hub = ApprovalHub::new(ApprovalPolicy::parse(&config.policy).map_err(PluginError::Config)?);
-        let prompt =
-            scope.get(SYSTEM_PROMPT).ok_or_else(|| PluginError::Apply("systemPrompt missing".into()))?;
+    fn apply(
+        scope: &mut PluginScope,
+        (prompt,): Handles<Self>,
+        &policy: &ApprovalPolicy,
+    ) -> Result<(), PluginError> {
+        let hub = ApprovalHub::new(policy);
         let for_context = Arc::clone(&hub);
-        let context = prompt
-            .register_context(
-                "approval:policy",
-                115.0,
-                Arc::new(move |agent: Option<&Arc<Agent>>| {
-                    agent.map(|a| for_context.context_text(a.session())).unwrap_or_default()
-                }),
-            )
-            .map_err(|e| PluginError::Apply(e.to_string()))?;
+        let context = prompt.register_context(
+            "approval:policy",
+            115.0,
+            Arc::new(move |agent: Option<&Arc<Agent>>| {
+                agent.map(|a| for_context.context_text(a.session())).unwrap_or_default()
+            }),
+        )?;
         scope.add(context);
         scope.provide(APPROVAL_HUB, Arc::clone(&hub))?;
         let service: Arc<dyn ApprovalService> = hub;

@@ -11,5 +11,5 @@ mod hub;
 pub use answerers::{fixed_answerer, tty_answerer};
 pub use hub::{
     APPROVAL_HUB, Answer, AnswerFn, ApprovalConfig, ApprovalHub, ApprovalPlugin, ApprovalPolicy,
-    ApprovalQuestion,
+    ApprovalQuestion, PolicyError,
 };

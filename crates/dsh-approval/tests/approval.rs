@@ -4,8 +4,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use dsh_approval::{Answer, AnswerFn, ApprovalHub, ApprovalPolicy, fixed_answerer};
-use dsh_core::{AbortSignal, Agent, ApprovalOutcome, ApprovalRequest, ApprovalService};
+use dsh_approval::{Answer, AnswerFn, ApprovalHub, ApprovalPolicy, PolicyError, fixed_answerer};
+use dsh_core::{AbortSignal, Agent, ApprovalError, ApprovalOutcome, ApprovalRequest, ApprovalService};
 use serde_json::json;
 
 fn agent_in_turn(id: &str) -> Arc<Agent> {
@@ -36,12 +36,13 @@ async fn ap_01_turn_precondition() {
     let hub = ApprovalHub::new(ApprovalPolicy::Ask);
     let no_turn = Agent::new("a", None);
     let err = hub.request(request(&no_turn, None)).await.expect_err("outside turn");
-    assert!(err.contains("outside an open turn"), "{err}");
+    assert_eq!(err, ApprovalError::OutsideTurn);
+    assert!(err.to_string().starts_with("approval.request() outside an open turn: "), "{err}");
     assert!(no_turn.session().events().is_empty());
     let closed = agent_in_turn("b");
     closed.session().end_turn().expect("end");
     let err = hub.request(request(&closed, None)).await.expect_err("closed turn");
-    assert!(err.contains("outside an open turn"));
+    assert!(matches!(err, ApprovalError::OutsideTurn), "{err}");
     assert_eq!(closed.session().events().len(), 2, "nothing appended");
 }
 
@@ -119,8 +120,10 @@ async fn ap_05_never_policy() {
     ask_hub.set_approval_policy(&other, "never").expect("switch");
     assert_eq!(ask_hub.request(request(&other, None)).await, Ok(ApprovalOutcome::Rejected));
     let before = other.session().events().len();
+    let refused = ask_hub.set_approval_policy(&other, "sometimes");
+    assert_eq!(refused, Err(PolicyError::Unknown));
     assert_eq!(
-        ask_hub.set_approval_policy(&other, "sometimes"),
+        refused.map_err(|e| e.to_string()),
         Err("approval policy must be one of \"ask\" or \"never\"".to_owned())
     );
     assert_eq!(other.session().events().len(), before);
@@ -219,4 +222,24 @@ async fn a_panicking_answerer_is_a_failed_answer_and_the_decision_is_recorded() 
         assert_eq!(kinds, ["turn/start", "approval/asked", "approval/decided"]);
         assert_eq!(agent.session().events()[2].data["outcome"], json!("unavailable"));
     }
+}
+
+#[tokio::test]
+async fn a_failing_audit_append_is_an_audit_error() {
+    let hub = ApprovalHub::new(ApprovalPolicy::Ask);
+    let agent = agent_in_turn("a");
+    agent.session().add_sink(Arc::new(|_header, event| {
+        if event.kind == "approval/asked" {
+            return Err(dsh_core::SessionError::log_io("/logs/a.jsonl", std::io::Error::other("disk full")));
+        }
+        Ok(())
+    }));
+    let err = hub.request(request(&agent, None)).await.expect_err("audit refused");
+    assert!(
+        matches!(&err, ApprovalError::Audit(dsh_core::SessionError::LogIo { path, .. }) if path.as_os_str() == "/logs/a.jsonl"),
+        "{err:?}"
+    );
+    assert_eq!(err.to_string(), "session log /logs/a.jsonl: disk full");
+    let kinds: Vec<String> = agent.session().events().iter().map(|e| e.kind.clone()).collect();
+    assert_eq!(kinds, ["turn/start"], "nothing recorded");
 }

@@ -1,5 +1,6 @@
 //! Errors of the argv-level entry points, keeping every fact of a spawn failure.
 
+use dsh_core::AbortSignal;
 use dsh_shell::ShellError;
 use dsh_subprocess::{OsSpawnError, SpawnError};
 
@@ -16,12 +17,26 @@ pub enum ExecError {
     Shell(#[from] ShellError),
 }
 
+/// A spawn failure of a spawn cancelled by `signal`'s token: a cancellation before the spawn
+/// reads `aborted before spawn: <the signal's reason>`.
+pub(crate) fn spawn_failure(e: SpawnError, signal: Option<&AbortSignal>) -> ExecError {
+    match e {
+        SpawnError::CancelledBeforeSpawn => {
+            let reason = signal.and_then(AbortSignal::reason).map_or("aborted", |r| r.message.as_str());
+            ExecError::Shell(ShellError::AbortedBeforeSpawn(reason.to_owned()))
+        }
+        e => e.into(),
+    }
+}
+
 impl From<SpawnError> for ExecError {
+    /// A cancellation before the spawn reads `aborted before spawn: aborted` here; with the
+    /// signal at hand, [`spawn_failure`] gives its reason.
     fn from(e: SpawnError) -> Self {
         match e {
             SpawnError::Os(e) => ExecError::Spawn(e),
-            SpawnError::AbortedBeforeSpawn(reason) => {
-                ExecError::Shell(ShellError::AbortedBeforeSpawn(reason))
+            SpawnError::CancelledBeforeSpawn => {
+                ExecError::Shell(ShellError::AbortedBeforeSpawn("aborted".to_owned()))
             }
             SpawnError::InvalidGrace | SpawnError::InvalidArgv => {
                 ExecError::Shell(ShellError::Invalid(e.to_string()))

@@ -10,7 +10,7 @@ use dsh_shell::{
 use dsh_subprocess::{CollectedStream, PreExecHook, ProcessHandle, SpawnError, SubprocessService};
 
 use crate::config::{ConfigError, LocalBashConfig};
-use crate::error::ExecError;
+use crate::error::{ExecError, spawn_failure};
 use crate::mapping::{bash_argv, spawn_spec};
 use crate::process::{LocalShellProcess, SettleHook};
 
@@ -43,7 +43,7 @@ impl Drop for TerminateUnlessSettled<'_> {
 }
 
 impl LocalBashExecutor {
-    /// Validates `config` (contract §4.2 messages) and builds the executor.
+    /// Validates `config` (its messages are exact and pinned by tests) and builds the executor.
     pub fn new(config: LocalBashConfig, service: Arc<SubprocessService>) -> Result<Self, ConfigError> {
         config.validate()?;
         Ok(Self { config, service })
@@ -75,8 +75,8 @@ impl LocalBashExecutor {
         let deadline = Deadline::new(spec.signal.as_ref(), spec.timeout_ms, BASH_TIMEOUT)
             .map_err(|e| ShellError::Other(e.to_string()))?;
         let mut spawn = spawn_spec(&self.config, spec, argv, spec.stdout_max_bytes, pre_exec);
-        spawn.signal = Some(deadline.signal().clone());
-        let handle = self.service.spawn(spawn)?;
+        spawn.cancel = Some(deadline.signal().token().clone());
+        let handle = self.service.spawn(spawn).map_err(|e| spawn_failure(e, Some(deadline.signal())))?;
         let _cancel = TerminateUnlessSettled(&handle);
         // Observers see the running command's latest output line until the run ends.
         let _probe = spec.output_probe.as_ref().map(|slot| {
@@ -112,11 +112,11 @@ impl LocalBashExecutor {
         on_settle: Option<SettleHook>,
     ) -> Result<Arc<LocalShellProcess>, ShellError> {
         let mut spawn = spawn_spec(&self.config, spec, argv, self.config.max_output_bytes, pre_exec);
-        spawn.signal = spec.signal.clone();
+        spawn.cancel = spec.signal.as_ref().map(|signal| signal.token().clone());
         match self.service.spawn(spawn) {
             Ok(handle) => Ok(LocalShellProcess::running(handle, spec.signal.clone(), on_settle)),
             Err(SpawnError::Os(error)) => Ok(LocalShellProcess::spawn_failed(error, on_settle)),
-            Err(other) => Err(ExecError::from(other).into()),
+            Err(other) => Err(spawn_failure(other, spec.signal.as_ref()).into()),
         }
     }
 }

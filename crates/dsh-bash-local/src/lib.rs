@@ -10,10 +10,13 @@
 //!
 //! It knows nothing about the bash tool, jobs, rendering, or how a sandbox confines.
 
+#![forbid(unsafe_code)]
+
 mod config;
 mod error;
 mod executor;
 mod mapping;
+mod plugin;
 mod process;
 mod resolve;
 
@@ -21,4 +24,5 @@ pub use config::{ConfigError, LocalBashConfig};
 pub use error::{ExecError, shell_spawn_error};
 pub use executor::{BASH_TIMEOUT, LocalBashExecutor};
 pub use mapping::{ENV_OVERRIDES, bash_argv};
+pub use plugin::BashLocalPlugin;
 pub use process::{LocalShellProcess, SettleFacts, SettleHook};

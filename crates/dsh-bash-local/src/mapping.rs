@@ -1,4 +1,6 @@
-//! From a resolved spec to a subprocess spawn (contract §4.3).
+//! From a resolved spec to a subprocess spawn: `bash -c`, pinned non-interactive env, caps.
+
+use std::time::Duration;
 
 use dsh_shell::ShellExecSpec;
 use dsh_subprocess::{CaptureLimits, EnvEntry, PreExecHook, SpawnSpec};
@@ -15,8 +17,19 @@ pub fn bash_argv(command: &str) -> Vec<String> {
     vec!["bash".to_owned(), "-c".to_owned(), command.to_owned()]
 }
 
+/// A grace period in milliseconds (a JavaScript number, as configured) as the subprocess
+/// layer takes it. A value the layer refuses stays refused: not positive (or NaN) becomes
+/// zero, too large for a `Duration` becomes the largest one; a positive value too small for a
+/// nanosecond becomes one nanosecond.
+pub(crate) fn grace_duration(grace_ms: f64) -> Duration {
+    if grace_ms.is_nan() || grace_ms <= 0.0 {
+        return Duration::ZERO;
+    }
+    Duration::try_from_secs_f64(grace_ms / 1000.0).map_or(Duration::MAX, |d| d.max(Duration::from_nanos(1)))
+}
+
 /// The spawn for `argv` under `spec`, with `stdout_cap` bytes of stdout kept in memory.
-/// The abort signal is left for the caller (foreground and background differ).
+/// The cancellation token is left for the caller (foreground and background differ).
 pub(crate) fn spawn_spec(
     config: &LocalBashConfig,
     spec: &ShellExecSpec,
@@ -31,18 +44,34 @@ pub(crate) fn spawn_spec(
         .into_iter()
         .flatten()
         .flat_map(|map| map.iter().map(|(k, v)| (k.clone(), EnvEntry::Set(v.clone()))));
-    SpawnSpec {
-        argv,
-        cwd: Some(spec.workdir.clone()),
-        env: overrides.chain(requested).collect(),
-        stdin: spec.stdin.clone(),
-        stdout: CaptureLimits::new("stdout", memory_cap(stdout_cap), spill_cap),
-        stderr: CaptureLimits::new("stderr", memory_cap(config.max_output_bytes), spill_cap),
-        grace_ms: config.grace_ms,
-        signal: None,
-        // A confined command (the only kind with a hook) starts a session of its own: no
-        // controlling terminal to inject input into, no signals from the terminal.
-        new_session: pre_exec.is_some(),
-        pre_exec,
+    let mut spawn = SpawnSpec::new(argv);
+    spawn.cwd = Some(spec.workdir.clone());
+    spawn.env = overrides.chain(requested).collect();
+    spawn.stdin = spec.stdin.clone();
+    spawn.stdout = CaptureLimits::new("stdout", memory_cap(stdout_cap), spill_cap);
+    spawn.stderr = CaptureLimits::new("stderr", memory_cap(config.max_output_bytes), spill_cap);
+    spawn.grace = grace_duration(config.grace_ms);
+    // A confined command (the only kind with a hook) starts a session of its own: no
+    // controlling terminal to inject input into, no signals from the terminal.
+    spawn.new_session = pre_exec.is_some();
+    spawn.with_pre_exec(pre_exec);
+    spawn
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grace_milliseconds_convert_and_invalid_ones_stay_invalid() {
+        assert_eq!(grace_duration(3000.0), Duration::from_secs(3));
+        assert_eq!(grace_duration(2_147_483_647.0), dsh_subprocess::MAX_GRACE);
+        assert_eq!(grace_duration(1e-300), Duration::from_nanos(1));
+        for refused in [0.0, -1.0, f64::NAN] {
+            assert_eq!(grace_duration(refused), Duration::ZERO, "{refused}");
+        }
+        for refused in [f64::INFINITY, 2_147_483_648.0, 1e300] {
+            assert!(grace_duration(refused) > dsh_subprocess::MAX_GRACE, "{refused}");
+        }
     }
 }

@@ -1,4 +1,4 @@
-//! Background processes (contract §4.5): status, consuming reads, kill, and settlement.
+//! Background processes: status, consuming reads, kill, and settlement.
 
 use std::sync::Arc;
 

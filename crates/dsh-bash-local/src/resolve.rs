@@ -1,4 +1,4 @@
-//! Filling a request's defaults and caps (contract §4.1).
+//! Filling a request's defaults and caps; invalid timeouts and byte budgets are refused.
 
 use dsh_shell::{ShellError, ShellExecRequest, ShellExecSpec};
 

@@ -1,4 +1,6 @@
-//! Foreground and background runs under a sandbox provider (contract §7.5).
+//! Foreground and background runs under a sandbox provider: `danger-full-access` runs
+//! unconfined; any other mode runs the provider's confined argv, and a runner failure becomes
+//! a sandbox-unavailable error before denial is classified.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -89,7 +91,7 @@ fn agent_socket_withheld() -> bool {
         && std::env::var_os(KEEP_SSH_AUTH_SOCK).is_none_or(|keep| keep != "1")
 }
 
-/// The runner-failure detail of a spawn failure, when the runner itself failed (§7.7): the
+/// The runner-failure detail of a spawn failure, when the runner itself failed: the
 /// in-child confinement refused, or the exec of the known runner program failed with
 /// `ENOENT`/`EACCES` while the workdir is usable. A failing `chdir` is never the runner.
 fn runner_spawn_failure(confined: &ConfinedCommand, error: &OsSpawnError, workdir: &Path) -> Option<String> {

@@ -7,46 +7,12 @@ use std::sync::Arc;
 use dsh_bash_local::{LocalBashConfig, LocalBashExecutor};
 use dsh_bash_sandbox::SandboxBashExecutor;
 use dsh_sandbox::{
-    ConfinedCommand, ProviderReport, RunnerFailureRule, SandboxEnforcement, SandboxExecutionPolicy,
-    SandboxMode, SandboxPolicyService, SandboxProvider, SandboxUnavailableError,
+    SandboxEnforcement, SandboxExecutionPolicy, SandboxMode, SandboxPolicyService, SandboxProvider,
 };
 use dsh_sandbox_policy::{LocalSandboxPolicy, SandboxPolicyConfig};
 use dsh_shell::{ProcessStatus, ShellError, ShellExecRequest, ShellExecutor, ShellSandboxInfo};
 use dsh_subprocess::SubprocessService;
-use parking_lot::Mutex;
-
-#[derive(Default)]
-struct FakeProvider {
-    seen: Mutex<Vec<(Vec<String>, SandboxExecutionPolicy)>>,
-    /// Prefix the argv with this missing runner program.
-    runner: Option<String>,
-}
-
-impl SandboxProvider for FakeProvider {
-    fn confine(
-        &self,
-        argv: &[String],
-        policy: &SandboxExecutionPolicy,
-    ) -> Result<ConfinedCommand, SandboxUnavailableError> {
-        self.seen.lock().push((argv.to_vec(), policy.clone()));
-        let mut wrapped = argv.to_vec();
-        if let Some(runner) = &self.runner {
-            wrapped.insert(0, runner.clone());
-        }
-        Ok(ConfinedCommand {
-            argv: wrapped,
-            child_confinement: None,
-            enforcement: SandboxEnforcement::Full,
-            denial_signatures: vec!["read-only file system".into(), "permission denied".into()],
-            runner_failure_rules: vec![RunnerFailureRule::fatal(&["fake-runner: "])],
-            runner: self.runner.clone(),
-        })
-    }
-
-    fn describe(&self) -> ProviderReport {
-        ProviderReport { provider: "fake".into(), selected: Some("fake".into()), runners: vec![] }
-    }
-}
+use dsh_test_support::fake_provider::FakeProvider;
 
 struct Setup {
     executor: SandboxBashExecutor,
@@ -58,7 +24,7 @@ fn setup(runner: Option<&str>, mode: Option<&str>) -> Setup {
     let service = SubprocessService::new();
     let config = LocalBashConfig { grace_ms: 200.0, timeout_ms: 10_000.0, ..LocalBashConfig::default() };
     let local = LocalBashExecutor::new(config, Arc::clone(&service)).expect("config");
-    let provider = Arc::new(FakeProvider { runner: runner.map(str::to_owned), ..FakeProvider::default() });
+    let provider = Arc::new(FakeProvider::with_runner(runner));
     let policy: Arc<dyn SandboxPolicyService> = Arc::new(
         LocalSandboxPolicy::new(&SandboxPolicyConfig { mode: mode.map(str::to_owned), workspace_root: None })
             .expect("policy"),

@@ -88,12 +88,12 @@ async fn respond(
         None => None,
         Some(session) => match sessions.open(comp.ctx(), session, request.cwd.as_deref()) {
             Ok(agent) => Some(agent),
-            Err(e) => return response(CallOutcome::host_error(&e), id, None),
+            Err(e) => return response(CallOutcome::host_error(&e.to_string()), id, None),
         },
     };
     let outcome = request::call(tools, &request.tool, request.args, agent.clone(), signal.clone())
         .await
-        .unwrap_or_else(|e| CallOutcome::host_error(&e));
+        .unwrap_or_else(|e| CallOutcome::host_error(&e.to_string()));
     response(outcome, id, agent.as_deref())
 }
 

@@ -6,7 +6,7 @@
 //! 1 for `isError`; with `--exit-status` a `bash` result exits with the command's own status
 //! instead. Start-up and usage failures are errors of this function (exit 2), and so are a
 //! tool name the composition does not register (the one-line error lists the tools; a
-//! model-facing host such as `batch` or `mcp` answers it with the contract's
+//! model-facing host such as `batch` or `mcp` answers it with the usual
 //! `Error: unknown tool "<name>"` result instead) and a background `bash` call (its job would
 //! die with this process before doing its work).
 //!

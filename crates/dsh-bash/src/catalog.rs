@@ -5,7 +5,8 @@ use std::sync::Arc;
 use dsh_core::plugins::{AgentsPlugin, SessionJsonlPlugin, SystemPromptPlugin, ToolsPlugin};
 use dsh_core::{Factory, Plugin, PluginFactory};
 
-use crate::plugins::{BashLocalPlugin, SubprocessPlugin};
+use dsh_bash_local::BashLocalPlugin;
+use dsh_subprocess::SubprocessPlugin;
 
 /// The composition used when no file names its own `plugins` list (short names, load order).
 pub const DEFAULT_COMPOSITION: &[&str] = &[
@@ -59,7 +60,7 @@ impl Catalog {
                 entry::<dsh_tool_bash::ToolBash>(),
                 entry::<dsh_bash_sandbox::BashSandboxPlugin>(),
                 #[cfg(target_os = "linux")]
-                entry::<crate::plugins::SandboxLocalPlugin>(),
+                entry::<dsh_sandbox_local::SandboxLocalPlugin>(),
                 entry::<dsh_sandbox_policy::SandboxPolicyPlugin>(),
                 entry::<dsh_approval::ApprovalPlugin>(),
             ],

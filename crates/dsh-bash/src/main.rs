@@ -23,7 +23,6 @@ mod hardening;
 mod interrupt;
 mod mcp;
 mod plan;
-mod plugins;
 mod progress;
 mod prompt;
 mod request;

@@ -213,7 +213,7 @@ impl Plan {
     ///
     /// A config of the wrong shape names the file, the plugin and, when it can be told, the
     /// key: `dsh.toml: [bash-local] graceMs: invalid type: string "soon", expected a number`.
-    /// A value the plugin refuses keeps the plugin's own (contract) message.
+    /// A value the plugin refuses keeps the plugin's own exact message.
     pub fn parse(self) -> anyhow::Result<Vec<ParsedRow>> {
         let file = self.file;
         self.rows

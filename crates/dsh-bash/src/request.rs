@@ -4,7 +4,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use dsh_core::tools::OutputProbeSlot;
-use dsh_core::{AbortSignal, Agent, AgentStatus, ContentBlock, ToolExec, ToolRegistry, ToolResult};
+use dsh_core::{
+    AbortSignal, Agent, AgentStatus, ContentBlock, SessionError, ToolExec, ToolRegistry, ToolResult,
+};
 use serde_json::{Map, Value, json};
 
 /// A finished call with the UI render intents of its arguments and result.
@@ -17,14 +19,15 @@ pub struct CallOutcome {
 static NEXT_CALL: AtomicU64 = AtomicU64::new(1);
 
 /// Makes one call. With an agent, the call runs inside a turn of its session (opened before,
-/// closed after) while the agent is busy.
+/// closed after) while the agent is busy; a session log that cannot record the turn's start
+/// refuses the call (the `Err`).
 pub async fn call(
     tools: &ToolRegistry,
     tool: &str,
     args: Value,
     agent: Option<Arc<Agent>>,
     signal: AbortSignal,
-) -> Result<CallOutcome, String> {
+) -> Result<CallOutcome, SessionError> {
     call_observed(tools, tool, args, agent, signal, OutputProbeSlot::new()).await
 }
 
@@ -37,7 +40,7 @@ pub async fn call_observed(
     agent: Option<Arc<Agent>>,
     signal: AbortSignal,
     probe: OutputProbeSlot,
-) -> Result<CallOutcome, String> {
+) -> Result<CallOutcome, SessionError> {
     if let Some(agent) = &agent {
         agent.session().begin_turn()?;
         agent.set_status(AgentStatus::Busy);
@@ -91,5 +94,25 @@ impl CallOutcome {
     /// 0 for a result, 1 for `isError`.
     pub fn exit_code(&self) -> u8 {
         u8::from(self.result.is_error)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dsh_core::Context;
+
+    #[tokio::test]
+    async fn a_session_that_cannot_open_the_turn_refuses_the_call() {
+        let ctx = Context::new();
+        let tools = ToolRegistry::new(ctx.downgrade());
+        let agent = Agent::new("s", None);
+        agent.session().add_sink(Arc::new(|_header, _event| {
+            Err(SessionError::LogNotOwned { path: "/logs/s.jsonl".into(), uid: 7 })
+        }));
+        let refused = call(&tools, "echo", json!({}), Some(Arc::clone(&agent)), AbortSignal::new()).await;
+        let Err(err) = refused else { panic!("the call ran") };
+        assert!(matches!(err, SessionError::LogNotOwned { uid: 7, .. }), "{err:?}");
+        assert_eq!(agent.status(), AgentStatus::Idle, "the agent never became busy");
     }
 }

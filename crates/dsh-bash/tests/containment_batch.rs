@@ -5,10 +5,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-#[allow(dead_code)]
-mod escape {
-    include!("../../dsh-subprocess/tests/support/escape.rs");
-}
+use dsh_test_support::escape;
 
 fn dsh_bash(home: &std::path::Path) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_dsh-bash"));

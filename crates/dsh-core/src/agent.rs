@@ -181,6 +181,14 @@ impl Agent {
     }
 }
 
+/// Why the agents registry refused an agent.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum AgentError {
+    /// Another instance is already registered under this id (carried).
+    #[error("agent \"{0}\" is already registered")]
+    AlreadyRegistered(String),
+}
+
 /// The registry of live agents, keyed by id.
 #[derive(Default)]
 pub struct Agents {
@@ -196,13 +204,13 @@ impl Agents {
     }
 
     /// Registers a live agent; an id already taken by another instance is refused.
-    pub fn register(&self, agent: Arc<Agent>) -> Result<(), String> {
+    pub fn register(&self, agent: Arc<Agent>) -> Result<(), AgentError> {
         let mut map = self.map.lock();
         if let Some(existing) = map.get(agent.id()) {
             if Arc::ptr_eq(existing, &agent) {
                 return Ok(());
             }
-            return Err(format!("agent \"{}\" is already registered", agent.id()));
+            return Err(AgentError::AlreadyRegistered(agent.id().to_owned()));
         }
         map.insert(agent.id().to_owned(), agent);
         Ok(())
@@ -240,5 +248,22 @@ impl Agents {
         for agent in agents {
             agent.dispose().await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_second_instance_under_a_taken_id_is_refused() {
+        let agents = Agents::new();
+        let first = Agent::new("a", None);
+        agents.register(Arc::clone(&first)).expect("register");
+        agents.register(Arc::clone(&first)).expect("the same instance again is fine");
+        let err = agents.register(Agent::new("a", None)).expect_err("refused");
+        assert_eq!(err, AgentError::AlreadyRegistered("a".into()));
+        assert_eq!(err.to_string(), "agent \"a\" is already registered");
+        assert!(agents.is_registered(&first));
     }
 }

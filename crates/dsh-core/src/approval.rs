@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 use crate::abort::AbortSignal;
 use crate::agent::Agent;
 use crate::context::ServiceKey;
+use crate::session::SessionError;
 
 /// The closed vocabulary of approval outcomes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -45,11 +46,37 @@ pub struct ApprovalRequest {
     pub signal: Option<AbortSignal>,
 }
 
-/// The approval service (`approval`). `Err` carries a message that becomes the tool error
-/// (for example a request made outside an open turn).
+/// Why an approval request could not be decided at all (as opposed to an outcome such as
+/// `rejected`). Its `Display` becomes the tool error's message.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ApprovalError {
+    /// The agent's session has no open turn, so the request's audit events could not be
+    /// turn-enclosed; nobody was asked.
+    #[error(
+        "approval.request() outside an open turn: the approval/asked + approval/decided audit pair must be turn-enclosed (a bare event between turns is crash-tail garbage on reload). Ask from inside the turn that needs the decision."
+    )]
+    OutsideTurn,
+    /// Recording an audit event (`approval/asked`, `approval/decided`) in the session failed.
+    #[error(transparent)]
+    Audit(#[from] SessionError),
+    /// A provider's own failure, carried verbatim as its message.
+    #[error("{0}")]
+    Provider(String),
+}
+
+/// An undecided request fails the call with a plain tool error (no name or code).
+impl From<ApprovalError> for crate::error::ToolError {
+    fn from(error: ApprovalError) -> Self {
+        crate::error::ToolError::plain(error.to_string())
+    }
+}
+
+/// The approval service (`approval`). `Err` becomes the tool error (for example a request
+/// made outside an open turn).
 #[async_trait::async_trait]
 pub trait ApprovalService: Send + Sync {
-    async fn request(&self, request: ApprovalRequest) -> Result<ApprovalOutcome, String>;
+    /// Asks for consent to one call; an outcome is the answer, an `Err` means no decision.
+    async fn request(&self, request: ApprovalRequest) -> Result<ApprovalOutcome, ApprovalError>;
 
     /// Whether a request on behalf of `agent` (`None`: a call without an agent) can reach
     /// someone who might allow it. `false` only when it is certain that no such answer can

@@ -1,8 +1,10 @@
 //! The composition context: named services, plugins that wait for their injected services,
 //! and effect-scoped disposal.
 //!
-//! A plugin declares the service keys it needs (`INJECT`). Loaded while one is missing it stays
-//! **pending**; it applies the moment the last one appears. Everything it registers while
+//! A service is a type ([`Service`]: its wire name and handle type). A plugin declares the
+//! services it needs as a tuple ([`Plugin::Deps`]; its `INJECT` list is derived from it).
+//! Loaded while one is missing it stays **pending**; it applies the moment the last one
+//! appears, receiving the resolved handles. Everything it registers while
 //! applying (services, tools, prompt sections, listeners, contributors) is recorded as an effect
 //! and disposed in reverse order when the plugin, or any service it injects, unloads — which
 //! puts it back to pending.
@@ -18,6 +20,65 @@ use parking_lot::Mutex;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
+/// A service as a type: the wire name it is provided under and the handle stored there.
+///
+/// ```ignore
+/// pub struct Tools;
+/// impl Service for Tools {
+///     const NAME: &'static str = "tools";
+///     type Handle = Arc<ToolRegistry>;
+/// }
+/// ```
+pub trait Service: 'static {
+    /// The wire and log name (`tools`, `shell`, `systemPrompt`).
+    const NAME: &'static str;
+    /// What consumers receive.
+    type Handle: Clone + Send + Sync + 'static;
+    /// The value key of this service, for [`Context::get`] and [`PluginScope::provide`].
+    const KEY: ServiceKey<Self::Handle> = ServiceKey::new(Self::NAME);
+}
+
+/// The hard dependencies of a plugin: `()` or a tuple of [`Service`]s. All must exist before
+/// the plugin applies; `apply` receives their handles in the same order.
+pub trait Deps: 'static {
+    /// The resolved handles (a tuple of [`Service::Handle`]s).
+    type Handles: Send + 'static;
+    /// The services' names, in order (the plugin's `INJECT`).
+    const NAMES: &'static [&'static str];
+    /// Fetches every handle, or names the first service that is not provided.
+    fn resolve(ctx: &Context) -> Result<Self::Handles, &'static str>;
+}
+
+impl Deps for () {
+    type Handles = ();
+    const NAMES: &'static [&'static str] = &[];
+    fn resolve(_ctx: &Context) -> Result<(), &'static str> {
+        Ok(())
+    }
+}
+
+macro_rules! tuple_deps {
+    ($($s:ident),+) => {
+        impl<$($s: Service),+> Deps for ($($s,)+) {
+            type Handles = ($($s::Handle,)+);
+            const NAMES: &'static [&'static str] = &[$($s::NAME),+];
+            fn resolve(ctx: &Context) -> Result<Self::Handles, &'static str> {
+                Ok(($(ctx.get($s::KEY).ok_or($s::NAME)?,)+))
+            }
+        }
+    };
+}
+
+tuple_deps!(A);
+tuple_deps!(A, B);
+tuple_deps!(A, B, C);
+tuple_deps!(A, B, C, D);
+tuple_deps!(A, B, C, D, E);
+tuple_deps!(A, B, C, D, E, F);
+
+/// The handles a plugin's `apply` receives.
+pub type Handles<P> = <<P as Plugin>::Deps as Deps>::Handles;
+
 /// A typed service key: the wire name and the handle type stored under it.
 pub struct ServiceKey<T> {
     name: &'static str,
@@ -25,9 +86,11 @@ pub struct ServiceKey<T> {
 }
 
 impl<T> ServiceKey<T> {
+    /// A key for the service called `name`.
     pub const fn new(name: &'static str) -> Self {
         Self { name, _type: PhantomData }
     }
+    /// The wire name.
     pub const fn name(&self) -> &'static str {
         self.name
     }
@@ -54,7 +117,7 @@ pub enum PluginError {
         "service \"{key}\" is already provided by plugin \"{provider}\"; plugin \"{plugin}\" cannot provide it too"
     )]
     DuplicateService { key: String, provider: String, plugin: String },
-    /// A configuration the plugin refuses (exact contract message).
+    /// A configuration the plugin refuses (the plugin's exact message).
     #[error("{0}")]
     Config(String),
     /// A config that does not have the plugin's shape: an unknown key or a value of the wrong
@@ -62,9 +125,12 @@ pub enum PluginError {
     /// (`expected a number`, not `expected f64`; see [`plain_config_error`]).
     #[error("{plugin}: {message}")]
     InvalidConfig { plugin: String, message: String },
-    /// `apply` failed (exact contract message where the contract has one).
+    /// `apply` failed (the failing step's exact message).
     #[error("{0}")]
     Apply(String),
+    /// A service the plugin needs is not provided (the one wording of a missing service).
+    #[error("{plugin}: ctx.{service} is missing")]
+    MissingService { plugin: String, service: String },
     /// No plugin under that name.
     #[error("unknown plugin \"{0}\"")]
     UnknownPlugin(String),
@@ -74,6 +140,55 @@ pub enum PluginError {
     /// The plugin is not loaded.
     #[error("plugin \"{0}\" is not loaded")]
     NotLoaded(String),
+}
+
+impl PluginError {
+    /// An `apply` failure carrying `error`'s message.
+    pub fn apply(error: impl fmt::Display) -> Self {
+        Self::Apply(error.to_string())
+    }
+
+    /// A refused configuration carrying `error`'s message.
+    pub fn config(error: impl fmt::Display) -> Self {
+        Self::Config(error.to_string())
+    }
+}
+
+impl From<ConfigError> for PluginError {
+    fn from(error: ConfigError) -> Self {
+        Self::Config(error.0)
+    }
+}
+
+impl From<crate::tools::RegisterError> for PluginError {
+    fn from(error: crate::tools::RegisterError) -> Self {
+        Self::apply(error)
+    }
+}
+
+impl From<crate::prompt::PromptError> for PluginError {
+    fn from(error: crate::prompt::PromptError) -> Self {
+        Self::apply(error)
+    }
+}
+
+/// A configuration a plugin refuses at load time. The message is exact (pinned by tests
+/// where it matters) and becomes [`PluginError::Config`].
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct ConfigError(pub String);
+
+impl ConfigError {
+    /// A refusal carrying `error`'s message.
+    pub fn new(error: impl fmt::Display) -> Self {
+        Self(error.to_string())
+    }
+}
+
+impl From<String> for ConfigError {
+    fn from(message: String) -> Self {
+        Self(message)
+    }
 }
 
 /// An undo action recorded by a plugin; async so teardown can await processes.
@@ -123,35 +238,61 @@ impl fmt::Debug for Disposer {
     }
 }
 
-/// The seed's plugin contract: `NAME`, `INJECT`, a typed `Config`, and `apply`.
+/// What every plugin provides: names, hard dependencies, a config checked once, and `apply`.
+///
+/// ```ignore
+/// impl Plugin for ToolJobsPlugin {
+///     const NAME: &'static str = "@deepseek-ai/dsh-tool-jobs";
+///     const SHORT_NAME: &'static str = "tool-jobs";
+///     type Deps = (Tools, Jobs, SystemPrompt);
+///     type Config = ToolJobsConfig;
+///     type Validated = CheckedToolJobsConfig;
+///     fn validate(config: ToolJobsConfig) -> Result<CheckedToolJobsConfig, ConfigError> { .. }
+///     fn apply(scope: &mut PluginScope, (tools, jobs, prompt): Handles<Self>, config: &CheckedToolJobsConfig)
+///         -> Result<(), PluginError> { .. }
+/// }
+/// ```
 pub trait Plugin: Send + Sync + 'static {
     /// The package name (`@deepseek-ai/dsh-tool-bash`).
     const NAME: &'static str;
     /// The short name used in compositions and config tables (`tool-bash`).
     const SHORT_NAME: &'static str;
-    /// Service keys that must all exist before `apply` runs.
-    const INJECT: &'static [&'static str];
+    /// Services that must all exist before `apply` runs; `apply` receives their handles.
+    /// Soft (call-time) dependencies are looked up when used instead.
+    type Deps: Deps;
+    /// The service names of [`Plugin::Deps`], in order (derived; not meant to be set).
+    const INJECT: &'static [&'static str] = <Self::Deps as Deps>::NAMES;
     /// Typed configuration: defaults for absent keys, unknown keys refused.
-    type Config: DeserializeOwned + schemars::JsonSchema + Default + Clone + Send + Sync + 'static;
+    type Config: DeserializeOwned + schemars::JsonSchema + Default + Send + 'static;
+    /// The configuration once checked: what `apply` works from.
+    type Validated: Send + Sync + 'static;
 
-    /// Load-time validation with the contract's messages.
-    fn validate(_config: &Self::Config) -> Result<(), String> {
-        Ok(())
-    }
+    /// Load-time validation; the error is the exact message reported to the user. Runs once
+    /// per load.
+    fn validate(config: Self::Config) -> Result<Self::Validated, ConfigError>;
 
-    /// Registers the plugin's effects into `scope`.
-    fn apply(scope: &mut PluginScope, config: Self::Config) -> Result<(), PluginError>;
+    /// Registers the plugin's effects into `scope`. Runs again, with the same validated config,
+    /// whenever the dependencies are all present again after one was withdrawn.
+    fn apply(
+        scope: &mut PluginScope,
+        deps: Handles<Self>,
+        config: &Self::Validated,
+    ) -> Result<(), PluginError>;
 }
 
 /// A plugin with its type erased, so compositions can name plugins at run time.
 pub trait PluginFactory: Send + Sync {
+    /// The package name.
     fn name(&self) -> &'static str;
+    /// The short name.
     fn short_name(&self) -> &'static str;
+    /// The names of the services the plugin needs.
     fn inject(&self) -> &'static [&'static str];
     /// JSON Schema of the config.
     fn config_schema(&self) -> Value;
-    /// Parses and validates a config (`null` → defaults).
+    /// Parses and validates a config (`null` → defaults) into the plugin's validated value.
     fn parse_config(&self, value: Value) -> Result<Arc<dyn Any + Send + Sync>, PluginError>;
+    /// Resolves the plugin's services and applies it with a value from `parse_config`.
     fn apply(&self, scope: &mut PluginScope, config: &(dyn Any + Send + Sync)) -> Result<(), PluginError>;
 }
 
@@ -159,6 +300,7 @@ pub trait PluginFactory: Send + Sync {
 pub struct Factory<P: Plugin>(PhantomData<fn() -> P>);
 
 impl<P: Plugin> Factory<P> {
+    /// The factory of `P`.
     pub const fn new() -> Self {
         Self(PhantomData)
     }
@@ -178,7 +320,7 @@ impl<P: Plugin> PluginFactory for Factory<P> {
         P::SHORT_NAME
     }
     fn inject(&self) -> &'static [&'static str] {
-        P::INJECT
+        <P::Deps as Deps>::NAMES
     }
     fn config_schema(&self) -> Value {
         serde_json::to_value(schemars::schema_for!(P::Config)).unwrap_or(Value::Null)
@@ -192,15 +334,16 @@ impl<P: Plugin> PluginFactory for Factory<P> {
                 message: plain_config_error(&e.to_string()),
             })?
         };
-        P::validate(&config).map_err(PluginError::Config)?;
-        Ok(Arc::new(config))
+        Ok(Arc::new(P::validate(config)?))
     }
     fn apply(&self, scope: &mut PluginScope, config: &(dyn Any + Send + Sync)) -> Result<(), PluginError> {
         let config = config
-            .downcast_ref::<P::Config>()
-            .ok_or_else(|| PluginError::Config(format!("{}: config of the wrong type", P::SHORT_NAME)))?
-            .clone();
-        P::apply(scope, config)
+            .downcast_ref::<P::Validated>()
+            .ok_or_else(|| PluginError::Config(format!("{}: config of the wrong type", P::SHORT_NAME)))?;
+        let deps = <P::Deps as Deps>::resolve(scope.ctx()).map_err(|service| {
+            PluginError::MissingService { plugin: P::SHORT_NAME.to_owned(), service: service.to_owned() }
+        })?;
+        P::apply(scope, deps, config)
     }
 }
 
@@ -414,8 +557,8 @@ impl Context {
 
     /// Loads a typed plugin with its config.
     pub fn load<P: Plugin>(&self, config: P::Config) -> Result<(), PluginError> {
-        P::validate(&config).map_err(PluginError::Config)?;
-        self.load_erased(Arc::new(Factory::<P>::new()), Arc::new(config))
+        let validated = P::validate(config)?;
+        self.load_erased(Arc::new(Factory::<P>::new()), Arc::new(validated))
     }
 
     /// Loads a typed plugin with its default config.
@@ -651,10 +794,15 @@ mod config_error_tests {
     impl Plugin for Typed {
         const NAME: &'static str = "@test/typed";
         const SHORT_NAME: &'static str = "typed";
-        const INJECT: &'static [&'static str] = &[];
+        type Deps = ();
         type Config = TypedConfig;
+        type Validated = TypedConfig;
 
-        fn apply(_scope: &mut PluginScope, _config: TypedConfig) -> Result<(), PluginError> {
+        fn validate(config: TypedConfig) -> Result<TypedConfig, ConfigError> {
+            Ok(config)
+        }
+
+        fn apply(_scope: &mut PluginScope, _deps: (), _config: &TypedConfig) -> Result<(), PluginError> {
             Ok(())
         }
     }
@@ -683,6 +831,38 @@ mod config_error_tests {
             assert_eq!(error, PluginError::InvalidConfig { plugin: "typed".into(), message: message.into() });
             assert_eq!(error.to_string(), format!("typed: {message}"));
         }
+    }
+
+    struct Named;
+    impl Service for Named {
+        const NAME: &'static str = "named";
+        type Handle = Arc<String>;
+    }
+
+    struct Needy;
+    impl Plugin for Needy {
+        const NAME: &'static str = "@test/needy";
+        const SHORT_NAME: &'static str = "needy";
+        type Deps = (Named,);
+        type Config = TypedConfig;
+        type Validated = ();
+        fn validate(_config: TypedConfig) -> Result<(), ConfigError> {
+            Ok(())
+        }
+        fn apply(_scope: &mut PluginScope, _deps: Handles<Self>, (): &()) -> Result<(), PluginError> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn inject_is_derived_and_a_missing_service_has_one_wording() {
+        assert_eq!(Needy::INJECT, ["named"]);
+        assert_eq!(Factory::<Needy>::new().inject(), ["named"]);
+        let ctx = Context::new();
+        let mut scope =
+            PluginScope { ctx, plugin: "needy".into(), effects: Vec::new(), provided: Vec::new() };
+        let error = Factory::<Needy>::new().apply(&mut scope, &()).expect_err("named is missing");
+        assert_eq!(error.to_string(), "needy: ctx.named is missing");
     }
 
     #[test]

@@ -8,7 +8,6 @@
 pub mod abort;
 pub mod agent;
 pub mod approval;
-pub mod child_exec;
 pub mod context;
 pub mod error;
 pub mod home;
@@ -16,21 +15,22 @@ pub mod json;
 pub mod persistence;
 pub mod plugins;
 pub mod prompt;
+pub mod services;
 pub mod session;
 pub mod tools;
 
 pub use abort::{AbortReason, AbortSignal, Deadline, DeadlineRangeError, MAX_TIMER_DELAY_MS};
-pub use agent::{AGENTS, Agent, AgentMessage, AgentStatus, Agents, Delivery};
-pub use approval::{APPROVAL, ApprovalOutcome, ApprovalRequest, ApprovalService};
+pub use agent::{AGENTS, Agent, AgentError, AgentMessage, AgentStatus, Agents, Delivery};
+pub use approval::{APPROVAL, ApprovalError, ApprovalOutcome, ApprovalRequest, ApprovalService};
 pub use context::{
-    Context, Disposer, Effect, Factory, Plugin, PluginError, PluginFactory, PluginScope, PluginStatus,
-    ServiceKey, WeakContext,
+    ConfigError, Context, Deps, Disposer, Effect, Factory, Handles, Plugin, PluginError, PluginFactory,
+    PluginScope, PluginStatus, Service, ServiceKey, WeakContext,
 };
 pub use error::{ErrorInfo, ToolError};
 pub use persistence::{HEADER_RECORD, JsonlPersistence, SESSION_PERSISTENCE, SessionPersistence};
 pub use prompt::{HARNESS_IDENTITY_SECTION, PERSONA_SECTION, PromptSection, SYSTEM_PROMPT, SystemPrompt};
-pub use session::{Session, SessionEvent, SessionHeader, SessionLocator};
+pub use session::{Session, SessionError, SessionEvent, SessionHeader, SessionLocator};
 pub use tools::{
     ContentBlock, Decision, PostDecision, Schema, TOOLS, Tool, ToolCall, ToolExec, ToolParams, ToolRegistry,
-    ToolResult, ToolSchema,
+    ToolResult, ToolSchema, ToolSpec,
 };

@@ -30,7 +30,7 @@ use parking_lot::Mutex;
 use serde_json::json;
 
 use crate::context::ServiceKey;
-use crate::session::{Session, SessionHeader, SessionLocator};
+use crate::session::{Session, SessionError, SessionHeader, SessionLocator};
 
 /// The persistence backend seam: where a session lives, and attaching a session to it.
 pub trait SessionPersistence: Send + Sync {
@@ -194,9 +194,7 @@ impl SessionPersistence for JsonlPersistence {
                         })
                         .to_string();
                         first.push('\n');
-                        open.file
-                            .write_all(first.as_bytes())
-                            .map_err(|e| format!("session log {}: {e}", path.display()))?;
+                        open.file.write_all(first.as_bytes()).map_err(|e| SessionError::log_io(&path, e))?;
                     }
                     &mut open.file
                 }
@@ -210,7 +208,7 @@ impl SessionPersistence for JsonlPersistence {
             })
             .to_string();
             line.push('\n');
-            file.write_all(line.as_bytes()).map_err(|e| format!("session log {}: {e}", path.display()))
+            file.write_all(line.as_bytes()).map_err(|e| SessionError::log_io(&path, e))
         }));
     }
 }
@@ -314,7 +312,7 @@ fn lock_shared(fd: &OwnedFd) -> Option<Flock<OwnedFd>> {
 
 /// Opens (creating) `<root>/<name>` for appending, as the module doc describes, holding its
 /// shared lock. A log a retention sweep removed between the open and the lock is opened again.
-fn open_log(root: &Path, name: &str, path: &Path) -> Result<OpenLog, String> {
+fn open_log(root: &Path, name: &str, path: &Path) -> Result<OpenLog, SessionError> {
     let mut attempts = 3;
     loop {
         let file = open_log_file(root, name, path)?;
@@ -338,9 +336,9 @@ fn still_named(root: &Path, name: &str, fd: &OwnedFd) -> bool {
 }
 
 /// Opens (creating) `<root>/<name>` for appending, as the module doc describes.
-fn open_log_file(root: &Path, name: &str, path: &Path) -> Result<File, String> {
-    let at_root = |e: std::io::Error| format!("session log {}: {e}", root.display());
-    let at_path = |e: std::io::Error| format!("session log {}: {e}", path.display());
+fn open_log_file(root: &Path, name: &str, path: &Path) -> Result<File, SessionError> {
+    let at_root = |e: std::io::Error| SessionError::log_io(root, e);
+    let at_path = |e: std::io::Error| SessionError::log_io(path, e);
     fs::create_dir_all(root).map_err(at_root)?;
     let dir = nix::fcntl::open(
         root,
@@ -360,7 +358,7 @@ fn open_log_file(root: &Path, name: &str, path: &Path) -> Result<File, String> {
     let euid = nix::unistd::geteuid().as_raw();
     let regular = SFlag::from_bits_truncate(stat.st_mode) & SFlag::S_IFMT == SFlag::S_IFREG;
     if !regular || stat.st_uid != euid {
-        return Err(format!("session log {}: not a regular file owned by uid {euid}", path.display()));
+        return Err(SessionError::LogNotOwned { path: path.to_owned(), uid: euid });
     }
     // O_NONBLOCK only kept the open from waiting on a FIFO; appends to the file block as usual.
     nix::fcntl::fcntl(fd.as_fd(), FcntlArg::F_SETFL(OFlag::O_APPEND)).map_err(|e| at_path(e.into()))?;
@@ -430,8 +428,12 @@ mod tests {
         let s = Session::new(SessionHeader { id: "s".into(), cwd: None });
         p.attach(&s);
         let err = s.begin_turn().expect_err("refused");
+        assert!(
+            matches!(&err, SessionError::LogIo { path, source } if *path == log && source.raw_os_error() == Some(libc::ELOOP)),
+            "{err:?}"
+        );
         assert_eq!(
-            err,
+            err.to_string(),
             format!("session log {}: Too many levels of symbolic links (os error 40)", log.display())
         );
         assert!(s.events().is_empty(), "a failing sink records nothing");
@@ -447,14 +449,18 @@ mod tests {
         let s = Session::new(SessionHeader { id: "fifo".into(), cwd: None });
         p.attach(&s);
         let err = s.begin_turn().expect_err("refused");
-        assert_eq!(err, format!("session log {}: No such device or address (os error 6)", fifo.display()));
+        assert!(matches!(&err, SessionError::LogIo { path, .. } if *path == fifo), "{err:?}");
+        assert_eq!(
+            err.to_string(),
+            format!("session log {}: No such device or address (os error 6)", fifo.display())
+        );
 
         let dir = p.locate("dir").expect("jsonl").path;
         fs::create_dir(&dir).expect("mkdir");
         let s = Session::new(SessionHeader { id: "dir".into(), cwd: None });
         p.attach(&s);
         let err = s.begin_turn().expect_err("refused");
-        assert_eq!(err, format!("session log {}: Is a directory (os error 21)", dir.display()));
+        assert_eq!(err.to_string(), format!("session log {}: Is a directory (os error 21)", dir.display()));
     }
 
     #[test]
@@ -468,7 +474,8 @@ mod tests {
         let s = Session::new(SessionHeader { id: "s".into(), cwd: None });
         p.attach(&s);
         let err = s.begin_turn().expect_err("refused");
-        assert_eq!(err, format!("session log {}: Not a directory (os error 20)", root.display()));
+        assert!(matches!(&err, SessionError::LogIo { path, .. } if *path == root), "{err:?}");
+        assert_eq!(err.to_string(), format!("session log {}: Not a directory (os error 20)", root.display()));
         assert_eq!(fs::read_dir(&elsewhere).expect("dir").count(), 0);
     }
 

@@ -7,7 +7,7 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 
 use crate::agent::{AGENTS, Agents};
-use crate::context::{Plugin, PluginError, PluginScope};
+use crate::context::{ConfigError, Plugin, PluginError, PluginScope};
 use crate::persistence::{
     JsonlPersistence, SESSION_PERSISTENCE, SESSION_RETENTION_ENV, SessionPersistence, session_retention,
 };
@@ -39,18 +39,19 @@ impl Default for ToolsConfig {
 impl Plugin for ToolsPlugin {
     const NAME: &'static str = "@deepseek-ai/dsh-tools";
     const SHORT_NAME: &'static str = "tools";
-    const INJECT: &'static [&'static str] = &[];
+    type Deps = ();
     type Config = ToolsConfig;
+    type Validated = ();
 
-    fn validate(config: &ToolsConfig) -> Result<(), String> {
+    fn validate(config: ToolsConfig) -> Result<(), ConfigError> {
         if config.mode == "native" {
             Ok(())
         } else {
-            Err(format!("tools: mode must be \"native\" (got \"{}\")", config.mode))
+            Err(ConfigError(format!("tools: mode must be \"native\" (got \"{}\")", config.mode)))
         }
     }
 
-    fn apply(scope: &mut PluginScope, _config: ToolsConfig) -> Result<(), PluginError> {
+    fn apply(scope: &mut PluginScope, (): (), (): &()) -> Result<(), PluginError> {
         let registry = ToolRegistry::new(scope.ctx().downgrade());
         scope.provide(TOOLS, registry)
     }
@@ -77,10 +78,15 @@ impl Default for SystemPromptConfig {
 impl Plugin for SystemPromptPlugin {
     const NAME: &'static str = "@deepseek-ai/dsh-system-prompt";
     const SHORT_NAME: &'static str = "system-prompt";
-    const INJECT: &'static [&'static str] = &[];
+    type Deps = ();
     type Config = SystemPromptConfig;
+    type Validated = SystemPromptConfig;
 
-    fn apply(scope: &mut PluginScope, config: SystemPromptConfig) -> Result<(), PluginError> {
+    fn validate(config: SystemPromptConfig) -> Result<SystemPromptConfig, ConfigError> {
+        Ok(config)
+    }
+
+    fn apply(scope: &mut PluginScope, (): (), config: &SystemPromptConfig) -> Result<(), PluginError> {
         let prompt = SystemPrompt::new(
             config.include_harness_identity,
             config.include_runtime_context,
@@ -101,10 +107,15 @@ pub struct NoConfig {}
 impl Plugin for AgentsPlugin {
     const NAME: &'static str = "@deepseek-ai/dsh-agent";
     const SHORT_NAME: &'static str = "agent";
-    const INJECT: &'static [&'static str] = &[];
+    type Deps = ();
     type Config = NoConfig;
+    type Validated = ();
 
-    fn apply(scope: &mut PluginScope, _config: NoConfig) -> Result<(), PluginError> {
+    fn validate(NoConfig {}: NoConfig) -> Result<(), ConfigError> {
+        Ok(())
+    }
+
+    fn apply(scope: &mut PluginScope, (): (), (): &()) -> Result<(), PluginError> {
         let agents = Agents::new();
         scope.provide(AGENTS, Arc::clone(&agents))?;
         scope.add(crate::context::Disposer::new_async(move || async move { agents.dispose_all().await }));
@@ -132,12 +143,17 @@ pub struct SessionJsonlConfig {
 impl Plugin for SessionJsonlPlugin {
     const NAME: &'static str = "@deepseek-ai/dsh-session-jsonl";
     const SHORT_NAME: &'static str = "session-jsonl";
-    const INJECT: &'static [&'static str] = &[];
+    type Deps = ();
     type Config = SessionJsonlConfig;
+    type Validated = SessionJsonlConfig;
 
-    fn apply(scope: &mut PluginScope, config: SessionJsonlConfig) -> Result<(), PluginError> {
-        let root = match config.root {
-            Some(root) => crate::home::absolutize(std::path::Path::new(&root)),
+    fn validate(config: SessionJsonlConfig) -> Result<SessionJsonlConfig, ConfigError> {
+        Ok(config)
+    }
+
+    fn apply(scope: &mut PluginScope, (): (), config: &SessionJsonlConfig) -> Result<(), PluginError> {
+        let root = match &config.root {
+            Some(root) => crate::home::absolutize(std::path::Path::new(root)),
             None => {
                 let ambient = std::env::var("DSH_HOME").ok();
                 crate::home::resolve_dsh_home(config.dsh_home.as_deref(), ambient.as_deref()).join("sessions")

@@ -1,5 +1,6 @@
 //! Sessions: an immutable header and an append-only event log, optionally persisted.
 
+use std::io;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -35,8 +36,57 @@ pub struct SessionLocator {
     pub path: PathBuf,
 }
 
+/// Why an event could not be appended to a session: a sink (persistence) refused it, and
+/// nothing was recorded. `Display` is the exact message hosts and tools show.
+#[derive(Clone, Debug, thiserror::Error)]
+pub enum SessionError {
+    /// Opening, checking or writing the session's log at `path` failed.
+    #[error("session log {}: {source}", path.display())]
+    LogIo {
+        /// The log (or its root directory) the failing operation was about.
+        path: PathBuf,
+        /// The operating system's error.
+        #[source]
+        source: Arc<io::Error>,
+    },
+    /// The log's name is taken by something other than a regular file owned by the
+    /// harness's effective user, so it is not written.
+    #[error("session log {}: not a regular file owned by uid {uid}", path.display())]
+    LogNotOwned {
+        /// The refused log.
+        path: PathBuf,
+        /// The harness's effective user id.
+        uid: u32,
+    },
+}
+
+impl SessionError {
+    /// A [`SessionError::LogIo`] about `path`.
+    pub fn log_io(path: impl Into<PathBuf>, source: io::Error) -> Self {
+        Self::LogIo { path: path.into(), source: Arc::new(source) }
+    }
+}
+
+/// Two errors are equal when they are the same variant about the same path and say the same
+/// thing (an [`io::Error`] has no equality of its own).
+impl PartialEq for SessionError {
+    fn eq(&self, other: &Self) -> bool {
+        match (self, other) {
+            (Self::LogIo { path: a, source: x }, Self::LogIo { path: b, source: y }) => {
+                a == b && x.kind() == y.kind() && x.to_string() == y.to_string()
+            }
+            (Self::LogNotOwned { path: a, uid: x }, Self::LogNotOwned { path: b, uid: y }) => {
+                a == b && x == y
+            }
+            _ => false,
+        }
+    }
+}
+
+impl Eq for SessionError {}
+
 /// Observes every appended event (persistence, audits). Errors abort the append.
-pub type EventSink = Arc<dyn Fn(&SessionHeader, &SessionEvent) -> Result<(), String> + Send + Sync>;
+pub type EventSink = Arc<dyn Fn(&SessionHeader, &SessionEvent) -> Result<(), SessionError> + Send + Sync>;
 
 /// A session: header plus append-only log.
 pub struct Session {
@@ -73,7 +123,7 @@ impl Session {
     }
 
     /// Appends one event; a failing sink aborts the append and nothing is recorded.
-    pub fn append(&self, kind: &str, data: Value) -> Result<SessionEvent, String> {
+    pub fn append(&self, kind: &str, data: Value) -> Result<SessionEvent, SessionError> {
         let mut log = self.log.lock();
         let at = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
         let event = SessionEvent { seq: log.len() as u64 + 1, at, kind: kind.to_owned(), data };
@@ -105,12 +155,50 @@ impl Session {
     }
 
     /// Opens a turn (hosts do this around each call they make for a session).
-    pub fn begin_turn(&self) -> Result<(), String> {
+    pub fn begin_turn(&self) -> Result<(), SessionError> {
         self.append(TURN_START, Value::Object(Default::default())).map(|_| ())
     }
 
     /// Closes the open turn.
-    pub fn end_turn(&self) -> Result<(), String> {
+    pub fn end_turn(&self) -> Result<(), SessionError> {
         self.append(TURN_END, Value::Object(Default::default())).map(|_| ())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn session() -> Arc<Session> {
+        Session::new(SessionHeader { id: "s".into(), cwd: None })
+    }
+
+    #[test]
+    fn a_refusing_sink_fails_the_append_with_its_error_and_records_nothing() {
+        let s = session();
+        s.add_sink(Arc::new(|_header, event| {
+            if event.kind == TURN_END {
+                return Err(SessionError::LogNotOwned { path: "/logs/s.jsonl".into(), uid: 1000 });
+            }
+            Ok(())
+        }));
+        s.begin_turn().expect("append");
+        let err = s.end_turn().expect_err("refused");
+        assert!(matches!(&err, SessionError::LogNotOwned { uid: 1000, .. }), "{err:?}");
+        assert_eq!(err.to_string(), "session log /logs/s.jsonl: not a regular file owned by uid 1000");
+        assert!(s.in_open_turn(), "the refused turn/end was not recorded");
+        assert_eq!(s.events().len(), 1);
+    }
+
+    #[test]
+    fn io_errors_print_the_log_path_then_the_os_error_and_compare_by_content() {
+        let refused = || SessionError::log_io("/logs/s.jsonl", io::Error::from_raw_os_error(libc::ENOSPC));
+        assert_eq!(refused().to_string(), "session log /logs/s.jsonl: No space left on device (os error 28)");
+        assert_eq!(refused(), refused());
+        assert_ne!(
+            refused(),
+            SessionError::log_io("/logs/t.jsonl", io::Error::from_raw_os_error(libc::ENOSPC))
+        );
+        assert_ne!(refused(), SessionError::LogNotOwned { path: "/logs/s.jsonl".into(), uid: 0 });
     }
 }

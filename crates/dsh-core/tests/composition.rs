@@ -4,14 +4,24 @@
 use std::sync::Arc;
 
 use dsh_core::plugins::{AgentsPlugin, SystemPromptPlugin, ToolsPlugin};
-use dsh_core::{Context, Plugin, PluginError, PluginScope, SYSTEM_PROMPT, ServiceKey, TOOLS};
+use dsh_core::services::SystemPrompt;
+use dsh_core::{
+    ConfigError, Context, Handles, Plugin, PluginError, PluginScope, SYSTEM_PROMPT, Service, ServiceKey,
+    TOOLS,
+};
 use parking_lot::Mutex;
 use schemars::JsonSchema;
 use serde::Deserialize;
 
 static LOG: Mutex<Vec<String>> = Mutex::new(Vec::new());
 
-const WIDGET: ServiceKey<Arc<String>> = ServiceKey::new("widget");
+const WIDGET: ServiceKey<Arc<String>> = Widget::KEY;
+
+struct Widget;
+impl Service for Widget {
+    const NAME: &'static str = "widget";
+    type Handle = Arc<String>;
+}
 
 struct WidgetProvider;
 #[derive(Clone, Default, Deserialize, JsonSchema)]
@@ -20,9 +30,13 @@ struct NoConfig {}
 impl Plugin for WidgetProvider {
     const NAME: &'static str = "@test/widget";
     const SHORT_NAME: &'static str = "widget";
-    const INJECT: &'static [&'static str] = &[];
+    type Deps = ();
     type Config = NoConfig;
-    fn apply(scope: &mut PluginScope, _: NoConfig) -> Result<(), PluginError> {
+    type Validated = NoConfig;
+    fn validate(config: NoConfig) -> Result<NoConfig, ConfigError> {
+        Ok(config)
+    }
+    fn apply(scope: &mut PluginScope, (): (), _: &NoConfig) -> Result<(), PluginError> {
         scope.provide(WIDGET, Arc::new("w".to_owned()))
     }
 }
@@ -31,14 +45,19 @@ struct Consumer;
 impl Plugin for Consumer {
     const NAME: &'static str = "@test/consumer";
     const SHORT_NAME: &'static str = "consumer";
-    const INJECT: &'static [&'static str] = &["widget", "systemPrompt"];
+    type Deps = (Widget, SystemPrompt);
     type Config = NoConfig;
-    fn apply(scope: &mut PluginScope, _: NoConfig) -> Result<(), PluginError> {
+    type Validated = NoConfig;
+    fn validate(config: NoConfig) -> Result<NoConfig, ConfigError> {
+        Ok(config)
+    }
+    fn apply(
+        scope: &mut PluginScope,
+        (_widget, prompt): Handles<Self>,
+        _: &NoConfig,
+    ) -> Result<(), PluginError> {
         LOG.lock().push("apply".into());
-        let prompt = scope.get(SYSTEM_PROMPT).ok_or_else(|| PluginError::Apply("no prompt".into()))?;
-        let section = prompt
-            .register_section("test:consumer", 150.0, "hello")
-            .map_err(|e| PluginError::Apply(e.to_string()))?;
+        let section = prompt.register_section("test:consumer", 150.0, "hello")?;
         scope.add(section);
         scope.on_dispose(|| LOG.lock().push("dispose-1".into()));
         scope.on_dispose(|| LOG.lock().push("dispose-2".into()));

@@ -1,4 +1,4 @@
-//! The tool pipeline (contract §1.5) with a fake tool: validation, policy, approval routing,
+//! The tool pipeline with a fake tool: validation, policy, approval routing,
 //! abort before and during dispatch, unknown tools, output validation, post-execute.
 
 use std::sync::Arc;
@@ -8,65 +8,17 @@ use std::time::Duration;
 use dsh_core::plugins::ToolsPlugin;
 use dsh_core::{
     APPROVAL, AbortSignal, Agent, ApprovalOutcome, ApprovalRequest, ApprovalService, ContentBlock, Context,
-    Decision, ErrorInfo, PostDecision, Schema, TOOLS, Tool, ToolError, ToolExec, ToolParams, ToolRegistry,
+    Decision, ErrorInfo, PostDecision, Schema, TOOLS, ToolExec, ToolParams, ToolRegistry,
 };
-use serde_json::{Value, json};
-
-struct Echo {
-    params: ToolParams,
-    output: Schema,
-    runs: Arc<AtomicUsize>,
-}
-
-#[async_trait::async_trait]
-impl Tool for Echo {
-    fn name(&self) -> &str {
-        "echo"
-    }
-    fn description(&self) -> &str {
-        "Echo."
-    }
-    fn parameters(&self) -> &ToolParams {
-        &self.params
-    }
-    fn output_schema(&self) -> &Schema {
-        &self.output
-    }
-    fn render(&self, _args: &Value, value: &Value) -> Vec<ContentBlock> {
-        vec![ContentBlock::text(value["text"].as_str().unwrap_or_default())]
-    }
-    async fn execute(&self, args: Value, exec: ToolExec) -> Result<Value, ToolError> {
-        self.runs.fetch_add(1, Ordering::SeqCst);
-        if args["sleep"].as_bool() == Some(true) {
-            tokio::select! {
-                _ = tokio::time::sleep(Duration::from_secs(30)) => {}
-                _ = exec.signal.aborted() => return Err(ToolError::aborted()),
-            }
-        }
-        if args["bad"].as_bool() == Some(true) {
-            return Ok(json!({"text": 5}));
-        }
-        if args["succeed_late"].as_bool() == Some(true) {
-            exec.signal.aborted().await;
-        }
-        Ok(json!({"text": args["text"].clone(), "n": 1.0}))
-    }
-}
+use dsh_test_support::fakes::Echo;
+use serde_json::json;
 
 fn setup() -> (Context, Arc<ToolRegistry>, Arc<AtomicUsize>) {
     let ctx = Context::new();
     ctx.load_default::<ToolsPlugin>().expect("tools");
     let tools = ctx.get(TOOLS).expect("registry");
     let runs = Arc::new(AtomicUsize::new(0));
-    let tool = Echo {
-        params: ToolParams::new()
-            .required("text", Schema::string())
-            .optional("sleep", Schema::boolean())
-            .optional("bad", Schema::boolean())
-            .optional("succeed_late", Schema::boolean()),
-        output: Schema::object(vec![("text", Schema::string(), true), ("n", Schema::number(), false)], false),
-        runs: Arc::clone(&runs),
-    };
+    let tool = Echo::with_flags(Arc::clone(&runs));
     let _keep = tools.register(Arc::new(tool)).expect("register");
     (ctx, tools, runs)
 }
@@ -149,7 +101,7 @@ struct FixedApproval(ApprovalOutcome);
 
 #[async_trait::async_trait]
 impl ApprovalService for FixedApproval {
-    async fn request(&self, _request: ApprovalRequest) -> Result<ApprovalOutcome, String> {
+    async fn request(&self, _request: ApprovalRequest) -> Result<ApprovalOutcome, dsh_core::ApprovalError> {
         Ok(self.0)
     }
 }
@@ -237,12 +189,12 @@ async fn invalid_output_and_post_execute_block() {
 
 #[tokio::test]
 async fn schemas_and_registration_rules() {
-    let (_ctx, tools, runs) = setup();
+    let (_ctx, tools, _runs) = setup();
     let schemas = tools.schemas();
     assert_eq!(schemas.len(), 1);
     assert_eq!(schemas[0].parameters["required"], json!(["text"]));
     assert!(schemas[0].parameters.get("additionalProperties").is_none());
-    let dup = Echo { params: ToolParams::new(), output: Schema::any(), runs };
+    let dup = Echo::with_schemas(ToolParams::new(), Schema::any());
     assert_eq!(
         tools.register(Arc::new(dup)).err().map(|e| e.to_string()),
         Some("tool \"echo\" is already registered".into())

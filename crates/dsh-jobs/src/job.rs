@@ -87,14 +87,15 @@ impl JobOutcome {
     }
 }
 
-/// The cancel hook: `Err` propagates to `kill()` callers unchanged.
+/// The cancel hook: an `Err` (the producer's message) reaches `kill()` callers as
+/// [`JobError::CancelFailed`](crate::JobError::CancelFailed).
 pub type CancelHook = Box<dyn Fn(Option<String>) -> Result<(), String> + Send + Sync>;
 /// The consuming incremental read of a stream job.
 pub type ReadHook = Box<dyn Fn() -> String + Send + Sync>;
 
 /// What a producer hands the runtime from `run()`.
 pub struct JobHooks {
-    /// Cancel the work (bash: `proc.kill()`); an Err propagates to `kill()` callers unchanged.
+    /// Cancel the work (bash: `proc.kill()`); an Err reaches `kill()` callers as `JobError::CancelFailed`.
     pub cancel: CancelHook,
     /// Resolves once with the outcome; an Err is recorded as `failed` with detail = the error.
     pub done: BoxFuture<'static, Result<JobOutcome, String>>,
@@ -121,7 +122,8 @@ pub struct JobStartSpec {
     pub owner: Option<Arc<Agent>>,
     /// Byte budget for the job tools' texts about this job (bash sets none).
     pub output_limit_bytes: Option<f64>,
-    /// Called once, synchronously, only after every preflight passed; an Err propagates, no id consumed.
+    /// Called once, synchronously, only after every preflight passed; an Err (the producer's
+    /// message) reaches `start()` callers as `JobError::StartFailed`, and no id is consumed.
     pub run: RunHook,
 }
 

@@ -16,6 +16,7 @@ mod job;
 mod local;
 mod plugin;
 mod registry;
+pub mod services;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 

@@ -402,14 +402,14 @@ impl Drop for WaiterGuard<'_> {
 }
 
 impl JobRegistry for LocalJobRegistry {
-    fn start(&self, spec: JobStartSpec) -> Result<String, String> {
+    fn start(&self, spec: JobStartSpec) -> Result<String, JobError> {
         let key = self.inner.preflight(&spec)?;
         let hooks = match (spec.run)() {
             Ok(hooks) => hooks,
             Err(error) => {
                 let mut state = self.inner.state.lock();
                 self.inner.release_reservation(&mut state, key);
-                return Err(error);
+                return Err(JobError::StartFailed(error));
             }
         };
         let id = {
@@ -459,14 +459,14 @@ impl JobRegistry for LocalJobRegistry {
             .collect()
     }
 
-    fn get(&self, id: &str, caller: Option<&Arc<Agent>>) -> Result<JobSnapshot, String> {
+    fn get(&self, id: &str, caller: Option<&Arc<Agent>>) -> Result<JobSnapshot, JobError> {
         let state = self.inner.state.lock();
         let record = state.find(id)?;
         record.check_access(caller)?;
         Ok(record.snapshot())
     }
 
-    fn read(&self, id: &str, caller: Option<&Arc<Agent>>) -> Result<(String, JobSnapshot), String> {
+    fn read(&self, id: &str, caller: Option<&Arc<Agent>>) -> Result<(String, JobSnapshot), JobError> {
         let (reader, fallback) = {
             let state = self.inner.state.lock();
             let record = state.find(id)?;
@@ -498,7 +498,7 @@ impl JobRegistry for LocalJobRegistry {
         id: &str,
         caller: Option<&Arc<Agent>>,
         reason: Option<String>,
-    ) -> Result<KillOutcome, String> {
+    ) -> Result<KillOutcome, JobError> {
         let cancel = {
             let mut state = self.inner.state.lock();
             let record = state.find_mut(id)?;
@@ -509,7 +509,7 @@ impl JobRegistry for LocalJobRegistry {
             }
             Arc::clone(&record.cancel)
         };
-        cancel(reason)?;
+        cancel(reason).map_err(JobError::CancelFailed)?;
         let mut state = self.inner.state.lock();
         if let Ok(record) = state.find_mut(id) {
             if !record.status.is_terminal() {
@@ -526,21 +526,21 @@ impl JobRegistry for LocalJobRegistry {
         timeout_ms: f64,
         caller: Option<&'a Arc<Agent>>,
         signal: Option<AbortSignal>,
-    ) -> BoxFuture<'a, Result<JobSnapshot, String>> {
+    ) -> BoxFuture<'a, Result<JobSnapshot, JobError>> {
         Box::pin(async move {
             let mut settled = {
                 let mut state = self.inner.state.lock();
                 let record = state.find_mut(id)?;
                 record.check_access(caller)?;
                 if !(timeout_ms.is_finite() && timeout_ms > 0.0) {
-                    return Err(JobError::InvalidWaitTimeout(json_number_text(timeout_ms)).into());
+                    return Err(JobError::InvalidWaitTimeout(json_number_text(timeout_ms)));
                 }
                 if record.status.is_terminal() {
                     record.reported = true;
                     return Ok(record.snapshot());
                 }
                 if signal.as_ref().is_some_and(AbortSignal::is_aborted) {
-                    return Err(JobError::WaitAborted.into());
+                    return Err(JobError::WaitAborted);
                 }
                 record.waiters += 1;
                 record.settled.subscribe()
@@ -559,14 +559,14 @@ impl JobRegistry for LocalJobRegistry {
                 _ = tokio::time::sleep(delay) => None,
                 _ = aborted => {
                     guard.release();
-                    return Err(JobError::WaitAborted.into());
+                    return Err(JobError::WaitAborted);
                 }
             };
             guard.release();
             match self.inner.mark_reported_if_terminal(id) {
                 Some(snapshot) => Ok(snapshot),
                 // Torn down while we waited: report what settlement recorded.
-                None => last_known.ok_or_else(|| JobError::UnknownJob(id.to_owned()).into()),
+                None => last_known.ok_or_else(|| JobError::UnknownJob(id.to_owned())),
             }
         })
     }

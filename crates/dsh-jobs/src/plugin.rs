@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use dsh_core::json::{MAX_SAFE_INTEGER, js_number_text};
-use dsh_core::{Disposer, Plugin, PluginError, PluginScope};
+use dsh_core::{ConfigError, Disposer, Plugin, PluginError, PluginScope};
 use schemars::JsonSchema;
 use serde::Deserialize;
 
@@ -44,15 +44,16 @@ pub struct JobsPlugin;
 impl Plugin for JobsPlugin {
     const NAME: &'static str = "@deepseek-ai/dsh-jobs";
     const SHORT_NAME: &'static str = "jobs";
-    const INJECT: &'static [&'static str] = &[];
+    type Deps = ();
     type Config = JobsConfig;
+    /// The per-owner limit.
+    type Validated = u64;
 
-    fn validate(config: &JobsConfig) -> Result<(), String> {
-        config.limit().map(|_| ())
+    fn validate(config: JobsConfig) -> Result<u64, ConfigError> {
+        Ok(config.limit()?)
     }
 
-    fn apply(scope: &mut PluginScope, config: JobsConfig) -> Result<(), PluginError> {
-        let limit = config.limit().map_err(PluginError::Config)?;
+    fn apply(scope: &mut PluginScope, (): (), &limit: &u64) -> Result<(), PluginError> {
         let registry = LocalJobRegistry::new(limit, Some(scope.ctx().downgrade()));
         let service: Arc<dyn JobRegistry> = Arc::new(registry.clone());
         scope.provide(JOBS, service)?;

@@ -1,5 +1,5 @@
 //! The local registry through its public surface: preflight, ids, admission, reads, kills,
-//! waits, settlement, access and teardown (§6.2–§6.4).
+//! waits, settlement, access and teardown.
 
 use std::sync::Arc;
 
@@ -7,8 +7,8 @@ use dsh_core::plugins::AgentsPlugin;
 use dsh_core::{AGENTS, AbortSignal, Agent, Agents, Context, Disposer};
 use dsh_jobs::testing::FakeProducer;
 use dsh_jobs::{
-    JOBS, JobOutcome, JobRegistry, JobSnapshot, JobStartSpec, JobStatus, JobsConfig, JobsPlugin, KillOutcome,
-    OutcomeStatus,
+    JOBS, JobError, JobOutcome, JobRegistry, JobSnapshot, JobStartSpec, JobStatus, JobsConfig, JobsPlugin,
+    KillOutcome, OutcomeStatus,
 };
 use parking_lot::Mutex;
 use tokio::sync::mpsc;
@@ -71,15 +71,15 @@ async fn jb_08_ids_per_kind_never_consumed_by_failures() {
     let f = fixture();
     let p = FakeProducer::new();
     assert_eq!(f.jobs.start(p.spec("bash", "a", None)), Ok("bash-1".into()));
-    assert_eq!(f.jobs.start(spec_failing_run("bash")), Err("starter threw".into()));
-    assert_eq!(
-        f.jobs.start(p.spec("bash", "", None)),
-        Err("invalid job label: expected a non-empty string".into())
-    );
+    assert_eq!(f.jobs.start(spec_failing_run("bash")), Err(JobError::StartFailed("starter threw".into())));
+    assert_eq!(f.jobs.start(p.spec("bash", "", None)), Err(JobError::EmptyLabel));
     assert_eq!(f.jobs.start(p.spec("bash", "b", None)), Ok("bash-2".into()));
     assert_eq!(f.jobs.start(p.spec("subagent", "c", None)), Ok("subagent-1".into()));
     assert_eq!(f.jobs.start(p.spec("workflow", "d", None)), Ok("workflow-1".into()));
-    assert_eq!(f.jobs.start(spec_failing_run("workflow")), Err("starter threw".into()));
+    assert_eq!(
+        f.jobs.start(spec_failing_run("workflow")),
+        Err(JobError::StartFailed("starter threw".into()))
+    );
     assert_eq!(f.jobs.start(p.spec("workflow", "e", None)), Ok("workflow-2".into()));
     let ids: Vec<String> = f.jobs.list(None).into_iter().map(|j| j.id).collect();
     assert_eq!(ids, ["bash-1", "bash-2", "subagent-1", "workflow-1", "workflow-2"]);
@@ -107,54 +107,43 @@ async fn preflight_order_and_messages() {
         }
     };
     // 1. Controller first, even before an empty kind.
-    assert_eq!(
-        jobs.start(counting("", "", None, None)),
-        Err("background jobs unavailable: no job controller serves this agent (load @deepseek-ai/dsh-tool-jobs in its composition)".into())
-    );
+    assert_eq!(jobs.start(counting("", "", None, None)), Err(JobError::NoController));
     let controller = jobs.attach_controller();
     // 2–4.
-    assert_eq!(
-        jobs.start(counting("", "", None, None)),
-        Err("invalid job kind: expected a non-empty string".into())
-    );
-    assert_eq!(
-        jobs.start(counting("k", "", None, None)),
-        Err("invalid job label: expected a non-empty string".into())
-    );
+    assert_eq!(jobs.start(counting("", "", None, None)), Err(JobError::EmptyKind));
+    assert_eq!(jobs.start(counting("k", "", None, None)), Err(JobError::EmptyLabel));
     for (bad, shown) in
         [(0.0, "0"), (1.5, "1.5"), (-3.0, "-3"), (f64::NAN, "null"), (9007199254740992.0, "9007199254740992")]
     {
         assert_eq!(
             jobs.start(counting("k", "l", None, Some(bad))),
-            Err(format!("invalid outputLimitBytes: expected a positive safe integer, got {shown}"))
+            Err(JobError::InvalidOutputLimit(shown.into()))
         );
     }
     // 5. Owner needs the agents registry, then a live registered instance.
     let stray = Agent::new("stray", None);
     assert_eq!(
         jobs.start(counting("k", "l", Some(Arc::clone(&stray)), None)),
-        Err("background job ownership requires the agent registry (load @deepseek-ai/dsh-agent)".into())
+        Err(JobError::NoAgentRegistry)
     );
     ctx.load_default::<AgentsPlugin>().expect("agents");
     let agents = ctx.get(AGENTS).expect("agents");
     assert_eq!(
         jobs.start(counting("k", "l", Some(Arc::clone(&stray)), None)),
-        Err("agent \"stray\" is not the registered agent instance (background job owner must be live)".into())
+        Err(JobError::OwnerNotLive("stray".into()))
     );
     let live = Agent::new("stray", None);
     agents.register(Arc::clone(&live)).expect("register");
     assert_eq!(
         jobs.start(counting("k", "l", Some(Arc::clone(&stray)), None)),
-        Err("agent \"stray\" is not the registered agent instance (background job owner must be live)".into())
+        Err(JobError::OwnerNotLive("stray".into()))
     );
     assert_eq!(*ran.lock(), 0, "run is never called before every preflight passed");
     assert_eq!(jobs.start(counting("k", "l", Some(live), Some(4096.0))), Ok("k-1".into()));
     assert_eq!(*ran.lock(), 1);
     // Detaching the last controller re-arms the refusal.
     controller.dispose().await;
-    assert!(
-        jobs.start(counting("k", "l", None, None)).unwrap_err().starts_with("background jobs unavailable")
-    );
+    assert!(matches!(jobs.start(counting("k", "l", None, None)), Err(JobError::NoController)));
     assert_eq!(jobs.start(counting("k", "l", None, None)).ok(), None);
     let _again = jobs.attach_controller();
     assert_eq!(jobs.start(counting("k", "l", None, None)), Ok("k-2".into()));
@@ -169,21 +158,21 @@ async fn jb_09_admission_per_exact_owner() {
         f.jobs.start(trap.spec("bash", "trap '' TERM; sleep 60", Some(Arc::clone(&alice)))),
         Ok("bash-1".into())
     );
-    let limit_1 = "background job limit reached for this owner (limit: 1); use job_kill to stop an unneeded job, wait for it to finish, then retry";
+    let limit_1 = JobError::LimitReached(1);
     let next = FakeProducer::new();
-    assert_eq!(f.jobs.start(next.spec("bash", "x", Some(Arc::clone(&alice)))), Err(limit_1.into()));
+    assert_eq!(f.jobs.start(next.spec("bash", "x", Some(Arc::clone(&alice)))), Err(limit_1.clone()));
     assert_eq!(f.jobs.kill("bash-1", Some(&alice), None), Ok(KillOutcome::Requested));
     assert_eq!(f.jobs.get("bash-1", Some(&alice)).map(|j| j.status), Ok(JobStatus::Stopping));
     assert_eq!(
         f.jobs.start(next.spec("bash", "x", Some(Arc::clone(&alice)))),
-        Err(limit_1.into()),
+        Err(limit_1.clone()),
         "stopping occupies the slot"
     );
     // Another owner and the unowned bucket are separate.
     let bob = f.agent("bob");
     assert_eq!(f.jobs.start(next.spec("bash", "y", Some(Arc::clone(&bob)))), Ok("bash-2".into()));
     assert_eq!(f.jobs.start(next.spec("bash", "z", None)), Ok("bash-3".into()));
-    assert_eq!(f.jobs.start(next.spec("bash", "z", None)), Err(limit_1.into()));
+    assert_eq!(f.jobs.start(next.spec("bash", "z", None)), Err(limit_1.clone()));
     trap.settle(Ok(killed("signal: SIGKILL")));
     let job = f.jobs.wait("bash-1", 10_000.0, Some(&alice), None).await.expect("wait");
     assert_eq!((job.status, job.detail.as_deref()), (JobStatus::Killed, Some("signal: SIGKILL")));
@@ -197,10 +186,7 @@ async fn jb_09_default_limit_is_ten_and_unowned_jobs_share_a_bucket() {
     for n in 1..=10 {
         assert_eq!(f.jobs.start(p.spec("bash", "x", None)), Ok(format!("bash-{n}")));
     }
-    assert_eq!(
-        f.jobs.start(p.spec("other", "x", None)),
-        Err("background job limit reached for this owner (limit: 10); use job_kill to stop an unneeded job, wait for it to finish, then retry".into())
-    );
+    assert_eq!(f.jobs.start(p.spec("other", "x", None)), Err(JobError::LimitReached(10)));
     let carol = f.agent("carol");
     assert_eq!(f.jobs.start(p.spec("bash", "x", Some(carol))), Ok("bash-11".into()));
 }
@@ -216,14 +202,14 @@ async fn access_fence_and_listing() {
     // Same session id, different instance: access compares session ids.
     let alice_again = Agent::new("alice", None);
     assert_eq!(f.jobs.get("bash-1", Some(&alice_again)).map(|j| j.owner_session), Ok(Some("alice".into())));
-    assert_eq!(f.jobs.get("bash-1", Some(&bob)), Err("job bash-1 belongs to another session".into()));
-    assert_eq!(f.jobs.read("bash-1", None).err(), Some("job bash-1 belongs to another session".into()));
-    assert_eq!(f.jobs.kill("bash-1", None, None), Err("job bash-1 belongs to another session".into()));
+    assert_eq!(f.jobs.get("bash-1", Some(&bob)), Err(JobError::OtherSession("bash-1".into())));
+    assert_eq!(f.jobs.read("bash-1", None).err(), Some(JobError::OtherSession("bash-1".into())));
+    assert_eq!(f.jobs.kill("bash-1", None, None), Err(JobError::OtherSession("bash-1".into())));
     assert_eq!(
         f.jobs.wait("bash-1", 1.0, Some(&bob), None).await,
-        Err("job bash-1 belongs to another session".into())
+        Err(JobError::OtherSession("bash-1".into()))
     );
-    assert_eq!(f.jobs.get("bash-9", Some(&alice)), Err("unknown job bash-9".into()));
+    assert_eq!(f.jobs.get("bash-9", Some(&alice)), Err(JobError::UnknownJob("bash-9".into())));
     assert_eq!(f.jobs.get("subagent-1", None).map(|j| j.owner_session), Ok(None));
     let ids = |caller: Option<&Arc<Agent>>| f.jobs.list(caller).into_iter().map(|j| j.id).collect::<Vec<_>>();
     assert_eq!(ids(Some(&alice)), ["bash-1", "subagent-1"]);
@@ -302,7 +288,7 @@ async fn kill_rules() {
     let throwing = FakeProducer::new();
     throwing.fail_cancel("cancel failed");
     f.jobs.start(throwing.spec("bash", "y", None)).expect("start");
-    assert_eq!(f.jobs.kill("bash-2", None, None), Err("cancel failed".into()));
+    assert_eq!(f.jobs.kill("bash-2", None, None), Err(JobError::CancelFailed("cancel failed".into())));
     let job = f.jobs.get("bash-2", None).expect("get");
     assert_eq!((job.status, job.reported), (JobStatus::Running, false));
 }
@@ -333,12 +319,12 @@ async fn wait_validates_timeout_even_for_terminal_jobs() {
     {
         assert_eq!(
             f.jobs.wait("bash-1", bad, None, None).await,
-            Err(format!("invalid wait timeout: expected a positive number of milliseconds, got {shown}"))
+            Err(JobError::InvalidWaitTimeout(shown.into()))
         );
     }
     assert_eq!(
         f.jobs.wait("bash-9", 0.0, None, None).await,
-        Err("unknown job bash-9".into()),
+        Err(JobError::UnknownJob("bash-9".into())),
         "access first"
     );
 }
@@ -366,13 +352,13 @@ async fn wait_abort_rules() {
     f.jobs.start(p.spec("bash", "x", None)).expect("start");
     let pre = AbortSignal::new();
     pre.abort_default();
-    assert_eq!(f.jobs.wait("bash-1", 10_000.0, None, Some(pre)).await, Err("wait aborted".into()));
+    assert_eq!(f.jobs.wait("bash-1", 10_000.0, None, Some(pre)).await, Err(JobError::WaitAborted));
 
     let signal = AbortSignal::new();
     let mut waiting = f.jobs.wait("bash-1", 600_000.0, None, Some(signal.clone()));
     assert!(futures::poll!(&mut waiting).is_pending());
     signal.abort_default();
-    assert_eq!(waiting.await, Err("wait aborted".into()));
+    assert_eq!(waiting.await, Err(JobError::WaitAborted));
     p.complete("exit code: 0");
     let job = settled.recv().await.expect("settled");
     assert!(!job.reported, "an aborted wait is unregistered and does not suppress the notice");
@@ -446,7 +432,7 @@ async fn jb_21a_owner_disposal_cancels_awaits_and_removes() {
     assert!(settled.recv().await.expect("settled").reported, "teardown suppresses the notice");
     teardown.await.expect("join").expect("was registered");
     for id in ["bash-1", "bash-2", "bash-3"] {
-        assert_eq!(f.jobs.get(id, Some(&alice)), Err(format!("unknown job {id}")));
+        assert_eq!(f.jobs.get(id, Some(&alice)), Err(JobError::UnknownJob(id.into())));
     }
     assert_eq!(
         f.jobs.get("bash-4", None).map(|j| j.status),

@@ -10,84 +10,25 @@
 //! `$DSH_MCP_TOKEN` (as `dsh-bash mcp` does); `--fakes` also registers the protocol stand-in
 //! tools of the test suite.
 
-#[path = "../tests/support/fakes.rs"]
-mod fakes;
-
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::Arc;
 
 use anyhow::{Context as _, bail};
 use dsh_approval::ApprovalPlugin;
-use dsh_bash_local::{LocalBashConfig, LocalBashExecutor};
+use dsh_bash_local::{BashLocalPlugin, LocalBashConfig};
 use dsh_bash_sandbox::BashSandboxPlugin;
-use dsh_core::plugins::{AgentsPlugin, NoConfig, SystemPromptPlugin, ToolsPlugin};
-use dsh_core::{Context, Disposer, Plugin, PluginError, PluginScope};
+use dsh_core::Context;
+use dsh_core::plugins::{AgentsPlugin, SystemPromptPlugin, ToolsPlugin};
 use dsh_jobs::JobsPlugin;
 use dsh_mcp::McpOptions;
 #[cfg(target_os = "linux")]
-use dsh_sandbox::{SANDBOX, SandboxProvider};
-#[cfg(target_os = "linux")]
-use dsh_sandbox_local::{LocalSandboxConfig, LocalSandboxProvider};
+use dsh_sandbox_local::SandboxLocalPlugin;
 use dsh_sandbox_policy::{SandboxPolicyConfig, SandboxPolicyPlugin};
-use dsh_shell::{SHELL, ShellEnvPlugin, ShellExecutor};
-use dsh_subprocess::{SUBPROCESS, SubprocessService};
+use dsh_shell::ShellEnvPlugin;
+use dsh_subprocess::SubprocessPlugin;
+use dsh_test_support::fakes;
 use dsh_tool_bash::ToolBash;
 use dsh_tool_jobs::ToolJobsPlugin;
-
-/// The subprocess service; disposing it kills and awaits every process tree.
-struct Subprocess;
-
-impl Plugin for Subprocess {
-    const NAME: &'static str = "@deepseek-ai/dsh-subprocess-local";
-    const SHORT_NAME: &'static str = "subprocess";
-    const INJECT: &'static [&'static str] = &[];
-    type Config = NoConfig;
-
-    fn apply(scope: &mut PluginScope, _config: NoConfig) -> Result<(), PluginError> {
-        let service = SubprocessService::new();
-        scope.provide(SUBPROCESS, Arc::clone(&service))?;
-        scope.add(Disposer::new_async(move || async move { service.dispose().await }));
-        Ok(())
-    }
-}
-
-/// The local `bash -c` executor.
-struct BashLocal;
-
-impl Plugin for BashLocal {
-    const NAME: &'static str = "@deepseek-ai/dsh-bash-local";
-    const SHORT_NAME: &'static str = "bash-local";
-    const INJECT: &'static [&'static str] = &["subprocess"];
-    type Config = LocalBashConfig;
-
-    fn apply(scope: &mut PluginScope, config: LocalBashConfig) -> Result<(), PluginError> {
-        let service =
-            scope.get(SUBPROCESS).ok_or_else(|| PluginError::Apply("no subprocess service".into()))?;
-        let executor =
-            LocalBashExecutor::new(config, service).map_err(|e| PluginError::Config(e.to_string()))?;
-        let executor: Arc<dyn ShellExecutor> = Arc::new(executor);
-        scope.provide(SHELL, executor)
-    }
-}
-
-/// The local sandbox provider (Landlock, bubblewrap; fails closed).
-#[cfg(target_os = "linux")]
-struct SandboxLocal;
-
-#[cfg(target_os = "linux")]
-impl Plugin for SandboxLocal {
-    const NAME: &'static str = "@deepseek-ai/dsh-sandbox-local";
-    const SHORT_NAME: &'static str = "sandbox-local";
-    const INJECT: &'static [&'static str] = &[];
-    type Config = LocalSandboxConfig;
-
-    fn apply(scope: &mut PluginScope, config: LocalSandboxConfig) -> Result<(), PluginError> {
-        let provider = LocalSandboxProvider::new(config).map_err(|e| PluginError::Config(e.to_string()))?;
-        let provider: Arc<dyn SandboxProvider> = Arc::new(provider);
-        scope.provide(SANDBOX, provider)
-    }
-}
 
 #[derive(Default)]
 struct Args {
@@ -120,16 +61,16 @@ fn compose(args: &Args) -> anyhow::Result<Context> {
     ctx.load_default::<ToolsPlugin>()?;
     ctx.load_default::<SystemPromptPlugin>()?;
     ctx.load_default::<AgentsPlugin>()?;
-    ctx.load_default::<Subprocess>()?;
+    ctx.load_default::<SubprocessPlugin>()?;
     let executor = LocalBashConfig { cwd: args.workspace_root.clone(), ..LocalBashConfig::default() };
     match &args.sandbox {
-        None => ctx.load::<BashLocal>(executor)?,
+        None => ctx.load::<BashLocalPlugin>(executor)?,
         Some(mode) => {
             #[cfg(not(target_os = "linux"))]
             bail!("--sandbox {mode}: the local sandbox provider is Linux-only");
             ctx.load::<BashSandboxPlugin>(executor)?;
             #[cfg(target_os = "linux")]
-            ctx.load_default::<SandboxLocal>()?;
+            ctx.load_default::<SandboxLocalPlugin>()?;
             ctx.load::<SandboxPolicyPlugin>(SandboxPolicyConfig {
                 mode: Some(mode.clone()),
                 workspace_root: args.workspace_root.as_ref().map(|p| p.display().to_string()),

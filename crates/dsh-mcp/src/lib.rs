@@ -66,7 +66,7 @@ pub use http::{MCP_PATH, serve_http, serve_http_on};
 pub use options::{
     DEFAULT_HTTP_HEADER_TIMEOUT, DEFAULT_HTTP_MAX_CONNECTIONS, MIN_PROGRESS_INTERVAL, McpOptions,
 };
-pub use origin::Origin;
+pub use origin::{InvalidOrigin, Origin};
 pub use roots::file_uri_path;
 pub use server::{CLIENT_CANCELLED, PROTOCOL_VERSION};
 pub use stdio::{serve_io, serve_stdio};

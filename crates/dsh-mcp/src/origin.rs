@@ -48,12 +48,17 @@ impl Origin {
     }
 }
 
+/// A text that is not a bare web origin `scheme://host[:port]`; carries the text as given.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("expected an origin scheme://host[:port], got {0:?}")]
+pub struct InvalidOrigin(pub String);
+
 impl FromStr for Origin {
-    type Err = String;
+    type Err = InvalidOrigin;
 
     /// Parses `scheme://host[:port]` (no path, query or user info).
-    fn from_str(text: &str) -> Result<Self, String> {
-        let invalid = || format!("expected an origin scheme://host[:port], got {text:?}");
+    fn from_str(text: &str) -> Result<Self, InvalidOrigin> {
+        let invalid = || InvalidOrigin(text.to_owned());
         let uri: Uri = text.trim().parse().map_err(|_| invalid())?;
         let (Some(scheme), Some(authority)) = (uri.scheme_str(), uri.authority()) else {
             return Err(invalid());
@@ -148,10 +153,9 @@ mod tests {
         assert_eq!("http://h/".parse::<Origin>().expect("slash").to_string(), "http://h");
         for bad in ["app.example.com", "https://app.example.com/path", "https://h?q", "https://u:p@h", "null"]
         {
-            assert_eq!(
-                bad.parse::<Origin>().unwrap_err(),
-                format!("expected an origin scheme://host[:port], got {bad:?}")
-            );
+            let error = bad.parse::<Origin>().unwrap_err();
+            assert_eq!(error, InvalidOrigin(bad.to_owned()));
+            assert_eq!(error.to_string(), format!("expected an origin scheme://host[:port], got {bad:?}"));
         }
     }
 }

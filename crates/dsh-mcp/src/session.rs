@@ -83,7 +83,7 @@ pub(crate) struct McpSession {
     /// The agent is made on the first call, once the client's roots can be asked.
     agent: tokio::sync::Mutex<AgentSlot>,
     calls: InFlightCalls,
-    /// Tools declare no concurrency classifier, so calls are exclusive (contract §1.7): one
+    /// Tools declare no concurrency classifier, so calls are exclusive: one
     /// call of a session runs at a time, in the order the calls reach the server.
     exclusive: tokio::sync::Mutex<()>,
     in_flight: Mutex<usize>,

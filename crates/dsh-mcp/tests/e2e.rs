@@ -2,10 +2,9 @@
 //! against the `mcp_stdio` example server, or the server named by `DSH_MCP_SERVER`. Skips
 //! with a printed reason when python3 or the `mcp` package cannot be had.
 
-#[path = "e2e/runner.rs"]
-mod runner;
-
 use std::path::PathBuf;
+
+use dsh_test_support::mcp_e2e::run_suite;
 
 /// `target/<profile>/examples/mcp_stdio`, next to this test's own `deps/` directory
 /// (`cargo test` builds the examples before it runs tests).
@@ -29,5 +28,5 @@ fn python_mcp_client_end_to_end() {
             example.display().to_string()
         }
     };
-    runner::run_suite(&server, "dsh-mcp e2e", &[]);
+    run_suite(&server, "dsh-mcp e2e", &[]);
 }

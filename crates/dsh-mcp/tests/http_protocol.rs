@@ -1,8 +1,6 @@
 //! The streamable HTTP server in-process, with a minimal HTTP client and stand-in tools:
 //! the bearer token, one agent per MCP session, session end on DELETE, and shutdown.
 
-mod support;
-
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,11 +9,12 @@ use bytes::Bytes;
 use dsh_core::plugins::{AgentsPlugin, SystemPromptPlugin, ToolsPlugin};
 use dsh_core::{AGENTS, Agent, Context};
 use dsh_mcp::{McpOptions, serve_http_on};
+use dsh_test_support::eventually;
+use dsh_test_support::fakes::register_fakes;
 use http::{Method, Request, StatusCode};
 use http_body_util::{BodyExt, Full};
 use hyper_util::rt::TokioIo;
 use serde_json::{Value, json};
-use support::fakes::register_fakes;
 
 const TOKEN: &str = "test-token";
 
@@ -116,14 +115,6 @@ async fn start() -> Server {
 
 fn agents(ctx: &Context) -> Vec<Arc<Agent>> {
     ctx.get(AGENTS).map(|a| a.all()).unwrap_or_default()
-}
-
-async fn eventually(what: &str, cond: impl Fn() -> bool) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    while !cond() {
-        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
 }
 
 #[tokio::test]

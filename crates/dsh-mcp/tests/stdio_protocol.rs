@@ -10,8 +10,9 @@ use dsh_approval::ApprovalPlugin;
 use dsh_core::plugins::{AgentsPlugin, SystemPromptPlugin, ToolsPlugin};
 use dsh_core::{AGENTS, Agent, AgentStatus, Context, Decision, TOOLS, ToolCall};
 use dsh_mcp::{McpOptions, serve_io};
+use dsh_test_support::eventually;
+use dsh_test_support::fakes::{Observed, notice, register_fakes};
 use serde_json::{Value, json};
-use support::fakes::{Observed, notice, register_fakes};
 use support::raw::{RawClient, texts};
 
 fn composition() -> (Context, Arc<Observed>) {
@@ -38,15 +39,6 @@ fn start(ctx: &Context, options: McpOptions) -> (RawClient, tokio::task::JoinHan
     let (read, write) = tokio::io::split(server);
     let handle = tokio::spawn(serve_io(ctx.clone(), options, read, write));
     (RawClient::new(client), handle)
-}
-
-/// Polls a condition that another task makes true (no event to await in the fakes).
-async fn eventually(what: &str, cond: impl Fn() -> bool) {
-    let deadline = tokio::time::Instant::now() + support::raw::WAIT;
-    while !cond() {
-        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
 }
 
 fn the_agent(ctx: &Context) -> Arc<Agent> {
@@ -478,15 +470,20 @@ mod real_bash {
     impl Plugin for LocalShell {
         const NAME: &'static str = "@test/local-shell";
         const SHORT_NAME: &'static str = "local-shell";
-        const INJECT: &'static [&'static str] = &[];
+        type Deps = ();
         type Config = NoConfig;
+        type Validated = ();
 
-        fn apply(scope: &mut PluginScope, _config: NoConfig) -> Result<(), PluginError> {
+        fn validate(NoConfig {}: NoConfig) -> Result<(), dsh_core::ConfigError> {
+            Ok(())
+        }
+
+        fn apply(scope: &mut PluginScope, (): (), (): &()) -> Result<(), PluginError> {
             let service = SubprocessService::new();
             let disposed = Arc::clone(&service);
             scope.add(Disposer::new_async(move || async move { disposed.dispose().await }));
-            let executor = LocalBashExecutor::new(LocalBashConfig::default(), service)
-                .map_err(|e| PluginError::Config(e.to_string()))?;
+            let executor =
+                LocalBashExecutor::new(LocalBashConfig::default(), service).map_err(PluginError::config)?;
             let executor: Arc<dyn ShellExecutor> = Arc::new(executor);
             scope.provide(SHELL, executor)
         }

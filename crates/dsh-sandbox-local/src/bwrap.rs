@@ -48,7 +48,10 @@ impl BwrapLaunch {
     }
 }
 
-impl ChildConfinement for BwrapLaunch {
+// SAFETY: `apply_in_child` only issues `fcntl`, `prctl` and `landlock_restrict_self` on
+// descriptors opened in the parent (`prepare` initialises the memfd and the scope ruleset
+// there); it allocates nothing and takes no lock.
+unsafe impl ChildConfinement for BwrapLaunch {
     fn apply_in_child(&self) -> std::io::Result<()> {
         if let Some(fd) = &self.seccomp {
             // SAFETY: clearing close-on-exec on a descriptor this process holds.

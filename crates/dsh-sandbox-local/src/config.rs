@@ -1,4 +1,4 @@
-//! `sandbox-local` configuration and its load-time validation (contract §7.3).
+//! `sandbox-local` configuration and its load-time validation (exact messages, pinned by tests).
 
 use std::time::Duration;
 
@@ -107,7 +107,9 @@ pub enum ConfigError {
 }
 
 impl LocalSandboxConfig {
-    /// Checks every rule of §7.3; the first broken one wins.
+    /// Checks every rule: `runnerCommand` and `runnerFailureSignatures` go together,
+    /// signatures are single non-blank lines, the probe timeout is positive and finite, and
+    /// `runners` is non-empty without repeats. The first broken rule wins.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let has_command = !self.runner_command.is_empty();
         let has_signatures = !self.runner_failure_signatures.is_empty();

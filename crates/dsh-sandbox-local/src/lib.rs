@@ -8,7 +8,8 @@
 //!   namespace where only the writable roots are writable binds, and a root child drops the
 //!   capabilities that could undo either. The namespace is built once per policy and joined
 //!   by each child. Failures surface as spawn errors whose cause reads `landlock-run: …`.
-//! * `bwrap`: bubblewrap with the contract's exact profile.
+//! * `bwrap`: bubblewrap with a fixed base profile (read-only `/`, writable roots bound)
+//!   plus the same confined world.
 //!
 //! The verdict is computed on the first confined wrap (a one-runner chain is not probed) and
 //! cached; a configured `runnerCommand` bypasses selection. `SandboxProvider::describe`
@@ -21,6 +22,7 @@ compile_error!("dsh-sandbox-local supports Linux only (Landlock and bubblewrap r
 mod bwrap;
 mod config;
 mod inprocess;
+mod plugin;
 mod probe;
 mod provider;
 mod runner;
@@ -30,7 +32,10 @@ mod session_world;
 
 pub use config::{ConfigError, DEFAULT_PROTECTED_PATHS, LocalSandboxConfig};
 pub use inprocess::InProcessConfinement;
+pub use plugin::SandboxLocalPlugin;
 pub use probe::SystemProber;
+#[doc(hidden)]
+pub use probe::run_bounded;
 pub use provider::{LocalSandboxProvider, PROVIDER_NAME};
 pub use runner::{
     BWRAP_DENIAL_SIGNATURES, BWRAP_FATAL_SIGNATURE, LANDLOCK_FAILURE_EXIT_CODE, LANDLOCK_FATAL_SIGNATURE,

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dsh_sandbox::{ChildConfinement, SandboxEnforcement};
+use dsh_subprocess::GroupedChild;
 
 use crate::inprocess::{InProcessConfinement, landlock_abi};
 use crate::runner::{ProbeOutcome, RunnerCapability, RunnerKind, RunnerProber};
@@ -129,7 +130,8 @@ fn try_in_process(mount_namespace: bool, timeout: Duration) -> Result<(), String
     let hook = Arc::clone(&confinement);
     let mut command = Command::new("true");
     command.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
-    // SAFETY: the hook only issues async-signal-safe syscalls on data prepared above.
+    // SAFETY: `InProcessConfinement` implements the `unsafe` trait `ChildConfinement`, whose
+    // `apply_in_child` is async-signal-safe; the closure only calls it.
     unsafe {
         command.pre_exec(move || hook.apply_in_child());
     }
@@ -141,41 +143,37 @@ fn try_in_process(mount_namespace: bool, timeout: Duration) -> Result<(), String
 }
 
 /// Spawns and waits at most `timeout`; a child still running then is killed.
-fn run_bounded(mut command: Command, timeout: Duration) -> Result<ExitStatus, String> {
-    let mut child = command.spawn().map_err(|e| e.to_string())?;
-    match wait_timeout(&mut child, timeout) {
+///
+/// The child runs in a process group of its own ([`GroupedChild`]): a runner killed here
+/// (bubblewrap) leaves its own child behind, which a harness that is a child subreaper adopts;
+/// dropping the grouped child kills and reaps the whole group, so no zombie stays (the
+/// containment sweep never reaps in the harness's own group). Blocks: call it from a thread
+/// that may block.
+#[doc(hidden)]
+pub fn run_bounded(mut command: Command, timeout: Duration) -> Result<ExitStatus, String> {
+    let mut grouped = GroupedChild::spawn(&mut command).map_err(|e| e.to_string())?;
+    // Dropping `grouped` kills and reaps what is still running.
+    match wait_timeout(grouped.child(), timeout) {
         Ok(Some(status)) => Ok(status),
-        Ok(None) => {
-            let _ = child.kill();
-            let _ = child.wait();
-            Err(format!("timed out after {}ms", timeout.as_millis()))
-        }
-        Err(e) => {
-            let _ = child.kill();
-            let _ = child.wait();
-            Err(e.to_string())
-        }
+        Ok(None) => Err(format!("timed out after {}ms", timeout.as_millis())),
+        Err(e) => Err(e.to_string()),
     }
 }
 
 fn run_bounded_output(mut command: Command, timeout: Duration) -> Option<Vec<u8>> {
     use std::io::Read;
-    let mut child = command.spawn().ok()?;
+    let mut grouped = GroupedChild::spawn(&mut command).ok()?;
+    let child = grouped.child();
     let mut stdout = child.stdout.take()?;
     let reader = std::thread::spawn(move || {
         let mut out = Vec::new();
         let _ = stdout.read_to_end(&mut out);
         out
     });
-    match wait_timeout(&mut child, timeout) {
-        Ok(Some(status)) if status.success() => reader.join().ok(),
-        Ok(Some(_)) => None,
-        _ => {
-            let _ = child.kill();
-            let _ = child.wait();
-            None
-        }
-    }
+    let succeeded = matches!(wait_timeout(child, timeout), Ok(Some(status)) if status.success());
+    // Killing what is left of the group ends every writer of the reader's pipe.
+    drop(grouped);
+    if succeeded { reader.join().ok() } else { None }
 }
 
 /// Waits for `child` up to `timeout` (a pidfd polled once; a short back-off loop where

@@ -76,6 +76,18 @@ impl LocalSandboxProvider {
         &self.config
     }
 
+    /// Selects the runner now (probing the chain, each runner at most once per provider), so
+    /// the first confined wrap finds the verdict made instead of probing itself. Probing
+    /// blocks (up to the probe timeout per runner, in `poll` and `sleep`): call this from a
+    /// thread that may block — a plugin spawns a thread for it at load, a host may use
+    /// `spawn_blocking` — never on an async worker. A configured `runnerCommand` is never
+    /// probed, so there is nothing to do for it.
+    pub fn warm(&self) {
+        if self.config.runner_command.is_empty() {
+            let _ = self.verdict();
+        }
+    }
+
     /// Each runner is probed at most once per provider.
     fn probe(&self, runner: RunnerKind) -> &ProbeOutcome {
         let slot = match runner {
@@ -197,7 +209,7 @@ impl SandboxProvider for LocalSandboxProvider {
         match self.verdict() {
             Verdict::Selected(RunnerKind::Landlock, capability) => {
                 // Without a mount namespace there is no world to build: Landlock alone, with
-                // the contract's writable roots (the host's `/tmp` included).
+                // the policy's writable roots (the host's `/tmp` included).
                 let (writable, world) = match capability.mount_namespace {
                     true => self
                         .worlds

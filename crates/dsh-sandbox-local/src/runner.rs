@@ -1,5 +1,5 @@
 //! The runners this provider knows, what a probe says about them, and their profiles and
-//! classification data (contract §7.3, §7.4).
+//! classification data.
 
 use std::time::Duration;
 
@@ -93,7 +93,8 @@ pub fn landlock_denial_signatures(mount_namespace: bool) -> Vec<String> {
     signatures
 }
 
-/// The Landlock runner-failure rules (contract §7.4).
+/// The Landlock runner-failure rules: exit 125 with a `landlock-run: ` line is a runner
+/// failure; the older-ABI partial-enforcement notice is informational.
 pub fn landlock_rules() -> Vec<RunnerFailureRule> {
     vec![RunnerFailureRule {
         allowed_exit_codes: Some(vec![LANDLOCK_FAILURE_EXIT_CODE]),
@@ -102,7 +103,8 @@ pub fn landlock_rules() -> Vec<RunnerFailureRule> {
     }]
 }
 
-/// bubblewrap's profile arguments for `policy` (contract §7.4, exact).
+/// bubblewrap's exact base profile for `policy`: read-only `/`, `/dev`, `/proc`, die with the
+/// parent; `workspace-write` adds a tmpfs `/tmp` and a writable bind of the workspace root.
 pub fn bwrap_profile_args(policy: &SandboxExecutionPolicy) -> Result<Vec<String>, String> {
     let mut args: Vec<String> =
         ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--die-with-parent"]
@@ -119,12 +121,12 @@ pub fn bwrap_profile_args(policy: &SandboxExecutionPolicy) -> Result<Vec<String>
 }
 
 /// bubblewrap's arguments for the confined command's own world (the same world the
-/// in-process runner builds), appended to the contract's profile ([`bwrap_profile_args`],
+/// in-process runner builds), appended to the base profile ([`bwrap_profile_args`],
 /// whose mounts they override in order): a new session, a PID namespace, the session's
 /// private `/tmp` and `/dev/shm`, `/run` hidden, masks, the writable roots again (above the
 /// new `/tmp`) with their protected paths read-only, read-only shares, no capabilities, and
 /// the seccomp program read from `seccomp_fd`. A configured `runnerCommand` receives the
-/// contract's profile alone.
+/// base profile alone.
 pub(crate) fn bwrap_world_args(
     writable: &[std::path::PathBuf],
     world: &crate::inprocess::WorldSpec,

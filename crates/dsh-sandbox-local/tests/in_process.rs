@@ -14,27 +14,19 @@ use dsh_sandbox_local::{
     InProcessConfinement, LocalSandboxConfig, LocalSandboxProvider, ProbeOutcome, RunnerKind, RunnerProber,
     SystemProber, landlock_denial_signatures, landlock_rules,
 };
+use dsh_test_support::sandbox::require_runner;
 
+/// The Landlock provider when the runner (with its mount namespace) is usable; otherwise
+/// `None` after a printed skip, or a failure where landlock is required (see
+/// [`dsh_test_support::sandbox`]).
 fn landlock_provider() -> Option<LocalSandboxProvider> {
-    match SystemProber.probe(RunnerKind::Landlock, Duration::from_secs(10)) {
-        ProbeOutcome::Usable(c) if c.mount_namespace => {
-            let config =
-                LocalSandboxConfig { runners: vec![RunnerKind::Landlock], ..LocalSandboxConfig::default() };
-            Some(LocalSandboxProvider::with_prober(config, Arc::new(SystemProber)).unwrap())
-        }
-        other => {
-            // A required runner (CI names it) must run: being unusable fails the test.
-            assert!(
-                !std::env::var("DSH_SANDBOX_REQUIRE_RUNNERS")
-                    .unwrap_or_default()
-                    .split(',')
-                    .any(|r| r.trim() == "landlock"),
-                "landlock is required but unusable: {other:?}"
-            );
-            eprintln!("SKIP: landlock runner with mount namespace unusable: {other:?}");
-            None
-        }
-    }
+    let probe = match SystemProber.probe(RunnerKind::Landlock, Duration::from_secs(10)) {
+        ProbeOutcome::Usable(c) if c.mount_namespace => Ok(()),
+        other => Err(format!("landlock runner with mount namespace unusable: {other:?}")),
+    };
+    require_runner("landlock", probe)?;
+    let config = LocalSandboxConfig { runners: vec![RunnerKind::Landlock], ..LocalSandboxConfig::default() };
+    Some(LocalSandboxProvider::with_prober(config, Arc::new(SystemProber)).unwrap())
 }
 
 fn scratch() -> tempfile::TempDir {
@@ -49,9 +41,9 @@ fn command(confined: &ConfinedCommand, cwd: &Path) -> Command {
     let mut cmd = Command::new(&confined.argv[0]);
     cmd.args(&confined.argv[1..]).current_dir(cwd).stdin(Stdio::null()).process_group(0);
     if let Some(hook) = confined.pre_exec_hook() {
-        // SAFETY: the confinement hook is async-signal-safe by contract.
+        // SAFETY: a `PreExecHook` is async-signal-safe (its maker promised so).
         unsafe {
-            cmd.pre_exec(move || hook());
+            cmd.pre_exec(move || hook.run());
         }
     }
     cmd

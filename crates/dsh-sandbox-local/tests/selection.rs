@@ -84,7 +84,7 @@ fn provider(runners: &[RunnerKind], prober: Arc<FakeProber>) -> LocalSandboxProv
 const RO_PROFILE: [&str; 8] =
     ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--die-with-parent"];
 
-/// The contract's exact profile comes first; the command's own world follows it (a new
+/// The exact base profile comes first; the command's own world follows it (a new
 /// session, a PID namespace, no capabilities, the seccomp program), then `--` and the argv.
 fn assert_world_after_profile(argv: &[String], profile: &[&str], tail: &[&str]) {
     assert_eq!(&argv[..profile.len()], profile, "{argv:?}");
@@ -269,4 +269,17 @@ fn the_provider_report_lists_every_runner_with_its_probe_verdict() {
         report.to_string(),
         "sandbox provider: sandbox-local\nselected runner: bwrap (enforcement full)\n  bwrap: usable, enforcement full, fake bwrap\n  landlock: unusable, fake landlock\n    - not in the configured chain\n    - probe failed: exit status: 1\n"
     );
+}
+
+#[test]
+fn warming_selects_the_runner_before_the_first_confine_and_doctor_reuses_it() {
+    let prober = FakeProber::new(unusable(), full());
+    let provider = Arc::new(provider(&[RunnerKind::Landlock, RunnerKind::Bwrap], prober.clone()));
+    let warming = Arc::clone(&provider);
+    std::thread::spawn(move || warming.warm()).join().expect("warm");
+    assert_eq!(prober.calls(), vec![RunnerKind::Landlock, RunnerKind::Bwrap], "probed while warming");
+    let confined = provider.confine(&argv(&["true"]), &policy(SandboxMode::ReadOnly, "/ws")).unwrap();
+    assert_eq!(confined.runner.as_deref(), Some("bwrap"));
+    assert_eq!(provider.describe().selected.as_deref(), Some("bwrap"));
+    assert_eq!(prober.calls(), vec![RunnerKind::Landlock, RunnerKind::Bwrap], "nothing probed again");
 }

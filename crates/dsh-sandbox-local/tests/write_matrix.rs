@@ -13,7 +13,8 @@
 //! exactly both ways, so a gap that closes or a new one both fail the test.
 //!
 //! A runner that is unusable on this host is skipped with a printed reason; set
-//! `DSH_SANDBOX_REQUIRE_RUNNERS=landlock,bwrap` to turn such a skip into a failure.
+//! `DSH_SANDBOX_REQUIRE_RUNNERS=landlock,bwrap` (or `CI=true`) to turn such a skip into a
+//! failure (see `dsh_test_support::sandbox`).
 
 use std::collections::BTreeSet;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -323,7 +324,7 @@ fn spawn_confined(confined: &ConfinedCommand, cwd: &Path, uid: Option<u32>) -> (
         cmd.uid(uid).gid(uid);
     }
     if let Some(confinement) = confined.child_confinement.clone() {
-        // SAFETY: ChildConfinement::apply_in_child is async-signal-safe by contract.
+        // SAFETY: `ChildConfinement` is an `unsafe` trait: `apply_in_child` is async-signal-safe.
         unsafe {
             cmd.pre_exec(move || confinement.apply_in_child());
         }
@@ -429,11 +430,7 @@ fn check_sinks(provider: &LocalSandboxProvider, uid: Option<u32>) {
 }
 
 fn require(runner: &str, reason: &str) {
-    let required = std::env::var("DSH_SANDBOX_REQUIRE_RUNNERS").unwrap_or_default();
-    if required.split(',').any(|r| r.trim() == runner) {
-        panic!("runner {runner} is required but unusable: {reason}");
-    }
-    eprintln!("SKIP runner {runner}: {reason}");
+    dsh_test_support::sandbox::skip_runner(runner, reason);
 }
 
 fn usable(kind: RunnerKind) -> Result<RunnerCapability, String> {

@@ -10,4 +10,6 @@ mod pin;
 mod service;
 
 pub use pin::{MOVED_ROOT_PREFIX, moved_root};
-pub use service::{LocalSandboxPolicy, SandboxPolicyConfig, SandboxPolicyPlugin, canonical_root};
+pub use service::{
+    LocalSandboxPolicy, SandboxPolicyConfig, SandboxPolicyPlugin, SandboxPolicySettings, canonical_root,
+};

@@ -5,7 +5,8 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use dsh_core::home::absolutize;
-use dsh_core::{Agent, Plugin, PluginError, PluginScope, SYSTEM_PROMPT, Session};
+use dsh_core::services::SystemPrompt;
+use dsh_core::{Agent, ConfigError, Handles, Plugin, PluginError, PluginScope, Session};
 use dsh_sandbox::{
     SANDBOX_POLICY, SandboxExecutionPolicy, SandboxMode, SandboxPolicyService, StandingPolicy,
 };
@@ -26,6 +27,31 @@ pub struct SandboxPolicyConfig {
     pub mode: Option<String>,
     /// Root for agent-less or cwd-less calls; default the harness cwd.
     pub workspace_root: Option<String>,
+}
+
+/// A checked [`SandboxPolicyConfig`]: the default mode parsed, the root as configured.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SandboxPolicySettings {
+    /// The deployment default mode.
+    pub default_mode: SandboxMode,
+    /// Root for agent-less or cwd-less calls; default the harness cwd (read when the service
+    /// is built).
+    pub workspace_root: Option<String>,
+}
+
+impl SandboxPolicyConfig {
+    /// Parses the mode; an unknown one is refused with the exact message.
+    pub fn checked(&self) -> Result<SandboxPolicySettings, String> {
+        let default_mode = match self.mode.as_deref() {
+            None => SandboxMode::ReadOnly,
+            Some(m) => SandboxMode::parse(m).ok_or_else(|| {
+                format!(
+                    "sandbox-policy: mode must be one of \"read-only\", \"workspace-write\", \"danger-full-access\" (got \"{m}\")"
+                )
+            })?,
+        };
+        Ok(SandboxPolicySettings { default_mode, workspace_root: self.workspace_root.clone() })
+    }
 }
 
 /// Canonical form of a root: the filesystem realpath (so `link/..` resolves physically, like
@@ -52,21 +78,19 @@ pub struct LocalSandboxPolicy {
 impl LocalSandboxPolicy {
     /// Builds the service; an unknown mode is refused.
     pub fn new(config: &SandboxPolicyConfig) -> Result<Self, String> {
-        let default_mode = match config.mode.as_deref() {
-            None => SandboxMode::ReadOnly,
-            Some(m) => SandboxMode::parse(m).ok_or_else(|| {
-                format!(
-                    "sandbox-policy: mode must be one of \"read-only\", \"workspace-write\", \"danger-full-access\" (got \"{m}\")"
-                )
-            })?,
-        };
-        let spelling = match &config.workspace_root {
+        Ok(Self::with_settings(&config.checked()?))
+    }
+
+    /// Builds the service from checked settings, pinning the configured root now.
+    pub fn with_settings(settings: &SandboxPolicySettings) -> Self {
+        let default_mode = settings.default_mode;
+        let spelling = match &settings.workspace_root {
             Some(root) => PathBuf::from(root),
             None => std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/")),
         };
         let root = canonical_root(&spelling);
         let configured = Mutex::new(PinnedRoot::new(&spelling));
-        Ok(Self { default_mode, root, configured, sessions: Mutex::new(HashMap::new()) })
+        Self { default_mode, root, configured, sessions: Mutex::new(HashMap::new()) }
     }
 
     /// The workspace root of a call now: the session's pinned root if it has a cwd, else the
@@ -147,7 +171,10 @@ impl SandboxPolicyService for LocalSandboxPolicy {
     }
 
     fn set_sandbox_mode(&self, session: &Session, mode: SandboxMode) -> Result<(), String> {
-        session.append(SANDBOX_MODE_EVENT, json!({ "mode": mode.as_str() })).map(|_| ())
+        session
+            .append(SANDBOX_MODE_EVENT, json!({ "mode": mode.as_str() }))
+            .map(|_| ())
+            .map_err(|e| e.to_string())
     }
 }
 
@@ -157,30 +184,31 @@ pub struct SandboxPolicyPlugin;
 impl Plugin for SandboxPolicyPlugin {
     const NAME: &'static str = "@deepseek-ai/dsh-sandbox-policy";
     const SHORT_NAME: &'static str = "sandbox-policy";
-    const INJECT: &'static [&'static str] = &["systemPrompt"];
+    type Deps = (SystemPrompt,);
     type Config = SandboxPolicyConfig;
+    type Validated = SandboxPolicySettings;
 
-    fn validate(config: &SandboxPolicyConfig) -> Result<(), String> {
-        LocalSandboxPolicy::new(config).map(|_| ())
+    fn validate(config: SandboxPolicyConfig) -> Result<SandboxPolicySettings, ConfigError> {
+        Ok(config.checked()?)
     }
 
-    fn apply(scope: &mut PluginScope, config: SandboxPolicyConfig) -> Result<(), PluginError> {
-        let service = Arc::new(LocalSandboxPolicy::new(&config).map_err(PluginError::Config)?);
-        let prompt =
-            scope.get(SYSTEM_PROMPT).ok_or_else(|| PluginError::Apply("systemPrompt missing".into()))?;
+    fn apply(
+        scope: &mut PluginScope,
+        (prompt,): Handles<Self>,
+        settings: &SandboxPolicySettings,
+    ) -> Result<(), PluginError> {
+        let service = Arc::new(LocalSandboxPolicy::with_settings(settings));
         let for_context = Arc::clone(&service);
-        let context = prompt
-            .register_context(
-                "sandbox:policy",
-                110.0,
-                Arc::new(move |agent: Option<&Arc<Agent>>| match agent {
-                    None => String::new(),
-                    Some(agent) => {
-                        LocalSandboxPolicy::context_text(&for_context.resolve(Some(agent.session()), None))
-                    }
-                }),
-            )
-            .map_err(|e| PluginError::Apply(e.to_string()))?;
+        let context = prompt.register_context(
+            "sandbox:policy",
+            110.0,
+            Arc::new(move |agent: Option<&Arc<Agent>>| match agent {
+                None => String::new(),
+                Some(agent) => {
+                    LocalSandboxPolicy::context_text(&for_context.resolve(Some(agent.session()), None))
+                }
+            }),
+        )?;
         scope.add(context);
         let service: Arc<dyn SandboxPolicyService> = service;
         scope.provide(SANDBOX_POLICY, service)

@@ -1,4 +1,5 @@
-//! Runner spawn-failure attribution (contract §7.7, adapted to Rust spawn errors).
+//! Runner spawn-failure attribution: telling a failed sandbox runner from an ordinary
+//! command-start failure.
 //!
 //! A Rust spawn error carries an errno but no Node-style `syscall`/`path`, so the executor
 //! states what it knows instead: the errno name, the program whose `exec` was attempted, and
@@ -30,7 +31,7 @@ pub struct SpawnFailure<'a> {
     pub stage: SpawnStage,
 }
 
-/// Whether a failed spawn means the sandbox runner itself failed (contract §7.7).
+/// Whether a failed spawn means the sandbox runner itself failed.
 ///
 /// True only if the workdir is a usable directory (exists, is a directory, searchable) and
 /// either the in-child confinement refused, or the `exec` of the known runner program

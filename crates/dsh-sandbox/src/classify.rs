@@ -1,4 +1,4 @@
-//! Outcome classification of a confined run (contract §7.8): runner failure first, then denial.
+//! Outcome classification of a confined run: runner failure first, then denial.
 //!
 //! Both look only at the retained stderr tail and the exit code; a signal death (no exit code)
 //! or a clean exit is never either.

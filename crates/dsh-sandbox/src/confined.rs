@@ -3,6 +3,7 @@
 use std::fmt::Debug;
 use std::sync::Arc;
 
+use dsh_subprocess::PreExecHook;
 use serde::{Deserialize, Serialize};
 
 use crate::attribution::{SpawnFailure, SpawnStage, is_runner_spawn_failure};
@@ -16,10 +17,7 @@ pub const SANDBOX_SERVICE: &str = "sandbox";
 pub const SANDBOX: dsh_core::ServiceKey<Arc<dyn SandboxProvider>> =
     dsh_core::ServiceKey::new(SANDBOX_SERVICE);
 
-/// A hook run in the forked child right before `exec`, in the shape the subprocess layer takes.
-pub type PreExecHook = Arc<dyn Fn() -> std::io::Result<()> + Send + Sync>;
-
-/// How a runner that started but refused to run the command announces itself (contract §7.2).
+/// How a runner that started but refused to run the command announces itself.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RunnerFailureRule {
@@ -46,12 +44,17 @@ impl RunnerFailureRule {
 
 /// Confinement applied by the child process itself, between `fork` and `exec`.
 ///
-/// `apply_in_child` runs in the forked child of a possibly multi-threaded parent, so it must be
-/// async-signal-safe: raw syscalls on data prepared in the parent, no allocation, no locks.
-/// Returning `Err` makes the spawn fail with that error, so the command never runs
-/// unconfined; the child records why before returning, and the parent reads it back with
-/// [`ChildConfinement::failure`].
-pub trait ChildConfinement: Send + Sync + Debug {
+/// Returning `Err` from `apply_in_child` makes the spawn fail with that error, so the command
+/// never runs unconfined; the child records why before returning, and the parent reads it
+/// back with [`ChildConfinement::failure`].
+///
+/// # Safety
+///
+/// `apply_in_child` runs in the forked child of a possibly multi-threaded parent, so an
+/// implementor promises it is async-signal-safe, as [`PreExecHook::new`] requires: raw
+/// syscalls on data prepared in the parent, no allocation, no locks, no lazy initialisation,
+/// no panic. The executors run it between `fork` and `exec` relying on that promise.
+pub unsafe trait ChildConfinement: Send + Sync + Debug {
     /// Confines the calling (child) process.
     fn apply_in_child(&self) -> std::io::Result<()>;
 
@@ -63,7 +66,7 @@ pub trait ChildConfinement: Send + Sync + Debug {
 }
 
 /// A confined launch: the argv to spawn, the in-child confinement to run before `exec`, and
-/// the facts the executor needs to classify the outcome (contract §7.2 `ConfinedArgv`).
+/// the facts the executor needs to classify the outcome.
 ///
 /// Build one per spawn: the in-child failure record is per value.
 #[derive(Clone, Debug)]
@@ -86,7 +89,10 @@ impl ConfinedCommand {
     /// The child confinement as the subprocess layer's pre-exec hook.
     pub fn pre_exec_hook(&self) -> Option<PreExecHook> {
         let confinement = self.child_confinement.clone()?;
-        Some(Arc::new(move || confinement.apply_in_child()))
+        // SAFETY: `ChildConfinement` is an `unsafe` trait whose implementors promise that
+        // `apply_in_child` is async-signal-safe; the closure only calls it (the `Arc` is
+        // cloned here, in the parent, and only borrowed in the child).
+        Some(unsafe { PreExecHook::new(move || confinement.apply_in_child()) })
     }
 
     /// After a failed spawn: the child confinement's fatal line when the confinement failed.
@@ -151,7 +157,8 @@ mod tests {
     #[derive(Debug)]
     struct Refusing;
 
-    impl ChildConfinement for Refusing {
+    // SAFETY: `apply_in_child` only builds an `io::Error` from an errno (no allocation).
+    unsafe impl ChildConfinement for Refusing {
         fn apply_in_child(&self) -> std::io::Result<()> {
             Err(std::io::Error::from_raw_os_error(libc::EPERM))
         }
@@ -176,7 +183,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let confined = command(Some(Arc::new(Refusing)), None);
         let hook = confined.pre_exec_hook().unwrap();
-        assert_eq!(hook().unwrap_err().raw_os_error(), Some(libc::EPERM));
+        assert_eq!(hook.run().unwrap_err().raw_os_error(), Some(libc::EPERM));
         assert_eq!(
             confined.runner_spawn_failure("EPERM", Some("bash"), false, dir.path(), "spawn bash EPERM"),
             Some("landlock-run: landlock_restrict_self failed: Operation not permitted".into())

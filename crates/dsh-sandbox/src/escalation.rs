@@ -1,4 +1,4 @@
-//! Escalation helpers and model-facing sandbox markers (contract §2.7, §7.9, Appendix A.4).
+//! Escalation helpers and the model-facing sandbox markers and hint (byte-exact texts).
 
 use std::path::{Path, PathBuf};
 
@@ -62,7 +62,7 @@ pub fn writable_roots(policy: &SandboxExecutionPolicy) -> Vec<PathBuf> {
     roots
 }
 
-/// Why an escalation did not grant a wider mode (contract §2.7; each is a tool error).
+/// Why an escalation did not grant a wider mode (each is a tool error with this exact message).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum EscalationError {
     #[error("sandbox_permissions is not available in this composition (no sandboxing executor to escalate)")]
@@ -87,7 +87,8 @@ pub enum EscalationError {
     UnreachableOutcome(String),
 }
 
-/// Step 2 of §2.7: `requested` must be strictly wider than `current` (the recorded spelling).
+/// The widening check, made before any prompt: `requested` must be strictly wider than
+/// `current` (the recorded spelling).
 /// Nobody is prompted on failure.
 pub fn check_widening(requested: &str, current: &str) -> Result<SandboxMode, EscalationError> {
     wider_modes(current).iter().copied().find(|m| m.as_str() == requested).ok_or_else(|| {
@@ -95,7 +96,7 @@ pub fn check_widening(requested: &str, current: &str) -> Result<SandboxMode, Esc
     })
 }
 
-/// Step 6 of §2.7: the approval outcome for `requested`; `subject` is the word the rejection
+/// Maps the approval outcome for `requested`; `subject` is the word the rejection
 /// names (`command` for bash). `allowed-once` grants `requested` for this call only.
 pub fn map_escalation_outcome(
     outcome: EscalationOutcome,

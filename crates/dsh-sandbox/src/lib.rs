@@ -12,12 +12,12 @@ mod escalation;
 mod mode;
 mod policy;
 mod report;
+pub mod services;
 
 pub use attribution::{SpawnFailure, SpawnStage, is_runner_spawn_failure};
 pub use classify::{classify_runner_failure, matches_signature};
 pub use confined::{
-    ChildConfinement, ConfinedCommand, PreExecHook, RunnerFailureRule, SANDBOX, SANDBOX_SERVICE,
-    SandboxProvider,
+    ChildConfinement, ConfinedCommand, RunnerFailureRule, SANDBOX, SANDBOX_SERVICE, SandboxProvider,
 };
 pub use escalation::{
     ESCALATION_HINT, ESCALATION_TARGETS, EscalationError, EscalationOutcome, check_widening, denial_marker,

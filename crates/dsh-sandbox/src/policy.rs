@@ -17,7 +17,7 @@ pub struct StandingPolicy {
     pub policy: SandboxExecutionPolicy,
 }
 
-/// Resolves per-session sandbox policy (contract §7.6).
+/// Resolves per-session sandbox policy from approvals, the session's recorded mode and the default.
 pub trait SandboxPolicyService: Send + Sync {
     /// The deployment default mode (the sandboxing executor's `sandboxMode`).
     fn default_mode(&self) -> SandboxMode;

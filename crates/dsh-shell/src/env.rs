@@ -1,4 +1,4 @@
-//! The managed `DSH_*` environment registry (`shellEnv`, contract §5).
+//! The managed `DSH_*` environment registry (the `shellEnv` service).
 //!
 //! Every model bash call receives a freshly collected snapshot: the built-ins `DSH_HOME`,
 //! `DSH_SHELL=1` and (for agent calls) `DSH_SESSION_ID`, plus whatever registered contributors
@@ -76,7 +76,7 @@ pub struct ShellEnvVariable {
     pub key: String,
 }
 
-/// Registration and collection failures (contract §5.3, §5.4; exact messages).
+/// Registration and collection failures; each message is exact (pinned by tests).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum ShellEnvError {
     #[error("bash env contributor name must be non-empty")]
@@ -195,7 +195,7 @@ impl ShellEnvRegistry {
         }))
     }
 
-    /// The managed environment for one call (contract §5.4): built-ins, then each
+    /// The managed environment for one call: built-ins, then each
     /// contributor's declared values in name order. Key order is sorted.
     pub fn collect(&self, exec: &ToolExec) -> Result<BTreeMap<String, String>, ShellEnvError> {
         let mut env = BTreeMap::new();

@@ -4,12 +4,12 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use dsh_core::{Plugin, PluginError, PluginScope, SESSION_PERSISTENCE, ToolExec, WeakContext};
+use dsh_core::{ConfigError, Plugin, PluginError, PluginScope, SESSION_PERSISTENCE, ToolExec, WeakContext};
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::env::{SHELL_ENV, ShellEnvContributor, ShellEnvRegistry};
+use crate::env::{SHELL_ENV, ShellEnvContributor, ShellEnvError, ShellEnvRegistry};
 
 /// The session's JSONL file, when the active persistence backend keeps one.
 pub const DSH_SESSION_JSONL: &str = "DSH_SESSION_JSONL";
@@ -18,6 +18,13 @@ pub const SESSION_PERSISTENCE_CONTRIBUTOR: &str = "session-persistence";
 /// The built-in contributor's description of `DSH_SESSION_JSONL` (exact).
 pub const SESSION_JSONL_DESCRIPTION: &str =
     "Absolute target path of the current session JSONL when the active persistence backend provides one.";
+
+/// A registration the registry refuses fails the applying plugin (same message).
+impl From<ShellEnvError> for PluginError {
+    fn from(error: ShellEnvError) -> Self {
+        PluginError::apply(error)
+    }
+}
 
 /// Loads the shell-env registry (`shellEnv`).
 pub struct ShellEnvPlugin;
@@ -57,15 +64,18 @@ pub fn session_persistence_contributor(ctx: WeakContext) -> ShellEnvContributor 
 impl Plugin for ShellEnvPlugin {
     const NAME: &'static str = "@deepseek-ai/dsh-shell-env";
     const SHORT_NAME: &'static str = "shell-env";
-    const INJECT: &'static [&'static str] = &[];
+    type Deps = ();
     type Config = ShellEnvConfig;
+    type Validated = ShellEnvConfig;
 
-    fn apply(scope: &mut PluginScope, config: ShellEnvConfig) -> Result<(), PluginError> {
+    fn validate(config: ShellEnvConfig) -> Result<ShellEnvConfig, ConfigError> {
+        Ok(config)
+    }
+
+    fn apply(scope: &mut PluginScope, (): (), config: &ShellEnvConfig) -> Result<(), PluginError> {
         let ambient = std::env::var("DSH_HOME").ok();
         let registry = ShellEnvRegistry::new(config.dsh_home.as_deref(), ambient.as_deref());
-        let builtin = registry
-            .register(session_persistence_contributor(scope.ctx().downgrade()))
-            .map_err(|e| PluginError::Apply(e.to_string()))?;
+        let builtin = registry.register(session_persistence_contributor(scope.ctx().downgrade()))?;
         scope.add(builtin);
         scope.provide(SHELL_ENV, Arc::clone(&registry))
     }

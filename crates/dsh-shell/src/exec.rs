@@ -140,7 +140,7 @@ pub trait ShellProcess: Send + Sync {
 /// Why an executor could not produce a result.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum ShellError {
-    /// A request value `resolve` refuses (exact contract message).
+    /// A request value `resolve` refuses (its exact message, pinned by tests).
     #[error("{0}")]
     Invalid(String),
     /// The OS refused to start the command (`spawn bash ENOENT`-like message).

@@ -11,6 +11,7 @@ mod env;
 mod env_plugin;
 mod exec;
 mod exit_status;
+pub mod services;
 
 pub use env::{
     DSH_HOME, DSH_SESSION_ID, DSH_SHELL, EnvResolver, RESERVED_KEYS, SHELL_ENV, ShellEnvContributor,

@@ -1,4 +1,6 @@
-//! The shell-env registry and its plugin (contract §5; conformance SE-01..SE-05, WE-07).
+//! The shell-env registry and its plugin: built-ins, contributors and disposal, registration
+//! and collection failures, plugin defaults and config, and `DSH_SESSION_JSONL` from real
+//! JSONL persistence.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -123,12 +125,18 @@ struct NoConfig {}
 impl Plugin for FactPlugin {
     const NAME: &'static str = "@test/fact";
     const SHORT_NAME: &'static str = "fact";
-    const INJECT: &'static [&'static str] = &["shellEnv"];
+    type Deps = (dsh_shell::services::ShellEnv,);
     type Config = NoConfig;
-    fn apply(scope: &mut PluginScope, _: NoConfig) -> Result<(), PluginError> {
-        let registry = scope.get(SHELL_ENV).ok_or_else(|| PluginError::Apply("no shellEnv".into()))?;
-        let disposer =
-            registry.register(always_available_fact()).map_err(|e| PluginError::Apply(e.to_string()))?;
+    type Validated = NoConfig;
+    fn validate(config: NoConfig) -> Result<NoConfig, dsh_core::ConfigError> {
+        Ok(config)
+    }
+    fn apply(
+        scope: &mut PluginScope,
+        (registry,): dsh_core::Handles<Self>,
+        _: &NoConfig,
+    ) -> Result<(), PluginError> {
+        let disposer = registry.register(always_available_fact()).map_err(PluginError::apply)?;
         scope.add(disposer);
         Ok(())
     }

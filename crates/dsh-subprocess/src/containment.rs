@@ -1,6 +1,6 @@
 //! Containment: nothing a process tree starts outlives it.
 //!
-//! Killing a process group (contract §4.7) misses descendants that left the group: a `setsid`
+//! Killing a process group misses descendants that left the group: a `setsid`
 //! or double-forked daemon, a process that called `setpgid`. With [`Containment::Subreaper`]
 //! the harness becomes a child subreaper (`PR_SET_CHILD_SUBREAPER`), so every orphaned
 //! descendant of any call or job is re-parented to the harness instead of init, and:
@@ -231,6 +231,11 @@ fn sweep_with(
     let mut pending = 0;
     for pid in candidates {
         let Some(stat) = read_stat(pid) else { continue };
+        // The harness's own group is never touched, not even a zombie there: it may be a
+        // direct child of other in-process code (`std::process::Command`) whose owner is
+        // about to wait for it. So nothing may be orphaned into that group: in-process code
+        // that starts children which may leave descendants behind starts them in a group of
+        // their own with [`crate::GroupedChild`], which reaps what they leave.
         if stat.ppid != me || stat.pgrp == own_group {
             continue;
         }
@@ -253,7 +258,7 @@ fn sweep_with(
 }
 
 /// Reaps `pid` if it is a zombie; `true` when it is gone.
-fn reap(pid: i32) -> bool {
+pub(crate) fn reap(pid: i32) -> bool {
     use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
     !matches!(waitpid(Pid::from_raw(pid), Some(WaitPidFlag::WNOHANG)), Ok(WaitStatus::StillAlive))
 }
@@ -361,6 +366,13 @@ fn adopter_children(me: i32) -> Option<Vec<i32>> {
 /// The pids of a `children` file: decimal numbers separated by spaces.
 fn parse_pids(list: &str) -> impl Iterator<Item = i32> + '_ {
     list.split_whitespace().filter_map(|pid| pid.parse::<i32>().ok())
+}
+
+/// Every member of group `pgid` (zombies included), with its parent.
+pub(crate) fn group_members_with_parent(pgid: i32) -> Vec<(i32, i32)> {
+    numeric_entries("/proc")
+        .filter_map(|pid| read_stat(pid).filter(|s| s.pgrp == pgid).map(|s| (pid, s.ppid)))
+        .collect()
 }
 
 /// Live (non-zombie) members of group `pgid`.

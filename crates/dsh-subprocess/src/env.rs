@@ -50,7 +50,7 @@ pub enum EnvEntry {
 }
 
 /// Words that make a name credential-shaped wherever they appear in it (case-insensitively).
-/// The first four are the contract's; `CREDENTIAL` goes beyond it.
+/// The first four are the baseline set; `CREDENTIAL` is a deliberate addition.
 const CREDENTIAL_WORDS: [&[u8]; 5] = [b"KEY", b"PASSWORD", b"SECRET", b"TOKEN", b"CREDENTIAL"];
 
 /// Name endings that make a name credential-shaped (case-insensitively): a personal access

@@ -9,13 +9,14 @@ use nix::errno::Errno;
 /// [`crate::SubprocessService::spawn`]; a process that started never fails later.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum SpawnError {
+    /// The grace period is zero or longer than [`crate::MAX_GRACE`].
     #[error("subprocess graceMs must be a positive finite number no greater than 2147483647")]
     InvalidGrace,
     #[error("invalid argv: expected a non-empty program name at argv[0]")]
     InvalidArgv,
-    /// The spawn's abort signal had already fired; carries the reason message.
-    #[error("aborted before spawn: {0}")]
-    AbortedBeforeSpawn(String),
+    /// The spawn's cancellation token was cancelled before the spawn (the caller knows why).
+    #[error("aborted before spawn")]
+    CancelledBeforeSpawn,
     /// Spawning needs a tokio runtime to supervise the child.
     #[error("subprocess spawn requires a tokio runtime")]
     NoRuntime,

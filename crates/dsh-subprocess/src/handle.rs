@@ -9,10 +9,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use dsh_core::AbortSignal;
 use nix::sys::signal::Signal;
 use tokio::sync::watch;
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
 use crate::collector::OutputCollector;
 use crate::containment::Reaper;
@@ -202,15 +202,15 @@ impl ProcessHandle {
         self.inner.outcome.borrow().clone()
     }
 
-    /// Resolves `true` once no member of the process group is alive, or `false` if `signal`
-    /// fires first.
-    pub async fn wait_for_exit(&self, signal: Option<&AbortSignal>) -> bool {
+    /// Resolves `true` once no member of the process group is alive, or `false` if `cancel`
+    /// is cancelled first.
+    pub async fn wait_for_exit(&self, cancel: Option<&CancellationToken>) -> bool {
         if self.inner.check_tree() {
             return true;
         }
         let aborted = async {
-            match signal {
-                Some(signal) => signal.aborted().await,
+            match cancel {
+                Some(cancel) => cancel.cancelled().await,
                 None => std::future::pending().await,
             }
         };

@@ -14,14 +14,20 @@
 //! It knows nothing about bash, the shell executor seam, sandboxes (a sandbox only hands it a
 //! [`PreExecHook`]) or any tool or host. Linux is the supported platform.
 
+pub mod child_exec;
 mod collector;
 mod containment;
 mod env;
 mod error;
 mod exit_guard;
 mod fds;
+mod grouped;
 mod handle;
 mod latest_line;
+#[cfg(feature = "plugin")]
+pub mod plugin;
+#[cfg(feature = "plugin")]
+mod plugin_key;
 mod program;
 mod service;
 mod signal_name;
@@ -34,12 +40,17 @@ pub use collector::{CaptureLimits, CollectedStream, OutputCollector, StreamRead,
 pub use containment::{Containment, ContainmentStatus, DETACH_ENV};
 pub use env::{AmbientEnv, EnvEntry, is_scrubbed};
 pub use error::{OsSpawnError, SpawnError, SpawnStage};
+pub use grouped::GroupedChild;
 pub use handle::{ProcessHandle, ProcessOutcome};
 pub use latest_line::{LATEST_LINE_MAX_CHARS, LATEST_LINE_WINDOW, latest_line};
 pub use nix::errno::Errno;
-pub use service::{SUBPROCESS, SUBPROCESS_SERVICE, ServiceOptions, SubprocessService};
+#[cfg(feature = "plugin")]
+pub use plugin::{SubprocessConfig, SubprocessPlugin};
+#[cfg(feature = "plugin")]
+pub use plugin_key::{SUBPROCESS, SUBPROCESS_SERVICE};
+pub use service::{ServiceOptions, SubprocessService};
 pub use signal_name::{signal_name, signal_number};
-pub use spawn::{PreExecHook, SpawnSpec};
+pub use spawn::{MAX_GRACE, PreExecHook, SpawnSpec};
 pub use spill::{
     DEFAULT_SPILL_MAX_AGE, DefaultSpillNamer, SPILL_MAX_AGE_ENV, SpillNamer, remove_stale_spill_dirs,
     spill_max_age,

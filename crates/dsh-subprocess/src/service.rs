@@ -15,13 +15,6 @@ use crate::handle::ProcessHandle;
 use crate::spawn::{SpawnSpec, spawn_process};
 use crate::spill::{DefaultSpillNamer, SpillLocation, SpillNamer};
 
-/// The service key name the subprocess service registers under.
-pub const SUBPROCESS_SERVICE: &str = "subprocess";
-
-/// The typed service key of the subprocess service.
-pub const SUBPROCESS: dsh_core::ServiceKey<Arc<SubprocessService>> =
-    dsh_core::ServiceKey::new(SUBPROCESS_SERVICE);
-
 /// How a service is set up. `Default` is what a harness wants; tests and hosts inject the
 /// spill directory, the ambient environment and the spill-file namer.
 #[derive(Clone)]

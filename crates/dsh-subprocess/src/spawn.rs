@@ -9,12 +9,12 @@ use std::process::{ExitStatus, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
-use dsh_core::{AbortSignal, MAX_TIMER_DELAY_MS};
 use nix::errno::Errno;
 use nix::unistd::AccessFlags;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::process::Child;
 use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
 
 use crate::collector::{CaptureLimits, OutputCollector};
 use crate::env::{EnvEntry, child_env, lookup};
@@ -24,9 +24,45 @@ use crate::program::resolve_program;
 use crate::service::SubprocessService;
 use crate::signal_name::signal_name;
 
-/// Runs in the forked child right before `exec` (e.g. to apply a sandbox). It must be
-/// async-signal-safe: no allocation, no locks. An error fails the spawn with that errno.
-pub type PreExecHook = Arc<dyn Fn() -> std::io::Result<()> + Send + Sync>;
+/// Code run in the forked child right before `exec` (e.g. to apply a sandbox). An error fails
+/// the spawn with that errno.
+///
+/// Only [`PreExecHook::new`] makes one, and it is `unsafe`: whoever makes a hook promises it
+/// is async-signal-safe (see its safety section), so holding or passing one on is safe.
+#[derive(Clone)]
+pub struct PreExecHook(Arc<dyn Fn() -> std::io::Result<()> + Send + Sync>);
+
+impl PreExecHook {
+    /// Wraps `hook` for running between `fork` and `exec`.
+    ///
+    /// # Safety
+    ///
+    /// `hook` runs in the child of a `fork` of a possibly multi-threaded process, where any
+    /// lock may be held by a thread that no longer exists. It must be async-signal-safe: only
+    /// raw system calls and plain reads and writes of memory prepared before the spawn — no
+    /// allocation or deallocation, no lock (no `println!`, no `tracing`, no mutex, no lazy
+    /// initialisation such as `OnceLock::get_or_init`), no panic. It must not close or reuse
+    /// descriptors the standard library uses to report the spawn's result. These are the
+    /// requirements of [`std::os::unix::process::CommandExt::pre_exec`].
+    pub unsafe fn new(hook: impl Fn() -> std::io::Result<()> + Send + Sync + 'static) -> Self {
+        Self(Arc::new(hook))
+    }
+
+    /// Runs the hook (in the forked child, or in tests in the caller).
+    pub fn run(&self) -> std::io::Result<()> {
+        (self.0)()
+    }
+}
+
+impl std::fmt::Debug for PreExecHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PreExecHook")
+    }
+}
+
+/// The longest grace period a spawn takes: the longest delay a JavaScript timer (and so the
+/// reference implementation) accepts, 2147483647 ms.
+pub const MAX_GRACE: Duration = Duration::from_millis(2_147_483_647);
 
 /// Bytes read from a pipe per chunk, at most and at first.
 const CHUNK: usize = 256 * 1024;
@@ -52,13 +88,15 @@ pub struct SpawnSpec {
     pub stdin: Option<Vec<u8>>,
     pub stdout: CaptureLimits,
     pub stderr: CaptureLimits,
-    /// Time between `SIGTERM` and `SIGKILL`, and the pipe-drain bound after exit.
-    pub grace_ms: f64,
-    /// Firing it terminates the process.
-    pub signal: Option<AbortSignal>,
-    /// Runs in the child before `exec`; when `None` (and `new_session` is false) the fast
+    /// Time between `SIGTERM` and `SIGKILL`, and the pipe-drain bound after exit: more than
+    /// zero and at most [`MAX_GRACE`].
+    pub grace: Duration,
+    /// Cancelling it terminates the process (and, cancelled before the spawn, refuses it).
+    pub cancel: Option<CancellationToken>,
+    /// Runs in the child before `exec` (set with [`SpawnSpec::with_pre_exec`] or
+    /// [`SpawnSpec::pre_exec`]); when `None` (and `new_session` is false) the fast
     /// `posix_spawn` path is used.
-    pub pre_exec: Option<PreExecHook>,
+    pre_exec: Option<PreExecHook>,
     /// Start the child in a new session (`setsid`) instead of only a new process group, so
     /// it has no controlling terminal (it cannot reach the harness's terminal through
     /// `/dev/tty` or `TIOCSTI`). The process group id is still the child's pid. Off by default.
@@ -67,7 +105,7 @@ pub struct SpawnSpec {
 
 impl SpawnSpec {
     /// A spec with defaults: inherited cwd, no extra env, `/dev/null` stdin, 64000-byte tails
-    /// without spill, 3000 ms grace, no signal, no hook.
+    /// without spill, 3000 ms grace, no cancellation token, no hook.
     pub fn new(argv: Vec<String>) -> Self {
         Self {
             argv,
@@ -76,11 +114,38 @@ impl SpawnSpec {
             stdin: None,
             stdout: CaptureLimits::new("stdout", 64_000, None),
             stderr: CaptureLimits::new("stderr", 64_000, None),
-            grace_ms: 3000.0,
-            signal: None,
+            grace: Duration::from_millis(3000),
+            cancel: None,
             pre_exec: None,
             new_session: false,
         }
+    }
+
+    /// Runs `hook` in the child right before `exec` (replacing any hook set before); `None`
+    /// removes it. Safe: whoever made the hook vouched for it ([`PreExecHook::new`]).
+    pub fn with_pre_exec(&mut self, hook: Option<PreExecHook>) -> &mut Self {
+        self.pre_exec = hook;
+        self
+    }
+
+    /// Runs `hook` in the child right before `exec` (replacing any hook set before), as
+    /// tokio's and the standard library's `Command::pre_exec` do.
+    ///
+    /// # Safety
+    ///
+    /// `hook` must be async-signal-safe: see [`PreExecHook::new`].
+    pub unsafe fn pre_exec(
+        &mut self,
+        hook: impl Fn() -> std::io::Result<()> + Send + Sync + 'static,
+    ) -> &mut Self {
+        // SAFETY: the caller upholds `PreExecHook::new`'s contract, which this function's
+        // safety section repeats.
+        self.with_pre_exec(Some(unsafe { PreExecHook::new(hook) }))
+    }
+
+    /// Whether a pre-exec hook is set.
+    pub fn has_pre_exec(&self) -> bool {
+        self.pre_exec.is_some()
     }
 }
 
@@ -93,19 +158,15 @@ impl std::fmt::Debug for SpawnSpec {
             .field("stdin", &self.stdin.as_ref().map(Vec::len))
             .field("stdout", &self.stdout)
             .field("stderr", &self.stderr)
-            .field("grace_ms", &self.grace_ms)
+            .field("grace", &self.grace)
             .field("pre_exec", &self.pre_exec.is_some())
             .field("new_session", &self.new_session)
             .finish_non_exhaustive()
     }
 }
 
-fn validate_grace(grace_ms: f64) -> Result<Duration, SpawnError> {
-    if grace_ms.is_finite() && grace_ms > 0.0 && grace_ms <= MAX_TIMER_DELAY_MS {
-        Ok(Duration::from_secs_f64(grace_ms / 1000.0))
-    } else {
-        Err(SpawnError::InvalidGrace)
-    }
+fn validate_grace(grace: Duration) -> Result<Duration, SpawnError> {
+    if !grace.is_zero() && grace <= MAX_GRACE { Ok(grace) } else { Err(SpawnError::InvalidGrace) }
 }
 
 /// `chdir` would fail: missing, not a directory, or not searchable.
@@ -123,16 +184,13 @@ pub(crate) fn spawn_process(
     id: u64,
     spec: SpawnSpec,
 ) -> Result<ProcessHandle, SpawnError> {
-    let grace = validate_grace(spec.grace_ms)?;
+    let grace = validate_grace(spec.grace)?;
     let program = match spec.argv.first() {
         Some(program) if !program.is_empty() => program.clone(),
         _ => return Err(SpawnError::InvalidArgv),
     };
-    if let Some(signal) = &spec.signal
-        && signal.is_aborted()
-    {
-        let reason = signal.reason().map_or("aborted", |r| r.message.as_str());
-        return Err(SpawnError::AbortedBeforeSpawn(reason.to_owned()));
+    if spec.cancel.as_ref().is_some_and(CancellationToken::is_cancelled) {
+        return Err(SpawnError::CancelledBeforeSpawn);
     }
     let runtime = tokio::runtime::Handle::try_current().map_err(|_| SpawnError::NoRuntime)?;
     let cwd = spec.cwd.clone().unwrap_or_else(|| PathBuf::from("."));
@@ -170,8 +228,7 @@ pub(crate) fn spawn_process(
     }
     let hook_marker = match &spec.pre_exec {
         Some(hook) => Some(
-            install_hook(&mut command, Arc::clone(hook))
-                .map_err(|e| failed(errno_of(&e), SpawnStage::Exec))?,
+            install_hook(&mut command, hook.clone()).map_err(|e| failed(errno_of(&e), SpawnStage::Exec))?,
         ),
         None => None,
     };
@@ -190,7 +247,7 @@ pub(crate) fn spawn_process(
     };
     let image = spec.pre_exec.as_ref().and_then(|_| {
         let argv = std::iter::once(OsStr::new(&program)).chain(spec.argv[1..].iter().map(OsStr::new));
-        let image = dsh_core::child_exec::ChildExec::new(
+        let image = crate::child_exec::ChildExec::new(
             &executable,
             argv,
             env.iter().map(|(k, v)| (k.as_os_str(), v.as_os_str())),
@@ -202,7 +259,7 @@ pub(crate) fn spawn_process(
     });
     let spawned = {
         let _guard = runtime.enter();
-        let _published = image.as_ref().map(dsh_core::child_exec::ChildExec::publish);
+        let _published = image.as_ref().map(crate::child_exec::ChildExec::publish);
         tokio::process::Command::from(command).kill_on_drop(false).spawn()
     };
     drop(image);
@@ -275,7 +332,7 @@ pub(crate) fn spawn_process(
         Some(pid) => Leader::Sibling { child, pid, pidfd: None },
         None => Leader::Child(child),
     };
-    runtime.spawn(supervise(leader, inner, spec.signal, stdin_task));
+    runtime.spawn(supervise(leader, inner, spec.cancel, stdin_task));
     Ok(handle)
 }
 
@@ -394,13 +451,10 @@ fn install_prelude(command: &mut std::process::Command, new_session: bool) {
     unsafe { command.pre_exec(prelude) };
 }
 
-fn install_hook(
-    command: &mut std::process::Command,
-    hook: crate::PreExecHook,
-) -> std::io::Result<HookMarker> {
+fn install_hook(command: &mut std::process::Command, hook: PreExecHook) -> std::io::Result<HookMarker> {
     let (reader, writer) = std::io::pipe()?;
     let fd = writer.as_raw_fd();
-    let wrapped = move || match hook() {
+    let wrapped = move || match hook.run() {
         Ok(()) => Ok(()),
         Err(e) => {
             // SAFETY: `write` is async-signal-safe; `fd` is the write end of a pipe that the
@@ -409,8 +463,9 @@ fn install_hook(
             Err(e)
         }
     };
-    // SAFETY: the closure runs between fork and exec. It only calls the caller's hook (which
-    // the `PreExecHook` contract requires to be async-signal-safe) and `write(2)`.
+    // SAFETY: the closure runs between fork and exec. It only calls the caller's hook (whose
+    // maker promised, by the `unsafe` `PreExecHook::new`, that it is async-signal-safe) and
+    // `write(2)`.
     unsafe { command.pre_exec(wrapped) };
     Ok(HookMarker { reader, writer })
 }
@@ -441,7 +496,7 @@ async fn pump(pipe: Option<impl AsyncRead + AsFd + Unpin>, collector: &OutputCol
 async fn run_to_exit(
     leader: &mut Leader,
     inner: &Arc<ProcessInner>,
-    signal: Option<&AbortSignal>,
+    cancel: Option<&CancellationToken>,
 ) -> std::io::Result<ExitStatus> {
     let stdout = leader.child().stdout.take();
     let stderr = leader.child().stderr.take();
@@ -449,8 +504,8 @@ async fn run_to_exit(
         tokio::join!(pump(stdout, &inner.stdout), pump(stderr, &inner.stderr));
     };
     let abort = async {
-        match signal {
-            Some(signal) => signal.aborted().await,
+        match cancel {
+            Some(cancel) => cancel.cancelled().await,
             None => std::future::pending().await,
         }
     };
@@ -505,10 +560,10 @@ fn outcome_of(status: std::io::Result<ExitStatus>) -> ProcessOutcome {
 async fn supervise(
     mut leader: Leader,
     inner: Arc<ProcessInner>,
-    signal: Option<AbortSignal>,
+    cancel: Option<CancellationToken>,
     stdin_task: Option<JoinHandle<()>>,
 ) {
-    let status = run_to_exit(&mut leader, &inner, signal.as_ref()).await;
+    let status = run_to_exit(&mut leader, &inner, cancel.as_ref()).await;
     if let Some(task) = stdin_task {
         task.abort();
     }

@@ -94,7 +94,7 @@ pub trait SpillNamer: Send + Sync {
     fn file_name(&self, label: &str) -> String;
 }
 
-/// The contract's naming scheme.
+/// The default naming scheme described on [`SpillNamer`].
 #[derive(Debug, Default, Clone, Copy)]
 pub struct DefaultSpillNamer;
 
@@ -277,7 +277,7 @@ fn create_private() -> io::Result<SpillDir> {
         let path = temp.join(&name);
         let fd = nix::fcntl::openat(temp_fd.as_fd(), name.as_str(), dir_flags(), Mode::empty())
             .map_err(|e| described(e.into()))?;
-        // The umask may have narrowed the mode further; 0700 exactly is the contract.
+        // The umask may have narrowed the mode further; the directory must be exactly 0700.
         nix::sys::stat::fchmod(fd.as_fd(), Mode::from_bits_truncate(0o700))
             .map_err(|e| described(e.into()))?;
         verify_private(&fd, &path)?;

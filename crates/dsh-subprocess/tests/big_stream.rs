@@ -1,6 +1,8 @@
 //! Memory stays bounded by the caps whatever a command prints. Its own binary so the peak
 //! RSS it reads belongs to these streams alone.
 
+use std::time::Duration;
+
 use dsh_subprocess::{CaptureLimits, ServiceOptions, SpawnSpec, SubprocessService};
 
 const MIB: u64 = 1 << 20;
@@ -17,7 +19,7 @@ fn head(bytes: &str, spill_cap: u64) -> SpawnSpec {
     let mut spec = SpawnSpec::new(vec!["head".into(), "-c".into(), bytes.into(), "/dev/zero".into()]);
     spec.stdout = CaptureLimits::new("stdout", 64_000, Some(spill_cap));
     spec.stderr = CaptureLimits::new("stderr", 64_000, Some(spill_cap));
-    spec.grace_ms = 1000.0;
+    spec.grace = Duration::from_millis(1000);
     spec
 }
 

@@ -4,17 +4,14 @@
 
 use std::time::Duration;
 
-use dsh_core::{AbortReason, AbortSignal};
 use dsh_subprocess::{SpawnSpec, SubprocessService};
 
-#[allow(dead_code)]
-mod escape {
-    include!("support/escape.rs");
-}
+use dsh_test_support::escape;
+use tokio_util::sync::CancellationToken;
 
 fn bash(script: &str) -> SpawnSpec {
     let mut spec = SpawnSpec::new(vec!["bash".into(), "-c".into(), script.into()]);
-    spec.grace_ms = 200.0;
+    spec.grace = Duration::from_millis(200);
     spec
 }
 
@@ -42,14 +39,14 @@ async fn escapes_die_when_the_leader_ends_normally() {
 async fn escapes_die_when_the_tree_is_aborted() {
     let service = SubprocessService::new();
     let marker = escape::marker();
-    let signal = AbortSignal::new();
+    let signal = CancellationToken::new();
     let mut spec = bash(&escape::script(&marker, "echo armed; sleep 1000"));
-    spec.signal = Some(signal.clone());
+    spec.cancel = Some(signal.clone());
     let handle = service.spawn(spec).expect("spawn");
     handle.stdout().wait_for_total(1).await;
     assert_eq!(handle.stdout().read_from(0).text, "armed\n");
     assert_eq!(escape::survivors(&marker).len(), escape::CASES);
-    signal.abort(AbortReason::new("stop"));
+    signal.cancel();
     assert_eq!(handle.wait().await.signal.as_deref(), Some("SIGTERM"));
     escape::assert_no_survivors(&marker).await;
 }

@@ -49,7 +49,7 @@ fn helper_live_harness() {
     runtime.block_on(async {
         let spilling = SubprocessService::new();
         let mut spec = SpawnSpec::new(vec!["bash".into(), "-c".into(), "seq 1 1000".into()]);
-        spec.grace_ms = 200.0;
+        spec.grace = Duration::from_millis(200);
         spec.stdout = CaptureLimits::new("stdout", 100, Some(1 << 20));
         let handle = spilling.spawn(spec).expect("spawn");
         handle.wait().await;
@@ -208,7 +208,7 @@ async fn children_do_not_inherit_the_held_directory() {
         "-c".into(),
         "for f in /proc/$$/fd/*; do readlink \"$f\"; done".into(),
     ]);
-    spec.grace_ms = 200.0;
+    spec.grace = Duration::from_millis(200);
     let handle = service.spawn(spec).expect("spawn");
     handle.wait().await;
     let fds = handle.stdout().collected().text;

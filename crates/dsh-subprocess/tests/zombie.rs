@@ -21,7 +21,7 @@ async fn sp_08_a_group_of_zombies_counts_as_exited() {
     });
     let mut spec =
         SpawnSpec::new(vec!["bash".into(), "-c".into(), "sleep 0.2 >/dev/null 2>&1 & echo bye".into()]);
-    spec.grace_ms = 200.0;
+    spec.grace = Duration::from_millis(200);
     let handle = service.spawn(spec).expect("spawn");
     assert_eq!(handle.wait().await.exit_code, Some(0));
     // The orphaned sleep is adopted by this process, exits, and stays a zombie (nobody here

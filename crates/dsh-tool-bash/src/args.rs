@@ -1,5 +1,5 @@
 //! The named arguments the body reads, and the value checks the schema cannot express
-//! (contract §2.4 step 1; first failure wins).
+//! (checked before anything runs; the first failure wins).
 
 use dsh_core::ToolError;
 use dsh_core::json::{js_is_blank as is_blank, js_json_text};

@@ -1,11 +1,11 @@
-//! The background path (contract §2.9): adapts a started [`ShellProcess`] into the generic job
+//! The background path: adapts a started [`ShellProcess`] into the generic job
 //! hooks. The job runtime owns ids, owners, reads, kills, waits and notices; this module only
 //! maps bash exit and sandbox facts into job output and outcome detail.
 
 use std::sync::{Arc, Weak};
 
 use dsh_core::{Agent, ToolError, ToolExec, WeakContext};
-use dsh_jobs::{JOBS, JobHooks, JobOutcome, JobStartSpec, OutcomeStatus};
+use dsh_jobs::{JOBS, JobError, JobHooks, JobOutcome, JobStartSpec, OutcomeStatus};
 use dsh_shell::{ProcessStatus, ShellError, ShellExecRequest, ShellProcess};
 use parking_lot::Mutex;
 use serde_json::Value;
@@ -18,7 +18,7 @@ const DISABLED: &str = "background execution is disabled for this bash tool";
 const NO_JOBS: &str =
     "background jobs unavailable: load @deepseek-ai/dsh-jobs and @deepseek-ai/dsh-tool-jobs";
 
-/// The job outcome of a settled process (contract §2.10.3). A non-zero exit is `completed`,
+/// The job outcome of a settled process. A non-zero exit is `completed`,
 /// never `failed`; no bash path produces `failed`.
 pub(crate) fn process_outcome(process: &dyn ShellProcess) -> JobOutcome {
     let detail = match process.status() {
@@ -91,8 +91,8 @@ pub(crate) fn start(
     if exec.signal.is_aborted() {
         return Err(ToolError::aborted());
     }
-    // The runtime only sees a string error from `run`; keep the executor's typed error so a
-    // coded failure (SANDBOX_UNAVAILABLE) keeps its code on the tool result.
+    // The runtime only carries `run`'s message (`JobError::StartFailed`); keep the executor's
+    // typed error so a coded failure (SANDBOX_UNAVAILABLE) keeps its code on the tool result.
     let shell_error: Arc<Mutex<Option<ShellError>>> = Arc::new(Mutex::new(None));
     let slot = Arc::clone(&shell_error);
     let shell = Arc::clone(tool.shell());
@@ -122,9 +122,10 @@ pub(crate) fn start(
     };
     match jobs.start(spec) {
         Ok(job_id) => Ok(background_value(&job_id)),
-        Err(message) => Err(match shell_error.lock().take() {
+        Err(JobError::StartFailed(message)) => Err(match shell_error.lock().take() {
             Some(error) => ToolError::from(error),
-            None => ToolError::plain(message.to_string()),
+            None => ToolError::plain(message),
         }),
+        Err(refused) => Err(refused.into()),
     }
 }

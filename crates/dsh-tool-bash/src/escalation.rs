@@ -1,4 +1,4 @@
-//! One-shot sandbox escalation through the approval seam (contract §2.7). Every refusal is a
+//! One-shot sandbox escalation through the approval seam. Every refusal is a
 //! tool error and nothing runs on any path but a grant.
 
 use std::sync::Arc;
@@ -40,8 +40,7 @@ pub(crate) async fn approve(
             reason: Some(escalation_reason(requested, &request.justification)),
             signal: Some(exec.signal.clone()),
         })
-        .await
-        .map_err(ToolError::plain)?;
+        .await?;
     map_escalation_outcome(outcome, requested, "command").map_err(plain)
 }
 

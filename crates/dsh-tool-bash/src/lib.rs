@@ -9,13 +9,15 @@
 //! `sandboxPolicy` service a load-time requirement.
 //!
 //! Service names: the seed calls the injected executor and env registry `bash` and `bashEnv`;
-//! this crate injects them under the contract's keys `shell` and `shellEnv`
+//! this crate injects them under the keys `shell` and `shellEnv`
 //! (`INJECT = ["tools", "shell", "systemPrompt", "shellEnv"]`).
 //!
-//! The crate root exposes only the plugin contract — [`NAME`], [`INJECT`], [`Config`],
-//! [`apply`] and the [`ToolBash`] plugin type. Rendering, presenters and the background
+//! The crate root exposes only the plugin surface — [`NAME`], [`INJECT`], [`Config`]
+//! and the [`ToolBash`] plugin type. Rendering, presenters and the background
 //! adaptation are internal. It knows nothing about how commands are spawned or confined,
 //! which executor is mounted, or which host carries the tool.
+
+#![forbid(unsafe_code)]
 
 mod args;
 mod background;
@@ -29,9 +31,10 @@ mod workdir;
 
 use std::sync::Arc;
 
-use dsh_core::{Plugin, PluginError, PluginScope, SYSTEM_PROMPT, TOOLS};
+use dsh_core::services::{SystemPrompt, Tools};
+use dsh_core::{ConfigError, Deps, Handles, Plugin, PluginError, PluginScope};
 use dsh_sandbox::SANDBOX_POLICY;
-use dsh_shell::{SHELL, SHELL_ENV};
+use dsh_shell::services::{Shell, ShellEnv};
 use schemars::JsonSchema;
 use serde::Deserialize;
 
@@ -39,7 +42,7 @@ use serde::Deserialize;
 pub const NAME: &str = "@deepseek-ai/dsh-tool-bash";
 
 /// The services that must exist before the plugin applies.
-pub const INJECT: &[&str] = &["tools", "shell", "systemPrompt", "shellEnv"];
+pub const INJECT: &[&str] = <<ToolBash as Plugin>::Deps as Deps>::NAMES;
 
 const SHORT_NAME: &str = "tool-bash";
 
@@ -60,47 +63,46 @@ impl Default for Config {
     }
 }
 
-fn missing(key: &str) -> PluginError {
-    PluginError::Apply(format!("{SHORT_NAME}: ctx.{key} is missing"))
-}
-
-/// Registers the `tool:bash` section and the `bash` tool into `scope`; both are disposed when
-/// the plugin (or an injected service) unloads.
-///
-/// Fails with `tool-bash: the mounted bash executor confines but ctx.sandboxPolicy is missing`
-/// when the executor sandboxes and no sandbox policy service is composed.
-pub fn apply(scope: &mut PluginScope, config: Config) -> Result<(), PluginError> {
-    let tools = scope.get(TOOLS).ok_or_else(|| missing("tools"))?;
-    let shell = scope.get(SHELL).ok_or_else(|| missing("shell"))?;
-    let prompt = scope.get(SYSTEM_PROMPT).ok_or_else(|| missing("systemPrompt"))?;
-    let env = scope.get(SHELL_ENV).ok_or_else(|| missing("shellEnv"))?;
-    // The executor's capability fact, read once at load: any defined mode (even
-    // danger-full-access) means a sandboxing composition.
-    let policy = match shell.sandbox_mode() {
-        None => None,
-        Some(_) => Some(scope.get(SANDBOX_POLICY).ok_or_else(|| PluginError::Apply(POLICY_MISSING.into()))?),
-    };
-    let section = prompt
-        .register_section(texts::SECTION_NAME, texts::SECTION_ORDER, texts::SECTION_TEXT)
-        .map_err(|e| PluginError::Apply(e.to_string()))?;
-    scope.add(section);
-    let tool =
-        tool::BashTool::new(shell, env, policy, scope.ctx().downgrade(), config.enable_run_in_background);
-    let registration = tools.register(Arc::new(tool)).map_err(|e| PluginError::Apply(e.to_string()))?;
-    scope.add(registration);
-    Ok(())
-}
-
 /// The plugin, for compositions that load plugins by type.
+///
+/// Registers the `tool:bash` section and the `bash` tool; both are disposed when the plugin
+/// (or an injected service) unloads. Fails with `tool-bash: the mounted bash executor
+/// confines but ctx.sandboxPolicy is missing` when the executor sandboxes and no sandbox
+/// policy service is composed.
 pub struct ToolBash;
 
 impl Plugin for ToolBash {
     const NAME: &'static str = NAME;
     const SHORT_NAME: &'static str = SHORT_NAME;
-    const INJECT: &'static [&'static str] = INJECT;
+    type Deps = (Tools, Shell, SystemPrompt, ShellEnv);
     type Config = Config;
+    type Validated = Config;
 
-    fn apply(scope: &mut PluginScope, config: Config) -> Result<(), PluginError> {
-        apply(scope, config)
+    fn validate(config: Config) -> Result<Config, ConfigError> {
+        Ok(config)
+    }
+
+    fn apply(
+        scope: &mut PluginScope,
+        (tools, shell, prompt, env): Handles<Self>,
+        config: &Config,
+    ) -> Result<(), PluginError> {
+        // The executor's capability fact, read once at load: any defined mode (even
+        // danger-full-access) means a sandboxing composition, which also needs the policy
+        // service (a dependency only then, so it is looked up rather than declared).
+        let policy = match shell.sandbox_mode() {
+            None => None,
+            Some(_) => {
+                Some(scope.get(SANDBOX_POLICY).ok_or_else(|| PluginError::Apply(POLICY_MISSING.into()))?)
+            }
+        };
+        let section =
+            prompt.register_section(texts::SECTION_NAME, texts::SECTION_ORDER, texts::SECTION_TEXT)?;
+        scope.add(section);
+        let tool =
+            tool::BashTool::new(shell, env, policy, scope.ctx().downgrade(), config.enable_run_in_background);
+        let registration = tools.register(Arc::new(tool))?;
+        scope.add(registration);
+        Ok(())
     }
 }

@@ -1,4 +1,4 @@
-//! Presenters (contract §2.12): pure, replay-safe UI render intents.
+//! Presenters: pure, replay-safe UI render intents.
 //!
 //! Improvement over the reference: when the logged result carries the structured foreground
 //! value, the exit pill comes from its real `exitCode`/`signal`, and only the marker the

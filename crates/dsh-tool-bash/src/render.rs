@@ -1,4 +1,4 @@
-//! Result rendering (contract §2.10): the foreground text, background read text, and the
+//! Result rendering: the foreground text, background read text, and the
 //! background outcome.
 
 use dsh_core::json::js_number_text;
@@ -28,7 +28,7 @@ fn denial_line(mode: &str) -> String {
     }
 }
 
-/// The foreground text (contract §2.10.1). The exit/signal marker is always last, so the
+/// The foreground text. The exit/signal marker is always last, so the
 /// exit-status parser can anchor on it; no newline follows the last marker.
 pub(crate) fn render_result(value: &ForegroundView, escalation: bool) -> String {
     let mut body = stream_text(&value.stdout);
@@ -70,7 +70,7 @@ pub(crate) fn render_result(value: &ForegroundView, escalation: bool) -> String 
     body + &markers.join("\n")
 }
 
-/// One background read (contract §2.10.2): the delta plus lossy and sandbox notices.
+/// One background read: the delta plus lossy and sandbox notices.
 ///
 /// Sandbox facts are stamped once at settlement and this runs on every read, so every read
 /// after a denied or runner-failed settlement repeats the sandbox notice (reference quirk kept).

@@ -1,4 +1,4 @@
-//! Model-facing texts, byte-exact (contract Appendix A.1, A.2, §1.9).
+//! Model-facing texts (description, parameter docs, prompt section), byte-exact; tests pin them.
 
 /// The base paragraph of every description variant (ends with one space).
 pub(crate) const BASE_DESCRIPTION: &str = "Execute a bash command (`bash -c`) and return its stdout/stderr. Each call runs in a fresh shell: no state (cwd, variables, functions) persists between calls — pass `workdir` instead of using `cd`. Non-zero exits are reported as `[exit code: N]`. Current harness environment facts are exposed through managed `$DSH_*` variables; inspect them when needed. Commands may run under a file sandbox; a blocked file operation is reported as `[sandbox: file access denied under <mode> mode]` — a policy denial, not a bug in the command; do not retry another way. Long output is truncated to its tail; the full output is saved to a file whose path is reported when available. ";

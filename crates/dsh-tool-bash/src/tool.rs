@@ -1,9 +1,12 @@
-//! The `bash` tool definition and its execute algorithm (contract §2.4; the order is
-//! contractual).
+//! The `bash` tool definition and its execute algorithm. The step order is fixed: argument
+//! checks, standing policy, escalation, per-call policy, workdir, managed environment,
+//! request, then background or foreground.
 
 use std::sync::Arc;
 
-use dsh_core::{ContentBlock, Schema, Tool, ToolError, ToolExec, ToolParams, ToolResult, WeakContext};
+use dsh_core::{
+    ContentBlock, Schema, Tool, ToolError, ToolExec, ToolParams, ToolResult, ToolSpec, WeakContext,
+};
 use dsh_sandbox::{ESCALATION_TARGETS, SandboxPolicyService};
 use dsh_shell::{ShellEnvRegistry, ShellExecRequest, ShellExecutor};
 use serde_json::{Value, json};
@@ -16,9 +19,7 @@ use crate::workdir::resolve_workdir;
 
 /// What the tool was composed with.
 pub(crate) struct BashTool {
-    description: String,
-    params: ToolParams,
-    output: Schema,
+    spec: ToolSpec,
     shell: Arc<dyn ShellExecutor>,
     env: Arc<ShellEnvRegistry>,
     /// Present exactly when the executor sandboxes (escalation targets are advertised).
@@ -28,7 +29,7 @@ pub(crate) struct BashTool {
     background_enabled: bool,
 }
 
-/// The parameters for a configuration (contract §2.2; declaration order is contractual).
+/// The parameters for a configuration (declaration order is the schema's order; keep it).
 fn parameters(background: bool, escalation: bool) -> ToolParams {
     let mut params = ToolParams::new()
         .required("command", Schema::string().describe(texts::PARAM_COMMAND))
@@ -64,9 +65,12 @@ impl BashTool {
     ) -> Self {
         let escalation = policy.is_some();
         Self {
-            description: texts::description(background_enabled, escalation),
-            params: parameters(background_enabled, escalation),
-            output: output_schema(),
+            spec: ToolSpec::new(
+                "bash",
+                texts::description(background_enabled, escalation),
+                parameters(background_enabled, escalation),
+                output_schema(),
+            ),
             shell,
             env,
             policy,
@@ -117,7 +121,7 @@ impl BashTool {
         self.foreground(request, &exec).await
     }
 
-    /// Contract §2.8.
+    /// A foreground run: resolve and run on the shell; an aborted run is an abort error.
     async fn foreground(&self, mut request: ShellExecRequest, exec: &ToolExec) -> Result<Value, ToolError> {
         request.signal = Some(exec.signal.clone());
         // The host may watch the command's latest output line while it runs.
@@ -150,20 +154,8 @@ impl BashTool {
 
 #[async_trait::async_trait]
 impl Tool for BashTool {
-    fn name(&self) -> &str {
-        "bash"
-    }
-
-    fn description(&self) -> &str {
-        &self.description
-    }
-
-    fn parameters(&self) -> &ToolParams {
-        &self.params
-    }
-
-    fn output_schema(&self) -> &Schema {
-        &self.output
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
     }
 
     fn render(&self, _args: &Value, value: &Value) -> Vec<ContentBlock> {

@@ -1,4 +1,4 @@
-//! The canonical value (contract §2.13): its construction, its output schema, and the typed
+//! The canonical structured value: its construction, its output schema, and the typed
 //! view the renderer and presenters read back from the logged JSON.
 
 use dsh_core::Schema;
@@ -31,7 +31,7 @@ fn sandbox_value(info: &ShellSandboxInfo) -> Value {
     Value::Object(m)
 }
 
-/// `{kind:'foreground', ...ShellRunResult}` in the contract's key order; optional keys are
+/// `{kind:'foreground', ...ShellRunResult}` in a fixed key order; optional keys are
 /// omitted, never null; numbers are JS-shaped.
 pub(crate) fn foreground_value(result: &ShellRunResult) -> Value {
     let mut m = Map::new();

@@ -1,5 +1,7 @@
-//! Workdir resolution (contract §2.5). N sessions share one executor, so the per-session cwd
-//! comes from the call, never from executor state.
+//! Workdir resolution: an absolute workdir is used as given; a relative one resolves against
+//! (and an absent one defaults to) the policy root, else the session's canonical cwd. N
+//! sessions share one executor, so the per-session cwd comes from the call, never from
+//! executor state.
 
 use std::path::{Path, PathBuf};
 

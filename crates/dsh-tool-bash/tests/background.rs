@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use common::{FakeApproval, FakeExecutor, FakeProcess, Harness, text};
 use dsh_core::{AbortSignal, ApprovalOutcome, Disposer, ErrorInfo, ToolExec};
-use dsh_jobs::{JOBS, JobRegistry, JobStatus, JobsPlugin, KillOutcome};
+use dsh_jobs::{JOBS, JobError, JobRegistry, JobStatus, JobsPlugin, KillOutcome};
 use dsh_sandbox::{SandboxEnforcement, SandboxMode, SandboxUnavailableError};
 use dsh_shell::{
     ProcessStatus, ShellError, ShellExecRequest, ShellExecSpec, ShellExecutor, ShellProcess,
@@ -149,7 +149,7 @@ async fn bf_16_background_request_from_named_fields_only() {
     assert_eq!(request.dsh_env.expect("env")["DSH_SESSION_ID"], "owner");
     // The job is owned by the calling agent.
     assert_eq!(jobs(&h).get("bash-1", Some(&agent)).expect("job").owner_session.as_deref(), Some("owner"));
-    assert_eq!(jobs(&h).get("bash-1", None).err().as_deref(), Some("job bash-1 belongs to another session"));
+    assert_eq!(jobs(&h).get("bash-1", None).err(), Some(JobError::OtherSession("bash-1".into())));
 }
 
 #[tokio::test]

@@ -15,10 +15,7 @@ use dsh_jobs::{JOBS, JobsPlugin};
 use dsh_subprocess::SubprocessService;
 use serde_json::json;
 
-#[allow(dead_code)]
-mod escape {
-    include!("../../dsh-subprocess/tests/support/escape.rs");
-}
+use dsh_test_support::escape;
 
 fn local() -> (Harness, Arc<LocalBashExecutor>) {
     let config = LocalBashConfig { grace_ms: 200.0, timeout_ms: 60_000.0, ..LocalBashConfig::default() };

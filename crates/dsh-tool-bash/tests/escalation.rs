@@ -6,7 +6,7 @@ mod common;
 use std::sync::Arc;
 
 use common::{FakeApproval, FakeExecutor, Harness, text};
-use dsh_core::ApprovalOutcome;
+use dsh_core::{ApprovalError, ApprovalOutcome};
 use dsh_sandbox::SandboxMode;
 use serde_json::{Value, json};
 
@@ -157,7 +157,8 @@ async fn sb_04_routing_failures_and_refusals() {
     assert!(last.signal.is_some());
 
     // An approval service error (e.g. outside an open turn) is the tool error.
-    *approval.outcome.lock() = Err("approval.request() outside an open turn: …".into());
+    *approval.outcome.lock() =
+        Err(ApprovalError::Provider("approval.request() outside an open turn: …".into()));
     assert_eq!(
         error_text(&h, Some(&agent), escalate("workspace-write")).await,
         "Error: approval.request() outside an open turn: …"

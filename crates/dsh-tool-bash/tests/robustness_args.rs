@@ -1,14 +1,13 @@
 //! Property tests: the `bash` tool under arbitrary JSON arguments, over a recording fake
 //! executor (no random string ever reaches a real shell).
 //!
-//! For every generated call the test predicts the outcome from the contract (§1.3 schema stage,
-//! §2.4 value checks and order, §2.7 escalation, §2.9 background) and checks it exactly: a
-//! failure is `Error: <the predicted message>` and runs nothing; a success renders exactly the
-//! text its structured value implies, and the executor saw a request built from the named
+//! For every generated call the test predicts the outcome (schema stage, value checks and
+//! their order, escalation, background) and checks it exactly: a failure is
+//! `Error: <the predicted message>` and runs nothing; a success renders exactly the text its
+//! structured value implies, and the executor saw a request built from the named
 //! fields only. Nothing may panic.
 
 mod common;
-mod robustness_json;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -21,12 +20,14 @@ use dsh_shell::{
     CollectedOutput, ProcessStatus, ShellError, ShellExecRequest, ShellExecSpec, ShellExecutor, ShellProcess,
     ShellRunResult, ShellSandboxInfo,
 };
+use dsh_test_support::json::{
+    arb_args, arb_number, arb_string, field, js_blank, js_json_text, js_number_text,
+};
 use dsh_tool_bash::Config;
 use dsh_tool_jobs::ToolJobsPlugin;
 use parking_lot::Mutex;
 use proptest::prelude::*;
 use proptest::test_runner::{Config as ProptestConfig, TestCaseError, TestRunner};
-use robustness_json::{arb_args, arb_number, arb_string, field, js_blank, js_json_text, js_number_text};
 use serde_json::{Value, json};
 
 const CASES: u32 = 512;
@@ -167,7 +168,7 @@ impl Composition {
     }
 }
 
-/// What the contract says a call produces.
+/// What a call is expected to produce.
 #[derive(Debug, PartialEq)]
 enum Expect {
     InvalidArgs,
@@ -191,7 +192,7 @@ fn type_ok(value: &Value, ty: &str) -> bool {
     }
 }
 
-/// The contract's prediction for `args` in `kind`, called with or without an agent.
+/// The expected outcome for `args` in `kind`, called with or without an agent.
 fn predict(kind: Kind, args: &Value, with_agent: bool) -> Expect {
     let Some(map) = args.as_object() else { return Expect::InvalidArgs };
     // Schema stage: only advertised parameters are checked; extra keys pass.
@@ -281,7 +282,7 @@ fn predict(kind: Kind, args: &Value, with_agent: bool) -> Expect {
     Expect::Foreground
 }
 
-/// Every message shape the contract's bash error catalog (§2.14) allows.
+/// Every message shape a `bash` tool error may take.
 const KNOWN_ERRORS: &[&str] = &[
     "invalid arguments: ",
     "invalid command: expected a non-empty string",

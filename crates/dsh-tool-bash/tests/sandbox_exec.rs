@@ -12,47 +12,13 @@ use dsh_bash_local::{LocalBashConfig, LocalBashExecutor};
 use dsh_bash_sandbox::SandboxBashExecutor;
 use dsh_core::{ApprovalOutcome, ErrorInfo};
 use dsh_jobs::{JOBS, JobRegistry, JobStatus, JobsPlugin};
-use dsh_sandbox::{
-    ConfinedCommand, ESCALATION_HINT, ProviderReport, RunnerFailureRule, SANDBOX_POLICY, SandboxEnforcement,
-    SandboxExecutionPolicy, SandboxMode, SandboxPolicyService, SandboxProvider, SandboxUnavailableError,
-};
+use dsh_sandbox::{ESCALATION_HINT, SANDBOX_POLICY, SandboxMode, SandboxPolicyService, SandboxProvider};
 use dsh_sandbox_policy::{LocalSandboxPolicy, SandboxPolicyConfig};
 use dsh_shell::{SHELL, ShellExecutor};
 use dsh_subprocess::SubprocessService;
+use dsh_test_support::fake_provider::FakeProvider;
 use dsh_tool_bash::ToolBash;
-use parking_lot::Mutex;
 use serde_json::{Value, json};
-
-/// Returns the argv unchanged (or refuses when `unavailable`), recording every policy.
-struct FakeProvider {
-    unavailable: bool,
-    seen: Mutex<Vec<SandboxExecutionPolicy>>,
-}
-
-impl SandboxProvider for FakeProvider {
-    fn confine(
-        &self,
-        argv: &[String],
-        policy: &SandboxExecutionPolicy,
-    ) -> Result<ConfinedCommand, SandboxUnavailableError> {
-        self.seen.lock().push(policy.clone());
-        if self.unavailable {
-            return Err(SandboxUnavailableError::new(policy.mode));
-        }
-        Ok(ConfinedCommand {
-            argv: argv.to_vec(),
-            child_confinement: None,
-            enforcement: SandboxEnforcement::Full,
-            denial_signatures: vec!["read-only file system".into(), "permission denied".into()],
-            runner_failure_rules: vec![RunnerFailureRule::fatal(&["fake-runner: "])],
-            runner: None,
-        })
-    }
-
-    fn describe(&self) -> ProviderReport {
-        ProviderReport { provider: "fake".into(), selected: Some("fake".into()), runners: Vec::new() }
-    }
-}
 
 struct Sbx {
     h: Harness,
@@ -66,7 +32,7 @@ impl Sbx {
         let policy: Arc<dyn SandboxPolicyService> =
             Arc::new(LocalSandboxPolicy::new(&policy).expect("policy"));
         ctx.provide(SANDBOX_POLICY, Arc::clone(&policy)).expect("policy");
-        let provider = Arc::new(FakeProvider { unavailable, seen: Mutex::new(Vec::new()) });
+        let provider = Arc::new(FakeProvider::unavailable(unavailable));
         let local = LocalBashExecutor::new(local, SubprocessService::new()).expect("local");
         let executor: Arc<dyn ShellExecutor> =
             Arc::new(SandboxBashExecutor::new(local, provider.clone() as Arc<dyn SandboxProvider>, policy));
@@ -180,7 +146,7 @@ async fn sb_20_workdir_from_policy_root_and_unavailable_through_the_tool() {
     let agent = s.h.agent("a", Some("/usr"));
     let usr = std::fs::canonicalize("/usr").expect("usr");
     assert_eq!(text(&s.h.call_as(&agent, fg("pwd")).await), format!("{}\n", usr.display()));
-    let seen = s.provider.seen.lock().clone();
+    let seen = s.provider.policies();
     assert_eq!(seen.iter().map(|p| p.workspace_root.clone()).collect::<Vec<_>>(), [tmp, usr]);
 
     let u = Sbx::new(SandboxPolicyConfig::default(), LocalBashConfig::default(), true);
@@ -214,9 +180,9 @@ async fn granted_escalation_reaches_the_provider_for_that_call_only() {
     assert!(!r.is_error, "{}", text(&r));
     assert_eq!(r.value.expect("value")["sandbox"]["mode"], json!("workspace-write"));
     s.h.call_as(&agent, fg("true")).await;
-    let modes: Vec<SandboxMode> = s.provider.seen.lock().iter().map(|p| p.mode).collect();
+    let modes: Vec<SandboxMode> = s.provider.policies().iter().map(|p| p.mode).collect();
     assert_eq!(modes, [SandboxMode::WorkspaceWrite, SandboxMode::ReadOnly]);
-    let first = s.provider.seen.lock()[0].clone();
+    let first = s.provider.policies()[0].clone();
     assert_eq!(first.session_id.as_deref(), Some("s"));
     assert_eq!(first.workspace_root, std::fs::canonicalize("/tmp").expect("tmp"));
 }

@@ -1,4 +1,4 @@
-//! The job tools' configuration and its load-time checks (§6.9).
+//! The job tools' configuration and its load-time checks (exact messages).
 
 use dsh_core::json::{MAX_SAFE_INTEGER, js_number_text};
 use schemars::JsonSchema;
@@ -25,7 +25,7 @@ pub struct ToolJobsConfig {
     pub completion_delivery: String,
     /// Notices that may open a turn in a row before one user message resets the budget.
     pub max_consecutive_wakes: f64,
-    /// Advertise `job_output.tail_lines` (off by default, so the contract schema is unchanged).
+    /// Advertise `job_output.tail_lines` (off by default, so the default schema is unchanged).
     pub tail_lines: bool,
 }
 
@@ -50,7 +50,8 @@ fn at_least_one(key: &str, value: f64) -> Result<(), String> {
 }
 
 impl ToolJobsConfig {
-    /// Checks every rule of §6.9 with its exact message.
+    /// Checks every rule, each with its exact message: every value is at least 1, delivery is
+    /// `wakeup` or `quiet`, `waitTimeoutMs` ≤ `maxWaitTimeoutMs`, and wakes are a whole number.
     pub fn check(&self) -> Result<(), String> {
         at_least_one("waitTimeoutMs", self.wait_timeout_ms)?;
         at_least_one("maxWaitTimeoutMs", self.max_wait_timeout_ms)?;
@@ -73,6 +74,17 @@ impl ToolJobsConfig {
         Ok(())
     }
 
+    /// The checked form (every rule of [`Self::check`], with its exact message).
+    pub fn checked(self) -> Result<CheckedToolJobsConfig, String> {
+        self.check()?;
+        Ok(CheckedToolJobsConfig {
+            delivery: self.delivery()?,
+            // Checked above: a whole number ≥ 1 within the safe-integer range.
+            max_consecutive_wakes: self.max_consecutive_wakes as u64,
+            config: self,
+        })
+    }
+
     /// The parsed delivery mode.
     pub fn delivery(&self) -> Result<CompletionDelivery, String> {
         match self.completion_delivery.as_str() {
@@ -84,4 +96,15 @@ impl ToolJobsConfig {
             )),
         }
     }
+}
+
+/// A [`ToolJobsConfig`] that passed [`ToolJobsConfig::check`], with its parsed values.
+#[derive(Clone, Debug)]
+pub struct CheckedToolJobsConfig {
+    /// The config as given.
+    pub config: ToolJobsConfig,
+    /// The parsed `completionDelivery`.
+    pub delivery: CompletionDelivery,
+    /// `maxConsecutiveWakes` as a whole number of turns.
+    pub max_consecutive_wakes: u64,
 }

@@ -12,7 +12,7 @@ mod plugin;
 mod render;
 mod tools;
 
-pub use config::{CompletionDelivery, ToolJobsConfig};
+pub use config::{CheckedToolJobsConfig, CompletionDelivery, ToolJobsConfig};
 pub use notice::{SUMMARY_MAX_UTF16, completion_notice, completion_summary};
 pub use plugin::{JOBS_SECTION, JOBS_SECTION_ORDER, ToolJobsPlugin};
 pub use render::{public_job_schema, status_line};

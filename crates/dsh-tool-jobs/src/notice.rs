@@ -1,4 +1,4 @@
-//! Completion notices (§6.8): the text, the bounded summary, and delivery with a wake budget
+//! Completion notices: the text, the bounded summary, and delivery with a wake budget
 //! per exact agent instance.
 
 use std::sync::{Arc, Weak};
@@ -39,7 +39,7 @@ pub fn completion_summary(job: &JobSnapshot) -> String {
 }
 
 /// `background job <id> (<kind>: <label>) finished <statusLine>. Read its output with job_output.`,
-/// degraded within the job's `outputLimitBytes` when the producer set one (Appendix B.3).
+/// degraded to fit the job's `outputLimitBytes` when the producer set one.
 pub fn completion_notice(job: &JobSnapshot) -> String {
     let prefix = format!("background job {}", job.id);
     let detail = format!(" ({}: {}) finished {}", job.kind, job.label, snapshot_status_line(job));

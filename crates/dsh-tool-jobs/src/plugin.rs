@@ -3,10 +3,11 @@
 
 use std::sync::Arc;
 
-use dsh_core::{Plugin, PluginError, PluginScope, SYSTEM_PROMPT, TOOLS, Tool};
-use dsh_jobs::JOBS;
+use dsh_core::services::{SystemPrompt, Tools};
+use dsh_core::{ConfigError, Handles, Plugin, PluginError, PluginScope, Tool};
+use dsh_jobs::services::Jobs;
 
-use crate::config::ToolJobsConfig;
+use crate::config::{CheckedToolJobsConfig, ToolJobsConfig};
 use crate::notice::Notifier;
 use crate::tools::{JobKillTool, JobListTool, JobOutputTool};
 
@@ -29,29 +30,25 @@ impl ToolJobsPlugin {
 impl Plugin for ToolJobsPlugin {
     const NAME: &'static str = "@deepseek-ai/dsh-tool-jobs";
     const SHORT_NAME: &'static str = "tool-jobs";
-    const INJECT: &'static [&'static str] = &["tools", "jobs", "systemPrompt"];
+    type Deps = (Tools, Jobs, SystemPrompt);
     type Config = ToolJobsConfig;
+    type Validated = CheckedToolJobsConfig;
 
-    fn validate(config: &ToolJobsConfig) -> Result<(), String> {
-        config.check()
+    fn validate(config: ToolJobsConfig) -> Result<CheckedToolJobsConfig, ConfigError> {
+        Ok(config.checked()?)
     }
 
-    fn apply(scope: &mut PluginScope, config: ToolJobsConfig) -> Result<(), PluginError> {
-        config.check().map_err(PluginError::Config)?;
-        let delivery = config.delivery().map_err(PluginError::Config)?;
-        let missing = |key: &str| PluginError::Apply(format!("tool-jobs: service \"{key}\" is missing"));
-        let jobs = scope.get(JOBS).ok_or_else(|| missing("jobs"))?;
-        let tools = scope.get(TOOLS).ok_or_else(|| missing("tools"))?;
-        let prompt = scope.get(SYSTEM_PROMPT).ok_or_else(|| missing("systemPrompt"))?;
-
+    fn apply(
+        scope: &mut PluginScope,
+        (tools, jobs, prompt): Handles<Self>,
+        checked: &CheckedToolJobsConfig,
+    ) -> Result<(), PluginError> {
+        let config = &checked.config;
         scope.add(jobs.attach_controller());
-        let section = prompt
-            .register_section(JOBS_SECTION, JOBS_SECTION_ORDER, JOBS_SECTION_TEXT)
-            .map_err(|e| PluginError::Apply(e.to_string()))?;
+        let section = prompt.register_section(JOBS_SECTION, JOBS_SECTION_ORDER, JOBS_SECTION_TEXT)?;
         scope.add(section);
 
-        // Validated above: a whole number ≥ 1 within the safe-integer range.
-        let notifier = Notifier::new(delivery, config.max_consecutive_wakes as u64);
+        let notifier = Notifier::new(checked.delivery, checked.max_consecutive_wakes);
         scope.add(jobs.on_settled(Arc::new(move |job, owner| notifier.on_settled(job, owner))));
 
         let definitions: [Arc<dyn Tool>; 3] = [
@@ -65,7 +62,7 @@ impl Plugin for ToolJobsPlugin {
             Arc::new(JobKillTool::new(Arc::clone(&jobs))),
         ];
         for tool in definitions {
-            let registration = tools.register(tool).map_err(|e| PluginError::Apply(e.to_string()))?;
+            let registration = tools.register(tool)?;
             scope.add(registration);
         }
         Ok(())

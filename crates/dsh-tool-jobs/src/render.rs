@@ -1,4 +1,4 @@
-//! Status lines, the public job schema, and byte-bounded text fitting (Appendix B.3).
+//! Status lines, the public job schema, and byte-bounded text fitting.
 
 use dsh_core::Schema;
 use serde_json::{Value, json};

@@ -1,8 +1,8 @@
-//! The three job tools: definitions, bodies, renderers and presenters (§6.5, §6.6, A.3).
+//! The three job tools: definitions, bodies, renderers and presenters.
 
 use std::sync::Arc;
 
-use dsh_core::{ContentBlock, Schema, Tool, ToolError, ToolExec, ToolParams, ToolResult};
+use dsh_core::{ContentBlock, Schema, Tool, ToolError, ToolExec, ToolParams, ToolResult, ToolSpec};
 use dsh_jobs::{JobRegistry, KillOutcome};
 use serde_json::{Value, json};
 
@@ -75,8 +75,7 @@ fn tail_lines(text: &str, n: usize) -> String {
 /// `job_output`: a (possibly waiting) consuming read.
 pub struct JobOutputTool {
     jobs: Arc<dyn JobRegistry>,
-    params: ToolParams,
-    output: Schema,
+    spec: ToolSpec,
     wait_default_ms: f64,
     wait_cap_ms: f64,
 }
@@ -94,11 +93,12 @@ impl JobOutputTool {
         }
         let output =
             Schema::object(vec![("text", Schema::string(), true), ("job", public_job_schema(), true)], false);
-        Self { jobs, params, output, wait_default_ms, wait_cap_ms }
+        let spec = ToolSpec::new("job_output", JOB_OUTPUT_DESCRIPTION, params, output);
+        Self { jobs, spec, wait_default_ms, wait_cap_ms }
     }
 
     fn tail_arg(&self, args: &Value) -> Result<Option<usize>, ToolError> {
-        if !self.params.names().any(|n| n == "tail_lines") {
+        if !self.spec.parameters.names().any(|n| n == "tail_lines") {
             return Ok(None);
         }
         match args.get("tail_lines") {
@@ -116,17 +116,8 @@ impl JobOutputTool {
 
 #[async_trait::async_trait]
 impl Tool for JobOutputTool {
-    fn name(&self) -> &str {
-        "job_output"
-    }
-    fn description(&self) -> &str {
-        JOB_OUTPUT_DESCRIPTION
-    }
-    fn parameters(&self) -> &ToolParams {
-        &self.params
-    }
-    fn output_schema(&self) -> &Schema {
-        &self.output
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
     }
 
     fn render(&self, _args: &Value, value: &Value) -> Vec<ContentBlock> {
@@ -144,9 +135,9 @@ impl Tool for JobOutputTool {
             let requested = args.get("timeout_ms").and_then(Value::as_f64).unwrap_or(self.wait_default_ms);
             let timeout = requested.min(self.wait_cap_ms);
             // A timed-out wait is not an error: the read below reports the live status.
-            self.jobs.wait(id, timeout, caller, Some(exec.signal.clone())).await.map_err(ToolError::plain)?;
+            self.jobs.wait(id, timeout, caller, Some(exec.signal.clone())).await?;
         }
-        let (text, job) = self.jobs.read(id, caller).map_err(ToolError::plain)?;
+        let (text, job) = self.jobs.read(id, caller)?;
         let text = match tail {
             Some(n) => tail_lines(&text, n),
             None => text,
@@ -156,7 +147,8 @@ impl Tool for JobOutputTool {
 
     fn present_call(&self, args: &Value) -> Option<Value> {
         let id = args.get("job_id")?.as_str()?;
-        self.params
+        self.spec
+            .parameters
             .accepts(args)
             .then(|| generic_card(format!("Read output from background job {id}"), "read", Some(id)))
     }
@@ -178,29 +170,25 @@ impl Tool for JobOutputTool {
 /// `job_list`: the caller's jobs and every unowned one.
 pub struct JobListTool {
     jobs: Arc<dyn JobRegistry>,
-    params: ToolParams,
-    output: Schema,
+    spec: ToolSpec,
 }
 
 impl JobListTool {
     pub fn new(jobs: Arc<dyn JobRegistry>) -> Self {
-        Self { jobs, params: ToolParams::new(), output: Schema::array(public_job_schema()) }
+        let spec = ToolSpec::new(
+            "job_list",
+            JOB_LIST_DESCRIPTION,
+            ToolParams::new(),
+            Schema::array(public_job_schema()),
+        );
+        Self { jobs, spec }
     }
 }
 
 #[async_trait::async_trait]
 impl Tool for JobListTool {
-    fn name(&self) -> &str {
-        "job_list"
-    }
-    fn description(&self) -> &str {
-        JOB_LIST_DESCRIPTION
-    }
-    fn parameters(&self) -> &ToolParams {
-        &self.params
-    }
-    fn output_schema(&self) -> &Schema {
-        &self.output
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
     }
 
     fn render(&self, _args: &Value, value: &Value) -> Vec<ContentBlock> {
@@ -224,15 +212,17 @@ impl Tool for JobListTool {
     }
 
     fn present_call(&self, args: &Value) -> Option<Value> {
-        self.params.accepts(args).then(|| generic_card("List background jobs".to_owned(), "read", None))
+        self.spec
+            .parameters
+            .accepts(args)
+            .then(|| generic_card("List background jobs".to_owned(), "read", None))
     }
 }
 
 /// `job_kill`: requests cancellation; never consumes unread output.
 pub struct JobKillTool {
     jobs: Arc<dyn JobRegistry>,
-    params: ToolParams,
-    output: Schema,
+    spec: ToolSpec,
 }
 
 impl JobKillTool {
@@ -248,23 +238,14 @@ impl JobKillTool {
             ],
             false,
         );
-        Self { jobs, params, output }
+        Self { jobs, spec: ToolSpec::new("job_kill", JOB_KILL_DESCRIPTION, params, output) }
     }
 }
 
 #[async_trait::async_trait]
 impl Tool for JobKillTool {
-    fn name(&self) -> &str {
-        "job_kill"
-    }
-    fn description(&self) -> &str {
-        JOB_KILL_DESCRIPTION
-    }
-    fn parameters(&self) -> &ToolParams {
-        &self.params
-    }
-    fn output_schema(&self) -> &Schema {
-        &self.output
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
     }
 
     fn render(&self, _args: &Value, value: &Value) -> Vec<ContentBlock> {
@@ -280,8 +261,8 @@ impl Tool for JobKillTool {
         let id = job_id(&args)?;
         let caller = exec.agent.as_ref();
         let reason = args.get("reason").and_then(Value::as_str).map(str::to_owned);
-        let outcome = self.jobs.kill(id, caller, reason).map_err(ToolError::plain)?;
-        let job = self.jobs.get(id, caller).map_err(ToolError::plain)?;
+        let outcome = self.jobs.kill(id, caller, reason)?;
+        let job = self.jobs.get(id, caller)?;
         let outcome = match outcome {
             KillOutcome::Requested => "cancellation-requested",
             KillOutcome::AlreadyFinished => "already-finished",
@@ -291,7 +272,8 @@ impl Tool for JobKillTool {
 
     fn present_call(&self, args: &Value) -> Option<Value> {
         let id = args.get("job_id")?.as_str()?;
-        self.params
+        self.spec
+            .parameters
             .accepts(args)
             .then(|| generic_card(format!("Kill background job {id}"), "execute", Some(id)))
     }

@@ -6,30 +6,18 @@
 use std::sync::Arc;
 
 use dsh_bash_local::{LocalBashConfig, LocalBashExecutor};
-use dsh_core::plugins::{AgentsPlugin, SystemPromptPlugin, ToolsPlugin};
-use dsh_core::{AGENTS, Agent, Context, TOOLS, ToolExec, ToolRegistry, ToolResult};
+use dsh_core::AGENTS;
 use dsh_jobs::JobsPlugin;
 use dsh_shell::{SHELL, ShellEnvConfig, ShellEnvPlugin, ShellExecutor};
 use dsh_subprocess::SubprocessService;
+use dsh_test_support::compose::{Composition, host};
+use dsh_test_support::escape;
 use dsh_tool_bash::{Config, ToolBash};
 use dsh_tool_jobs::ToolJobsPlugin;
 use serde_json::{Value, json};
 
-#[allow(dead_code)]
-mod escape {
-    include!("../../dsh-subprocess/tests/support/escape.rs");
-}
-
-struct Fx {
-    ctx: Context,
-    tools: Arc<ToolRegistry>,
-}
-
-fn compose() -> Fx {
-    let ctx = Context::new();
-    ctx.load_default::<ToolsPlugin>().expect("tools");
-    ctx.load_default::<SystemPromptPlugin>().expect("prompt");
-    ctx.load_default::<AgentsPlugin>().expect("agents");
+fn compose() -> Composition {
+    let ctx = host();
     ctx.load::<ShellEnvPlugin>(ShellEnvConfig { dsh_home: Some("/h/dsh".into()) }).expect("shell-env");
     let config = LocalBashConfig { grace_ms: 200.0, timeout_ms: 60_000.0, ..LocalBashConfig::default() };
     let executor: Arc<dyn ShellExecutor> =
@@ -38,21 +26,7 @@ fn compose() -> Fx {
     ctx.load::<ToolBash>(Config::default()).expect("tool-bash");
     ctx.load_default::<JobsPlugin>().expect("jobs");
     ctx.load_default::<ToolJobsPlugin>().expect("tool-jobs");
-    let tools = ctx.get(TOOLS).expect("tools");
-    Fx { ctx, tools }
-}
-
-impl Fx {
-    async fn call(&self, name: &str, args: Value, agent: Option<&Arc<Agent>>) -> ToolResult {
-        self.tools.call(name, args, ToolExec::new(agent.cloned(), "call-c")).await
-    }
-
-    fn agent(&self, id: &str) -> Arc<Agent> {
-        let agent = Agent::new(id, None);
-        agent.session().begin_turn().expect("turn");
-        self.ctx.get(AGENTS).expect("agents").register(Arc::clone(&agent)).expect("register");
-        agent
-    }
+    Composition::of(ctx)
 }
 
 fn bg(command: &str) -> Value {
@@ -90,7 +64,7 @@ async fn containment_job_kill_leaves_no_escapee() {
 #[tokio::test]
 async fn containment_session_close_leaves_no_escapee() {
     let fx = compose();
-    let alice = fx.agent("alice");
+    let alice = fx.agent_in_turn("alice");
     let marker = escape::marker();
     let command = escape::script(&marker, "echo armed; sleep 1000");
     assert_eq!(fx.call("bash", bg(&command), Some(&alice)).await.text(), "started background job bash-1");

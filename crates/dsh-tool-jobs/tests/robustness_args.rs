@@ -1,13 +1,10 @@
 //! Property tests: `job_output`, `job_list` and `job_kill` under arbitrary JSON arguments and
 //! callers, over scripted producers.
 //!
-//! For every generated call the test predicts the outcome from the contract (§1.3 schema
-//! stage, §6.3 access fence and wait rules, §6.5, §6.6) and checks it exactly: a failure is
+//! For every generated call the test predicts the outcome (schema stage, access fence, wait
+//! rules, tool bodies) and checks it exactly: a failure is
 //! `Error: <the predicted message>`, a success renders exactly the text its structured value
 //! implies. Nothing may panic, and consuming reads never deliver a byte twice.
-
-#[path = "../../dsh-tool-bash/tests/robustness_json/mod.rs"]
-mod robustness_json;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -17,11 +14,13 @@ use dsh_core::plugins::{AgentsPlugin, SystemPromptPlugin, ToolsPlugin};
 use dsh_core::{AGENTS, Agent, Context, TOOLS, ToolExec, ToolRegistry};
 use dsh_jobs::testing::FakeProducer;
 use dsh_jobs::{JOBS, JobOutcome, JobRegistry, JobsPlugin, OutcomeStatus};
+use dsh_test_support::json::{
+    arb_args, arb_json, arb_number, arb_string, field, js_json_text, js_number_text,
+};
 use dsh_tool_jobs::{ToolJobsConfig, ToolJobsPlugin};
 use parking_lot::Mutex;
 use proptest::prelude::*;
 use proptest::test_runner::{Config as ProptestConfig, TestCaseError, TestRunner};
-use robustness_json::{arb_args, arb_json, arb_number, arb_string, field, js_json_text, js_number_text};
 use serde_json::{Value, json};
 
 const CASES: u32 = 512;
@@ -116,7 +115,7 @@ impl Composition {
     }
 }
 
-/// What the contract says a call produces.
+/// What a call is expected to produce.
 #[derive(Debug, PartialEq)]
 enum Expect {
     InvalidArgs,
@@ -138,7 +137,7 @@ fn type_ok(value: &Value, ty: &str) -> bool {
     }
 }
 
-/// The access fence (§6.3): unknown ids, then owned jobs of another session.
+/// The access fence: unknown ids, then owned jobs of another session.
 fn access(id: &str, caller: Option<&str>) -> Option<String> {
     match JOBS_AND_OWNERS.iter().find(|(job, _)| *job == id) {
         None => Some(format!("unknown job {id}")),

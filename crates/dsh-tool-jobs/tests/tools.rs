@@ -1,45 +1,44 @@
 //! The job tools through `ToolRegistry::call`, composed like a host composes them, over fake
-//! producers (§6.5–§6.9, conformance group H and PS-04).
+//! producers: schemas, presenters, admission, reads, kills, listing, completion notices and
+//! wake budgets, wait bounds, config errors and output limits.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use dsh_core::plugins::{AgentsPlugin, SystemPromptPlugin, ToolsPlugin};
 use dsh_core::{
-    AGENTS, AbortSignal, Agent, AgentMessage, AgentStatus, Agents, Context, Delivery, Disposer,
-    SYSTEM_PROMPT, TOOLS, ToolExec, ToolRegistry, ToolResult,
+    AbortSignal, Agent, AgentMessage, AgentStatus, Context, Delivery, Disposer, SYSTEM_PROMPT, ToolExec,
 };
 use dsh_jobs::testing::FakeProducer;
 use dsh_jobs::{
-    JOBS, JobOutcome, JobRegistry, JobSnapshot, JobStatus, JobsConfig, JobsPlugin, OutcomeStatus,
+    JOBS, JobError, JobOutcome, JobRegistry, JobSnapshot, JobStatus, JobsConfig, JobsPlugin, OutcomeStatus,
 };
+use dsh_test_support::compose::{Composition, host};
 use dsh_tool_jobs::{ToolJobsConfig, ToolJobsPlugin};
 use parking_lot::Mutex;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
+/// The host composition (calls, agents) plus the job registry.
 struct Fx {
-    ctx: Context,
-    tools: Arc<ToolRegistry>,
+    host: Composition,
     jobs: Arc<dyn JobRegistry>,
-    agents: Arc<Agents>,
+}
+
+impl std::ops::Deref for Fx {
+    type Target = Composition;
+    fn deref(&self) -> &Composition {
+        &self.host
+    }
 }
 
 type Deliveries = Arc<Mutex<Vec<(Delivery, AgentMessage)>>>;
 
 fn compose_with(jobs: JobsConfig, tool_jobs: ToolJobsConfig) -> Fx {
-    let ctx = Context::new();
-    ctx.load_default::<ToolsPlugin>().expect("tools");
-    ctx.load_default::<SystemPromptPlugin>().expect("prompt");
-    ctx.load_default::<AgentsPlugin>().expect("agents");
+    let ctx = host();
     ctx.load::<JobsPlugin>(jobs).expect("jobs");
     ctx.load::<ToolJobsPlugin>(tool_jobs).expect("tool-jobs");
-    Fx {
-        tools: ctx.get(TOOLS).expect("tools"),
-        jobs: ctx.get(JOBS).expect("jobs"),
-        agents: ctx.get(AGENTS).expect("agents"),
-        ctx,
-    }
+    let host = Composition::of(ctx);
+    Fx { jobs: host.ctx.get(JOBS).expect("jobs"), host }
 }
 
 fn compose() -> Fx {
@@ -53,16 +52,6 @@ fn tool_config(f: impl FnOnce(&mut ToolJobsConfig)) -> ToolJobsConfig {
 }
 
 impl Fx {
-    fn agent(&self, id: &str) -> Arc<Agent> {
-        let agent = Agent::new(id, None);
-        self.agents.register(Arc::clone(&agent)).expect("register");
-        agent
-    }
-
-    async fn call(&self, name: &str, args: Value, agent: Option<&Arc<Agent>>) -> ToolResult {
-        self.tools.call(name, args, ToolExec::new(agent.cloned(), "call-1")).await
-    }
-
     /// Settlements as a listener registered after the job tools sees them (so the notice,
     /// if any, has been delivered by the time one arrives).
     fn settlements(&self) -> (mpsc::UnboundedReceiver<JobSnapshot>, Disposer) {
@@ -208,12 +197,12 @@ async fn jb_09_admission_through_the_tools() {
         fx.jobs.start(trap.spec("bash", "trap '' TERM; sleep 60", Some(Arc::clone(&alice)))),
         Ok("bash-1".into())
     );
-    let refused = "background job limit reached for this owner (limit: 1); use job_kill to stop an unneeded job, wait for it to finish, then retry";
+    let refused = JobError::LimitReached(1);
     let next = FakeProducer::new();
-    assert_eq!(fx.jobs.start(next.spec("bash", "echo", Some(Arc::clone(&alice)))), Err(refused.into()));
+    assert_eq!(fx.jobs.start(next.spec("bash", "echo", Some(Arc::clone(&alice)))), Err(refused.clone()));
     let kill = fx.call("job_kill", json!({"job_id": "bash-1"}), Some(&alice)).await;
     assert_eq!(kill.text(), "requested cancellation of job bash-1");
-    assert_eq!(fx.jobs.start(next.spec("bash", "echo", Some(Arc::clone(&alice)))), Err(refused.into()));
+    assert_eq!(fx.jobs.start(next.spec("bash", "echo", Some(Arc::clone(&alice)))), Err(refused));
     // The trapped TERM is followed by the escalation's SIGKILL.
     let mut waiting =
         Box::pin(fx.call("job_output", json!({"job_id": "bash-1", "wait": true}), Some(&alice)));
@@ -613,10 +602,7 @@ async fn controller_follows_the_tools_plugin_and_jobs_outlive_it() {
     let p = FakeProducer::new();
     fx.jobs.start(p.spec("bash", "x", Some(Arc::clone(&owner)))).expect("start");
     fx.ctx.unload("tool-jobs").await.expect("unload");
-    assert_eq!(
-        fx.jobs.start(p.spec("bash", "y", Some(Arc::clone(&owner)))),
-        Err("background jobs unavailable: no job controller serves this agent (load @deepseek-ai/dsh-tool-jobs in its composition)".into())
-    );
+    assert_eq!(fx.jobs.start(p.spec("bash", "y", Some(Arc::clone(&owner)))), Err(JobError::NoController));
     assert_eq!(fx.jobs.get("bash-1", Some(&owner)).map(|j| j.status), Ok(JobStatus::Running));
     assert!(p.cancels().is_empty(), "unloading the tools stops no job");
     fx.ctx.load_default::<ToolJobsPlugin>().expect("reload");

@@ -40,16 +40,19 @@ async fn run_argv_applies_the_pre_exec_hook() {
     let dir = tempfile::tempdir().expect("tempdir");
     let (executor, _service) = executor_in(dir.path(), |_| {});
     let spec = resolved(&executor, "umask");
-    let hook: dsh_subprocess::PreExecHook = Arc::new(|| {
-        // SAFETY: umask is async-signal-safe and only affects the forked child.
+    let umask = || {
+        // SAFETY: umask has no memory-safety preconditions and only affects the forked child.
         unsafe { libc::umask(0o077) };
         Ok(())
-    });
+    };
+    // SAFETY: the hook only calls umask(2), which is async-signal-safe.
+    let hook = unsafe { dsh_subprocess::PreExecHook::new(umask) };
     let result = executor.run_argv(&spec, bash_argv("umask"), Some(hook)).await.expect("run");
     assert_eq!(result.stdout.text, "0077\n");
 
-    let failing: dsh_subprocess::PreExecHook =
-        Arc::new(|| Err(std::io::Error::from_raw_os_error(libc::EPERM)));
+    // SAFETY: the hook only builds an `io::Error` from an errno, which does not allocate.
+    let failing =
+        unsafe { dsh_subprocess::PreExecHook::new(|| Err(std::io::Error::from_raw_os_error(libc::EPERM))) };
     match executor.run_argv(&spec, bash_argv("true"), Some(failing)).await {
         Err(ExecError::Spawn(e)) => assert_eq!((e.errno, e.stage), (Errno::EPERM, SpawnStage::PreExec)),
         other => panic!("expected a spawn error, got {other:?}"),

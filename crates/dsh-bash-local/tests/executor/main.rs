@@ -17,7 +17,7 @@ pub use dsh_subprocess::group_has_live_member;
 use dsh_subprocess::{ServiceOptions, SubprocessService};
 
 /// An executor over its own service with spill files in `spill_dir`; the config starts as
-/// the conformance setup (`graceMs: 200, timeoutMs: 10000`) and `tweak` adjusts it.
+/// a fast test setup (`graceMs: 200, timeoutMs: 10000`) and `tweak` adjusts it.
 pub fn executor_in(
     spill_dir: &Path,
     tweak: impl FnOnce(&mut LocalBashConfig),

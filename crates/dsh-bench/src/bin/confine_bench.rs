@@ -79,8 +79,8 @@ fn spawn_confined(provider: &LocalSandboxProvider, policy: &SandboxExecutionPoli
         .stderr(Stdio::null())
         .process_group(0);
     if let Some(hook) = confined.pre_exec_hook() {
-        // SAFETY: the confinement hook is async-signal-safe by contract.
-        unsafe { cmd.pre_exec(move || hook()) };
+        // SAFETY: a `PreExecHook` is async-signal-safe (its maker promised so).
+        unsafe { cmd.pre_exec(move || hook.run()) };
     }
     let status = cmd.status().expect("spawn confined");
     assert!(status.success(), "{:?}", confined.argv);

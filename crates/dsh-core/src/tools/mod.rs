@@ -13,4 +13,4 @@ pub use registry::{
 };
 pub use result::{ContentBlock, ToolExec, ToolResult};
 pub use schema::{Kind, Schema, ToolParams, validate_value};
-pub use tool::Tool;
+pub use tool::{Tool, ToolSpec};

@@ -1,4 +1,6 @@
-//! The tool registry and its execution pipeline (contract §1.5; the order is contractual).
+//! The tool registry and its execution pipeline. The stage order is fixed: abort check, policy
+//! (pre-execute, approval, guards), dispatch, cancellation, post-execute, finalized content,
+//! result observers.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -249,7 +251,7 @@ impl ToolRegistry {
                         signal: Some(exec.signal.clone()),
                     };
                     match approval.request(request).await {
-                        Err(message) => Some(message),
+                        Err(error) => Some(error.to_string()),
                         Ok(ApprovalOutcome::AllowedOnce) => None,
                         Ok(ApprovalOutcome::Rejected) => Some(format!("the user rejected tool \"{name}\"")),
                         Ok(ApprovalOutcome::Cancelled) if exec.signal.is_aborted() => {

@@ -1,5 +1,5 @@
-//! The parameter schema DSL, its JSON Schema projection, and validation with the contract's
-//! exact violation texts.
+//! The parameter schema DSL, its JSON Schema projection, and validation with exact violation
+//! texts (pinned by tests).
 
 use serde_json::{Map, Value, json};
 

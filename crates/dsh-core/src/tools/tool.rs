@@ -6,15 +6,38 @@ use crate::error::ToolError;
 use crate::tools::result::{ContentBlock, ToolExec, ToolResult};
 use crate::tools::schema::{Schema, ToolParams};
 
-/// A tool: model-facing name, description and parameters; a canonical output schema and its
-/// pure renderer; the async body; and optional pure presenters.
+/// What a tool states once: its model-facing name, description and parameters, and the
+/// schema of the canonical value its body returns.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ToolSpec {
+    /// The model-facing name (`bash`, `job_output`).
+    pub name: String,
+    /// The model-facing description.
+    pub description: String,
+    /// The parameters the arguments are validated against.
+    pub parameters: ToolParams,
+    /// Schema of the canonical value `execute` returns (validated before rendering).
+    pub output: Schema,
+}
+
+impl ToolSpec {
+    /// A spec from its four parts.
+    pub fn new(
+        name: impl Into<String>,
+        description: impl Into<String>,
+        parameters: ToolParams,
+        output: Schema,
+    ) -> Self {
+        Self { name: name.into(), description: description.into(), parameters, output }
+    }
+}
+
+/// A tool: its [`ToolSpec`]; a pure renderer of the canonical value; the async body; and
+/// optional pure presenters.
 #[async_trait::async_trait]
 pub trait Tool: Send + Sync {
-    fn name(&self) -> &str;
-    fn description(&self) -> &str;
-    fn parameters(&self) -> &ToolParams;
-    /// Schema of the canonical value `execute` returns (validated before rendering).
-    fn output_schema(&self) -> &Schema;
+    /// Name, description, parameters and output schema.
+    fn spec(&self) -> &ToolSpec;
     /// Pure projection of the canonical value to model-facing content.
     fn render(&self, args: &Value, value: &Value) -> Vec<ContentBlock>;
     /// The body. `args` passed the schema stage; value checks are the body's job.
@@ -31,5 +54,27 @@ pub trait Tool: Send + Sync {
     /// Last-mile replacement of `content` only.
     fn finalize_content(&self, _exec: &ToolExec, _result: &ToolResult) -> Option<Vec<ContentBlock>> {
         None
+    }
+}
+
+impl dyn Tool + '_ {
+    /// The model-facing name.
+    pub fn name(&self) -> &str {
+        &self.spec().name
+    }
+
+    /// The model-facing description.
+    pub fn description(&self) -> &str {
+        &self.spec().description
+    }
+
+    /// The parameters.
+    pub fn parameters(&self) -> &ToolParams {
+        &self.spec().parameters
+    }
+
+    /// Schema of the canonical value `execute` returns.
+    pub fn output_schema(&self) -> &Schema {
+        &self.spec().output
     }
 }

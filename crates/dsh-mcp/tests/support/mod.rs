@@ -1,2 +1,1 @@
-pub mod fakes;
 pub mod raw;

@@ -10,7 +10,7 @@
 //! With the session's PID namespace (the template's), the forked child joins it for its
 //! children and starts the command with `clone(CLONE_VM | CLONE_VFORK)` on a stack of its own
 //! (no second copy of the address space), execing the image the spawner published
-//! ([`dsh_core::child_exec`]):
+//! ([`dsh_subprocess::child_exec`]):
 //! * when the spawner takes a sibling, the command is created with `CLONE_PARENT` — the
 //!   harness's own child, in the session's namespace, in the child's session and process
 //!   group — its pid is reported, and the forked child leaves at once;
@@ -30,7 +30,7 @@ use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use super::record::Step;
 use super::world::{self, WorldPlan};
 use crate::seccomp::SeccompFilter;
-use dsh_core::child_exec::ChildExec;
+use dsh_subprocess::child_exec::ChildExec;
 
 const CAP_SYS_ADMIN: u32 = 21;
 const LINUX_CAPABILITY_VERSION_3: u32 = 0x2008_0522;
@@ -135,11 +135,8 @@ pub(crate) fn confine(plan: &ChildPlan<'_>) -> Result<(), StepError> {
         match plan.template.and_then(|t| t.pidns.as_ref()) {
             Some(pidns) if joined => {
                 // SAFETY: setns on an fd the parent keeps open; it applies to our children.
-                check(
-                    unsafe { libc::setns(pidns.as_raw_fd(), libc::CLONE_NEWPID) }.into(),
-                    Step::PidNamespace,
-                    0,
-                )?;
+                let entered = unsafe { libc::setns(pidns.as_raw_fd(), libc::CLONE_NEWPID) };
+                check(entered.into(), Step::PidNamespace, 0)?;
                 return relay_to_command(plan, cwd);
             }
             _ if mounts.world.is_some() => {
@@ -254,7 +251,8 @@ fn launch_shared(
 /// the relay; the namespace's init ends everything else when the harness is gone.
 fn relay_to_command(plan: &ChildPlan<'_>, cwd: Option<&[u8; PATH_MAX]>) -> Result<(), StepError> {
     // SAFETY: in the forked child before exec, where a published image is alive.
-    if let (Some(image), Some(stack_top)) = (unsafe { dsh_core::child_exec::current() }, plan.stack_top) {
+    if let (Some(image), Some(stack_top)) = (unsafe { dsh_subprocess::child_exec::current() }, plan.stack_top)
+    {
         return launch_shared(plan, cwd, image, stack_top);
     }
     // SAFETY: fork in a single-threaded child; both sides only run async-signal-safe code.

@@ -206,6 +206,11 @@ fn describe_step(bind_paths: &[PathBuf], writable_paths: &[PathBuf], step: Step,
 }
 
 /// The confinement of one spawn: the shared preparation plus its own failure record.
+///
+/// Everything the child reads is made in the parent by [`InProcessConfinement::prepare`]:
+/// the process-wide values (the alive pipe, the clone stack, the last capability, the
+/// failure-record pool) are initialised there and copied into the value, so the forked child
+/// never reaches a lazy initialiser (`OnceLock::get_or_init`).
 #[derive(Debug)]
 pub struct InProcessConfinement {
     prepared: Arc<Prepared>,
@@ -256,7 +261,13 @@ impl InProcessConfinement {
     }
 }
 
-impl ChildConfinement for InProcessConfinement {
+// SAFETY: `apply_in_child` only reads what the parent prepared (the shared `Prepared`, the
+// descriptors, the capability count, the seccomp program and the clone stack, all made and
+// initialised in `from_prepared`), issues raw syscalls (`child::confine`, itself only raw
+// syscalls on stack buffers) and records a failure with one atomic store into a slot whose
+// page was mapped in the parent (`FailureRecord::set`, no lazy initialisation). It allocates
+// nothing and takes no lock.
+unsafe impl ChildConfinement for InProcessConfinement {
     fn apply_in_child(&self) -> std::io::Result<()> {
         let prepared = &*self.prepared;
         let plan = ChildPlan {

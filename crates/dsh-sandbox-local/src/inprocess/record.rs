@@ -137,11 +137,14 @@ impl SharedPage {
 }
 
 /// The process-wide pool: one shared page of slots plus a bitmap of the taken ones.
+#[derive(Debug)]
 struct Pool {
     page: SharedPage,
     taken: Vec<AtomicU64>,
 }
 
+/// The pool, made on first use. Parent side only: a record keeps the `&'static Pool` it was
+/// taken from, so the forked child never reaches this lazy initialiser.
 fn pool() -> Option<&'static Pool> {
     static POOL: OnceLock<Option<Pool>> = OnceLock::new();
     POOL.get_or_init(|| {
@@ -189,7 +192,7 @@ impl Pool {
 /// Where a record lives.
 #[derive(Debug)]
 enum Home {
-    Pooled(usize),
+    Pooled(&'static Pool, usize),
     Own(SharedPage),
 }
 
@@ -201,8 +204,8 @@ pub(crate) struct FailureRecord {
 
 impl FailureRecord {
     pub(crate) fn new() -> std::io::Result<Self> {
-        let home = match pool().and_then(|p| p.take()) {
-            Some(index) => Home::Pooled(index),
+        let home = match pool().and_then(|p| Some((p, p.take()?))) {
+            Some((pool, index)) => Home::Pooled(pool, index),
             None => Home::Own(SharedPage::map()?),
         };
         let record = Self { home };
@@ -210,13 +213,11 @@ impl FailureRecord {
         Ok(record)
     }
 
+    /// The record's word: a plain read of fields set in the parent (async-signal-safe).
     fn slot(&self) -> &AtomicU64 {
         match &self.home {
             Home::Own(page) => page.slot(0),
-            Home::Pooled(index) => match pool() {
-                Some(pool) => pool.page.slot(*index),
-                None => unreachable!("a pooled record exists only once the pool does"),
-            },
+            Home::Pooled(pool, index) => pool.page.slot(*index),
         }
     }
 
@@ -235,11 +236,7 @@ impl Drop for FailureRecord {
     fn drop(&mut self) {
         match &self.home {
             Home::Own(page) => page.unmap(),
-            Home::Pooled(index) => {
-                if let Some(pool) = pool() {
-                    pool.give_back(*index);
-                }
-            }
+            Home::Pooled(pool, index) => pool.give_back(*index),
         }
     }
 }
@@ -302,6 +299,6 @@ mod tests {
         drop(records);
         let fresh = FailureRecord::new().unwrap();
         assert_eq!(fresh.get(), None);
-        assert!(matches!(fresh.home, Home::Pooled(_)));
+        assert!(matches!(fresh.home, Home::Pooled(..)));
     }
 }

@@ -1,5 +1,5 @@
-//! The Landlock ruleset, built in the parent and applied in the child (contract §7.4 grants:
-//! read everywhere, write `/dev/null` and the writable roots).
+//! The Landlock ruleset, built in the parent and applied in the child. It grants read
+//! everywhere, and write only to `/dev/null` and the writable roots.
 
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};

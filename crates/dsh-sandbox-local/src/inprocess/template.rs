@@ -148,9 +148,9 @@ fn start_init(alive: RawFd, release: RawFd) -> Result<i32, StepError> {
         unsafe { libc::close(ready[0]) };
         child::run_template_init(alive, release, ready[1]);
     }
+    let mut bytes = [0u8; 4];
     // SAFETY: closing our write end, then reading the init's errno (0: ready) into a stack
     // buffer.
-    let mut bytes = [0u8; 4];
     let read = unsafe {
         libc::close(ready[1]);
         libc::read(ready[0], bytes.as_mut_ptr().cast(), bytes.len())

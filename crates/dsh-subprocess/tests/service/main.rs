@@ -8,13 +8,14 @@ mod termination;
 
 use std::ffi::OsString;
 use std::sync::Arc;
+use std::time::Duration;
 
 use dsh_subprocess::{AmbientEnv, CaptureLimits, ServiceOptions, SpawnSpec, SubprocessService};
 
 /// `bash -c <script>` with 200 ms grace and generous caps.
 pub fn bash(script: &str) -> SpawnSpec {
     let mut spec = SpawnSpec::new(vec!["bash".into(), "-c".into(), script.into()]);
-    spec.grace_ms = 200.0;
+    spec.grace = Duration::from_millis(200);
     spec
 }
 

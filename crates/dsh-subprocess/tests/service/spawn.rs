@@ -1,8 +1,11 @@
 use std::os::unix::fs::PermissionsExt;
-use std::sync::Arc;
 
-use dsh_core::{AbortReason, AbortSignal};
-use dsh_subprocess::{Errno, OsSpawnError, SpawnError, SpawnSpec, SpawnStage, SubprocessService};
+use std::time::Duration;
+
+use dsh_subprocess::{
+    Errno, MAX_GRACE, OsSpawnError, PreExecHook, SpawnError, SpawnSpec, SpawnStage, SubprocessService,
+};
+use tokio_util::sync::CancellationToken;
 
 use crate::bash;
 
@@ -16,30 +19,30 @@ fn os_error(err: SpawnError) -> OsSpawnError {
 #[tokio::test]
 async fn sp_01_grace_validation() {
     let service = SubprocessService::new();
-    for grace in [0.0, -1.0, f64::NAN, f64::INFINITY, 2_147_483_648.0] {
+    for grace in [Duration::ZERO, MAX_GRACE + Duration::from_nanos(1), Duration::MAX] {
         let mut spec = bash("echo never");
-        spec.grace_ms = grace;
+        spec.grace = grace;
         let err = service.spawn(spec).expect_err("invalid grace");
         assert_eq!(
             err.to_string(),
             "subprocess graceMs must be a positive finite number no greater than 2147483647",
-            "grace {grace}"
+            "grace {grace:?}"
         );
     }
     assert_eq!(service.live_count(), 0, "nothing was spawned");
     let mut spec = bash("true");
-    spec.grace_ms = 2_147_483_647.0;
+    spec.grace = Duration::from_millis(2_147_483_647);
     assert_eq!(service.spawn(spec).expect("max grace is valid").wait().await.exit_code, Some(0));
 }
 
 #[tokio::test]
 async fn sp_02_spawn_preconditions() {
     let service = SubprocessService::new();
-    let signal = AbortSignal::new();
-    signal.abort(AbortReason::new("too late"));
+    let cancel = CancellationToken::new();
+    cancel.cancel();
     let mut spec = bash("echo never");
-    spec.signal = Some(signal);
-    assert_eq!(service.spawn(spec).expect_err("pre-aborted").to_string(), "aborted before spawn: too late");
+    spec.cancel = Some(cancel);
+    assert_eq!(service.spawn(spec).expect_err("pre-cancelled"), SpawnError::CancelledBeforeSpawn);
 
     for argv in [vec![], vec![String::new()]] {
         let err = service.spawn(SpawnSpec::new(argv)).expect_err("bad argv");
@@ -122,11 +125,13 @@ async fn exit_codes_and_signals_are_reported() {
 async fn a_pre_exec_hook_runs_in_the_child() {
     let service = SubprocessService::new();
     let mut spec = bash("umask");
-    spec.pre_exec = Some(Arc::new(|| {
-        // SAFETY: umask is async-signal-safe and only affects the forked child.
+    let hook = || {
+        // SAFETY: umask has no memory-safety preconditions and only affects the child.
         unsafe { libc::umask(0o027) };
         Ok(())
-    }));
+    };
+    // SAFETY: the hook only calls umask(2), which is async-signal-safe.
+    unsafe { spec.pre_exec(hook) };
     let handle = service.spawn(spec).expect("spawn");
     assert_eq!(handle.wait().await.exit_code, Some(0));
     assert_eq!(handle.stdout().collected().text, "0027\n");
@@ -137,14 +142,16 @@ async fn a_failing_pre_exec_hook_is_its_own_spawn_stage() {
     let service = SubprocessService::new();
     let mut spec = bash("echo never");
     spec.cwd = Some("/".into());
-    spec.pre_exec = Some(Arc::new(|| Err(std::io::Error::from_raw_os_error(libc::EPERM))));
+    // SAFETY: the hook only builds an `io::Error` from an errno, which does not allocate.
+    unsafe { spec.pre_exec(|| Err(std::io::Error::from_raw_os_error(libc::EPERM))) };
     let err = os_error(service.spawn(spec).expect_err("hook fails"));
     assert_eq!(err.to_string(), "spawn bash EPERM");
     assert_eq!(err.stage, SpawnStage::PreExec);
 
     // With a hook, an exec failure is still an exec failure.
     let mut spec = SpawnSpec::new(vec!["/nonexistent/runner".into()]);
-    spec.pre_exec = Some(Arc::new(|| Ok(())));
+    // SAFETY: the hook does nothing.
+    unsafe { spec.pre_exec(|| Ok(())) };
     let err = os_error(service.spawn(spec).expect_err("exec fails"));
     assert_eq!((err.errno, err.stage), (Errno::ENOENT, SpawnStage::Exec));
 }
@@ -213,10 +220,11 @@ async fn forked_children_never_inherit_descriptors_from_3() {
     let target = dir.path().join("target");
     let fd = leaky_append_fd(&target);
     let script = format!("echo leaked >&{}", fd.as_raw_fd());
-    let hook: dsh_subprocess::PreExecHook = Arc::new(|| Ok(()));
+    // SAFETY: the hook does nothing.
+    let hook = unsafe { PreExecHook::new(|| Ok(())) };
     for (hook, new_session) in [(Some(hook), false), (None, true)] {
         let mut spec = bash(&script);
-        spec.pre_exec = hook;
+        spec.with_pre_exec(hook);
         spec.new_session = new_session;
         let handle = service.spawn(spec).expect("spawn");
         assert_eq!(handle.wait().await.exit_code, Some(1), "new_session {new_session}");

@@ -1,8 +1,8 @@
 use std::time::{Duration, Instant};
 
 use crate::{bash, group_has_live_member as group_exists};
-use dsh_core::{AbortReason, AbortSignal};
 use dsh_subprocess::{Containment, ServiceOptions, SpawnSpec, SubprocessService};
+use tokio_util::sync::CancellationToken;
 
 /// Waits until the process has printed at least one byte (e.g. its "armed" line).
 async fn armed(handle: &dsh_subprocess::ProcessHandle) {
@@ -13,14 +13,14 @@ async fn armed(handle: &dsh_subprocess::ProcessHandle) {
 #[tokio::test]
 async fn sp_08_abort_terminates_with_sigterm() {
     let service = SubprocessService::new();
-    let signal = AbortSignal::new();
+    let signal = CancellationToken::new();
     let mut spec = SpawnSpec::new(vec!["sleep".into(), "60".into()]);
-    spec.signal = Some(signal.clone());
+    spec.cancel = Some(signal.clone());
     let started = Instant::now();
     let handle = service.spawn(spec).expect("spawn");
     let aborter = tokio::spawn(async move {
         tokio::time::sleep(Duration::from_millis(100)).await;
-        signal.abort(AbortReason::new("stop"));
+        signal.cancel();
     });
     let outcome = handle.wait().await;
     aborter.await.expect("aborter");
@@ -82,11 +82,11 @@ async fn a_term_trapping_descendant_is_killed_after_the_leader_exits() {
 async fn sp_08_wait_for_exit_returns_false_when_its_signal_fires_first() {
     let service = SubprocessService::new();
     let handle = service.spawn(SpawnSpec::new(vec!["sleep".into(), "60".into()])).expect("spawn");
-    let signal = AbortSignal::new();
+    let signal = CancellationToken::new();
     let trigger = signal.clone();
     tokio::spawn(async move {
         tokio::time::sleep(Duration::from_millis(50)).await;
-        trigger.abort_default();
+        trigger.cancel();
     });
     assert!(!handle.wait_for_exit(Some(&signal)).await);
     handle.terminate();

@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use dsh_core::plugins::{AgentsPlugin, SystemPromptPlugin, ToolsPlugin};
 use dsh_core::{
-    AGENTS, APPROVAL, AbortSignal, Agent, ApprovalOutcome, ApprovalRequest, ApprovalService, Context,
-    SYSTEM_PROMPT, TOOLS, ToolExec, ToolRegistry, ToolResult,
+    AGENTS, APPROVAL, AbortSignal, Agent, ApprovalError, ApprovalOutcome, ApprovalRequest, ApprovalService,
+    Context, SYSTEM_PROMPT, TOOLS, ToolExec, ToolRegistry, ToolResult,
 };
 use dsh_sandbox::{SANDBOX_POLICY, SandboxEnforcement, SandboxMode, SandboxPolicyService};
 use dsh_sandbox_policy::{LocalSandboxPolicy, SandboxPolicyConfig};
@@ -284,7 +284,7 @@ impl ShellProcess for FakeProcess {
 
 /// An approval service answering from a script and recording every request.
 pub struct FakeApproval {
-    pub outcome: Mutex<Result<ApprovalOutcome, String>>,
+    pub outcome: Mutex<Result<ApprovalOutcome, ApprovalError>>,
     pub requests: Mutex<Vec<ApprovalRequest>>,
     /// Fired while deciding (to abort a call "exactly when the decision is made").
     pub abort_on_decide: Mutex<Option<AbortSignal>>,
@@ -301,7 +301,7 @@ impl FakeApproval {
 
     pub fn failing(message: &str) -> Arc<Self> {
         let approval = Self::answering(ApprovalOutcome::Unavailable);
-        *approval.outcome.lock() = Err(message.to_owned());
+        *approval.outcome.lock() = Err(ApprovalError::Provider(message.to_owned()));
         approval
     }
 
@@ -312,7 +312,7 @@ impl FakeApproval {
 
 #[async_trait::async_trait]
 impl ApprovalService for FakeApproval {
-    async fn request(&self, request: ApprovalRequest) -> Result<ApprovalOutcome, String> {
+    async fn request(&self, request: ApprovalRequest) -> Result<ApprovalOutcome, ApprovalError> {
         self.requests.lock().push(request);
         if let Some(signal) = self.abort_on_decide.lock().take() {
             signal.abort_default();

@@ -2,7 +2,7 @@
 //!
 //! A cell whose runner cannot start is skipped with the reason printed, unless
 //! `DSH_SANDBOX_REQUIRE_RUNNERS` (comma-separated runner names; CI sets `landlock,bwrap`) names
-//! the runner: then the cell fails. Whether a cell's runner starts is probed once per test
+//! the runner, or it is unset under `CI=true`: then the cell fails. Whether a cell's runner starts is probed once per test
 //! process, by confining `true`.
 
 use std::any::Any;
@@ -107,7 +107,9 @@ fn probe(cell: Cell) -> Availability {
         let reason =
             format!("runner {} cannot start: {}{}", cell.runner.name(), outcome.text, host_hints(cell));
         if required(cell.runner) {
-            return Availability::Fail(format!("{reason} (DSH_SANDBOX_REQUIRE_RUNNERS requires it)"));
+            return Availability::Fail(format!(
+                "{reason} (required by DSH_SANDBOX_REQUIRE_RUNNERS or CI=true)"
+            ));
         }
         return Availability::Skip(reason);
     }
@@ -118,10 +120,7 @@ fn probe(cell: Cell) -> Availability {
 }
 
 fn required(runner: Runner) -> bool {
-    std::env::var("DSH_SANDBOX_REQUIRE_RUNNERS")
-        .unwrap_or_default()
-        .split(',')
-        .any(|r| r.trim() == runner.name())
+    dsh_test_support::sandbox::runner_required(runner.name())
 }
 
 /// What about this host explains a runner that cannot start.

@@ -1,6 +1,6 @@
-//! Runs `run.sh` (the Python `mcp` client suite next to this file) against one server command
-//! and reports what it printed. Shared by the `dsh-mcp` e2e test (the `mcp_stdio` example) and
-//! the `dsh-bash` one (the built `dsh-bash mcp`), so both judge a run the same way.
+//! Runs `crates/dsh-mcp/tests/e2e/run.sh` (the Python `mcp` client suite) against one server
+//! command and reports what it printed. Shared by the `dsh-mcp` e2e test (the `mcp_stdio`
+//! example) and the `dsh-bash` one (the built `dsh-bash mcp`), so both judge a run the same way.
 
 use std::io::Write;
 use std::path::Path;

@@ -1,6 +1,5 @@
-//! Arbitrary JSON arguments for the tool property tests, and the JavaScript texts the contract
-//! quotes values in. Shared by the bash tool's and the job tools' robustness tests.
-#![allow(dead_code)]
+//! Arbitrary JSON arguments for the tool property tests, and the JavaScript texts error
+//! messages quote values in. Shared by the bash tool's and the job tools' robustness tests.
 
 use proptest::prelude::*;
 use serde_json::{Map, Number, Value, json};
@@ -49,7 +48,7 @@ pub fn js_number_text(n: f64) -> String {
     }
 }
 
-/// A JSON value's text as the contract quotes it: integers as written, other numbers in
+/// A JSON value's text as error messages quote it: integers as written, other numbers in
 /// their JavaScript form, everything else as JSON.
 pub fn js_json_text(value: &Value) -> String {
     match value {
@@ -189,6 +188,7 @@ pub fn arb_args(fields: Vec<(&'static str, f64, BoxedStrategy<Value>)>) -> Boxed
     prop_oneof![9 => object, 1 => arb_json()].boxed()
 }
 
+#[cfg(test)]
 #[test]
 fn js_number_text_matches_javascript() {
     let cases = [

@@ -1,5 +1,5 @@
-// The escape matrix shared by containment tests: each case starts a sleeper whose argv[0] is
-// `<marker>-<case>`, so a `/proc` scan finds exactly this test's survivors.
+//! The escape matrix shared by the containment tests: each case starts a sleeper whose argv[0]
+//! is `<marker>-<case>`, so a `/proc` scan finds exactly this test's survivors.
 
 /// How many escape cases [`script`] starts.
 pub const CASES: usize = 6;
@@ -8,7 +8,8 @@ pub const CASES: usize = 6;
 pub fn marker() -> String {
     use std::sync::atomic::{AtomicU64, Ordering};
     static NEXT: AtomicU64 = AtomicU64::new(0);
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+    let nanos =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
     format!("dsh-escape-{}-{nanos}-{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed))
 }
 
@@ -84,6 +85,7 @@ pub async fn assert_no_survivors(marker: &str) {
 /// SIGKILL each pid (cleanup after a failed or opt-out test).
 pub fn kill_all(pids: &[i32]) {
     if !pids.is_empty() {
-        let _ = std::process::Command::new("kill").arg("-KILL").args(pids.iter().map(i32::to_string)).status();
+        let _ =
+            std::process::Command::new("kill").arg("-KILL").args(pids.iter().map(i32::to_string)).status();
     }
 }

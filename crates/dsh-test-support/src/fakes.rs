@@ -1,12 +1,10 @@
-//! Small stand-in tools that drive the MCP protocol without a shell.
-
-#![allow(dead_code)]
+//! Small stand-in tools that drive the tool pipeline and the MCP protocol without a shell.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use dsh_core::{AgentMessage, ContentBlock, Schema, Tool, ToolError, ToolExec, ToolParams};
+use dsh_core::{AgentMessage, ContentBlock, Schema, Tool, ToolError, ToolExec, ToolParams, ToolSpec};
 use serde_json::{Value, json};
 
 /// Counts what the fakes observed.
@@ -16,55 +14,99 @@ pub struct Observed {
     pub runs: AtomicUsize,
 }
 
-/// `echo {text}` → `{text}`.
+/// `echo {text}` → `{text}`. With [`Echo::with_flags`] it also takes the pipeline's test
+/// switches: `sleep` (until aborted, at most 30 s), `bad` (returns a value its output schema
+/// refuses) and `succeed_late` (returns once aborted), and stamps `n: 1.0` into its value.
 pub struct Echo {
-    params: ToolParams,
-    output: Schema,
+    spec: ToolSpec,
+    runs: Arc<AtomicUsize>,
+    stamp: bool,
 }
 
 impl Default for Echo {
     fn default() -> Self {
         Self {
-            params: ToolParams::new().required("text", Schema::string().describe("Text to echo.")),
-            output: Schema::object(vec![("text", Schema::string(), true)], false),
+            spec: ToolSpec::new(
+                "echo",
+                "Echo the text back.",
+                ToolParams::new().required("text", Schema::string().describe("Text to echo.")),
+                Schema::object(vec![("text", Schema::string(), true)], false),
+            ),
+            runs: Arc::default(),
+            stamp: false,
         }
+    }
+}
+
+impl Echo {
+    /// The pipeline's echo: `text` plus the optional `sleep`, `bad` and `succeed_late`
+    /// switches, output `{text, n?}`; counts its runs into `runs`.
+    pub fn with_flags(runs: Arc<AtomicUsize>) -> Self {
+        let params = ToolParams::new()
+            .required("text", Schema::string())
+            .optional("sleep", Schema::boolean())
+            .optional("bad", Schema::boolean())
+            .optional("succeed_late", Schema::boolean());
+        let output =
+            Schema::object(vec![("text", Schema::string(), true), ("n", Schema::number(), false)], false);
+        Self { spec: ToolSpec::new("echo", "Echo.", params, output), runs, stamp: true }
+    }
+
+    /// Another tool named `echo` with the given schemas (for duplicate registrations).
+    pub fn with_schemas(params: ToolParams, output: Schema) -> Self {
+        Self { spec: ToolSpec::new("echo", "Echo the text back.", params, output), ..Self::default() }
+    }
+
+    /// How many times `execute` ran.
+    pub fn runs(&self) -> usize {
+        self.runs.load(Ordering::SeqCst)
     }
 }
 
 #[async_trait::async_trait]
 impl Tool for Echo {
-    fn name(&self) -> &str {
-        "echo"
-    }
-    fn description(&self) -> &str {
-        "Echo the text back."
-    }
-    fn parameters(&self) -> &ToolParams {
-        &self.params
-    }
-    fn output_schema(&self) -> &Schema {
-        &self.output
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
     }
     fn render(&self, _args: &Value, value: &Value) -> Vec<ContentBlock> {
         vec![ContentBlock::text(value["text"].as_str().unwrap_or_default())]
     }
-    async fn execute(&self, args: Value, _exec: ToolExec) -> Result<Value, ToolError> {
+    async fn execute(&self, args: Value, exec: ToolExec) -> Result<Value, ToolError> {
+        self.runs.fetch_add(1, Ordering::SeqCst);
+        if args["sleep"].as_bool() == Some(true) {
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_secs(30)) => {}
+                _ = exec.signal.aborted() => return Err(ToolError::aborted()),
+            }
+        }
+        if args["bad"].as_bool() == Some(true) {
+            return Ok(json!({"text": 5}));
+        }
+        if args["succeed_late"].as_bool() == Some(true) {
+            exec.signal.aborted().await;
+        }
+        if self.stamp {
+            return Ok(json!({"text": args["text"].clone(), "n": 1.0}));
+        }
         Ok(json!({ "text": args["text"] }))
     }
 }
 
 /// `slow {seconds}` sleeps, or stops at once when its call is aborted.
 pub struct Slow {
-    params: ToolParams,
-    output: Schema,
+    spec: ToolSpec,
     observed: Arc<Observed>,
 }
 
 impl Slow {
     pub fn new(observed: Arc<Observed>) -> Self {
         Self {
-            params: ToolParams::new().required("seconds", Schema::number()),
-            output: Schema::object(vec![("slept", Schema::number(), true)], false),
+            spec: ToolSpec::new(
+                "slow",
+                "Sleep for a number of seconds.",
+                ToolParams::new().required("seconds", Schema::number()),
+                Schema::object(vec![("slept", Schema::number(), true)], false),
+            ),
             observed,
         }
     }
@@ -72,17 +114,8 @@ impl Slow {
 
 #[async_trait::async_trait]
 impl Tool for Slow {
-    fn name(&self) -> &str {
-        "slow"
-    }
-    fn description(&self) -> &str {
-        "Sleep for a number of seconds."
-    }
-    fn parameters(&self) -> &ToolParams {
-        &self.params
-    }
-    fn output_schema(&self) -> &Schema {
-        &self.output
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
     }
     fn render(&self, _args: &Value, value: &Value) -> Vec<ContentBlock> {
         vec![ContentBlock::text(format!("slept {}s", value["slept"]))]
@@ -102,17 +135,20 @@ impl Tool for Slow {
 
 /// `whoami {}` → the calling agent's id and session cwd.
 pub struct WhoAmI {
-    params: ToolParams,
-    output: Schema,
+    spec: ToolSpec,
 }
 
 impl Default for WhoAmI {
     fn default() -> Self {
         Self {
-            params: ToolParams::new(),
-            output: Schema::object(
-                vec![("agent", Schema::string(), true), ("cwd", Schema::string(), true)],
-                false,
+            spec: ToolSpec::new(
+                "whoami",
+                "Name the calling session and its cwd.",
+                ToolParams::new(),
+                Schema::object(
+                    vec![("agent", Schema::string(), true), ("cwd", Schema::string(), true)],
+                    false,
+                ),
             ),
         }
     }
@@ -120,17 +156,8 @@ impl Default for WhoAmI {
 
 #[async_trait::async_trait]
 impl Tool for WhoAmI {
-    fn name(&self) -> &str {
-        "whoami"
-    }
-    fn description(&self) -> &str {
-        "Name the calling session and its cwd."
-    }
-    fn parameters(&self) -> &ToolParams {
-        &self.params
-    }
-    fn output_schema(&self) -> &Schema {
-        &self.output
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
     }
     fn render(&self, _args: &Value, value: &Value) -> Vec<ContentBlock> {
         vec![ContentBlock::text(format!(
@@ -148,15 +175,18 @@ impl Tool for WhoAmI {
 
 /// `notify {text}` delivers `text` to the calling agent as a plugin notice, then returns.
 pub struct Notify {
-    params: ToolParams,
-    output: Schema,
+    spec: ToolSpec,
 }
 
 impl Default for Notify {
     fn default() -> Self {
         Self {
-            params: ToolParams::new().required("text", Schema::string()),
-            output: Schema::array(Schema::string()),
+            spec: ToolSpec::new(
+                "notify",
+                "Deliver a notice to the calling session.",
+                ToolParams::new().required("text", Schema::string()),
+                Schema::array(Schema::string()),
+            ),
         }
     }
 }
@@ -171,17 +201,8 @@ pub fn notice(text: &str) -> AgentMessage {
 
 #[async_trait::async_trait]
 impl Tool for Notify {
-    fn name(&self) -> &str {
-        "notify"
-    }
-    fn description(&self) -> &str {
-        "Deliver a notice to the calling session."
-    }
-    fn parameters(&self) -> &ToolParams {
-        &self.params
-    }
-    fn output_schema(&self) -> &Schema {
-        &self.output
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
     }
     fn render(&self, _args: &Value, _value: &Value) -> Vec<ContentBlock> {
         vec![ContentBlock::text("delivered")]
