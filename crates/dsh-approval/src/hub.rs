@@ -16,11 +16,14 @@ use serde_json::{Map, Value, json};
 /// The approval policy: ask answerers, or reject everything without asking.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ApprovalPolicy {
+    /// Ask the registered answerers, in order, until one answers (`ask`).
     Ask,
+    /// Reject every request without asking anyone (`never`).
     Never,
 }
 
 impl ApprovalPolicy {
+    /// The wire spelling (`ask`, `never`).
     pub fn as_str(self) -> &'static str {
         match self {
             ApprovalPolicy::Ask => "ask",
@@ -54,9 +57,13 @@ pub enum PolicyError {
 pub struct ApprovalQuestion {
     /// The audit id of this request.
     pub id: String,
+    /// The agent whose tool call asks.
     pub agent: Arc<Agent>,
+    /// The name of the tool being called.
     pub tool_name: String,
+    /// The id of the tool call, when the request carries one.
     pub call_id: Option<String>,
+    /// Why the call needs approval, as the tool words it.
     pub reason: Option<String>,
 }
 
@@ -95,6 +102,7 @@ pub struct ApprovalHub {
 }
 
 impl ApprovalHub {
+    /// A hub with the given policy and no answerers yet.
     pub fn new(policy: ApprovalPolicy) -> Arc<Self> {
         Arc::new(Self {
             policy,

@@ -5,6 +5,8 @@
 //! fill (a fixed answer for scripts, a terminal prompt, MCP elicitation), and cancellation.
 //! Nothing is remembered between requests. It knows nothing about sandboxes or the bash tool.
 
+#![deny(missing_docs)]
+
 mod answerers;
 mod hub;
 

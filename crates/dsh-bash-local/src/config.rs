@@ -44,6 +44,7 @@ pub enum ConfigError {
     /// The named key (wire spelling) is not a positive finite number.
     #[error("bash-local: {0} must be a positive finite number")]
     NotPositiveFinite(&'static str),
+    /// `graceMs` exceeds 2147483647 (the largest grace the subprocess layer accepts).
     #[error("bash-local: graceMs must be no greater than 2147483647")]
     GraceTooLarge,
 }
@@ -76,6 +77,11 @@ impl LocalBashConfig {
 /// does).
 pub(crate) fn byte_cap(value: f64) -> u64 {
     value.floor() as u64
+}
+
+/// A byte cap as an in-memory budget: [`byte_cap`], saturating at `usize::MAX`.
+pub(crate) fn memory_cap(value: f64) -> usize {
+    usize::try_from(byte_cap(value)).unwrap_or(usize::MAX)
 }
 
 #[cfg(test)]

@@ -11,8 +11,10 @@ use dsh_subprocess::{OsSpawnError, SpawnError};
 /// missing runner from a missing workdir. Converts into the seam's [`ShellError`].
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum ExecError {
+    /// The OS refused to start the argv, with every fact of the failure.
     #[error(transparent)]
     Spawn(#[from] OsSpawnError),
+    /// Any other failure, already in the seam's terms.
     #[error(transparent)]
     Shell(#[from] ShellError),
 }
@@ -31,7 +33,7 @@ pub(crate) fn spawn_failure(e: SpawnError, signal: Option<&AbortSignal>) -> Exec
 
 impl From<SpawnError> for ExecError {
     /// A cancellation before the spawn reads `aborted before spawn: aborted` here; with the
-    /// signal at hand, [`spawn_failure`] gives its reason.
+    /// signal at hand, `spawn_failure` gives its reason.
     fn from(e: SpawnError) -> Self {
         match e {
             SpawnError::Os(e) => ExecError::Spawn(e),

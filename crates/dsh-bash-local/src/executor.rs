@@ -9,7 +9,7 @@ use dsh_shell::{
 };
 use dsh_subprocess::{CollectedStream, PreExecHook, ProcessHandle, SpawnError, SubprocessService};
 
-use crate::config::{ConfigError, LocalBashConfig};
+use crate::config::{ConfigError, LocalBashConfig, memory_cap};
 use crate::error::{ExecError, spawn_failure};
 use crate::mapping::{bash_argv, spawn_spec};
 use crate::process::{LocalShellProcess, SettleHook};
@@ -49,10 +49,12 @@ impl LocalBashExecutor {
         Ok(Self { config, service })
     }
 
+    /// The validated configuration the executor runs with.
     pub fn config(&self) -> &LocalBashConfig {
         &self.config
     }
 
+    /// The subprocess service that starts the executor's children.
     pub fn service(&self) -> &Arc<SubprocessService> {
         &self.service
     }
@@ -72,7 +74,9 @@ impl LocalBashExecutor {
         argv: Vec<String>,
         pre_exec: Option<PreExecHook>,
     ) -> Result<ShellRunResult, ExecError> {
-        let deadline = Deadline::new(spec.signal.as_ref(), spec.timeout_ms, BASH_TIMEOUT)
+        // The deadline takes the JavaScript number: its range check and its reason
+        // (`timed out after <ms>ms`) are stated in those terms.
+        let deadline = Deadline::new(spec.signal.as_ref(), spec.timeout.millis(), BASH_TIMEOUT)
             .map_err(|e| ShellError::Other(e.to_string()))?;
         let mut spawn = spawn_spec(&self.config, spec, argv, spec.stdout_max_bytes, pre_exec);
         spawn.cancel = Some(deadline.signal().token().clone());
@@ -91,7 +95,7 @@ impl LocalBashExecutor {
             signal: outcome.signal,
             timed_out,
             aborted,
-            timeout_ms: spec.timeout_ms,
+            timeout: spec.timeout,
             stdout: collected(handle.stdout().collected()),
             stderr: collected(handle.stderr().collected()),
             sandbox: None,
@@ -111,7 +115,8 @@ impl LocalBashExecutor {
         pre_exec: Option<PreExecHook>,
         on_settle: Option<SettleHook>,
     ) -> Result<Arc<LocalShellProcess>, ShellError> {
-        let mut spawn = spawn_spec(&self.config, spec, argv, self.config.max_output_bytes, pre_exec);
+        let mut spawn =
+            spawn_spec(&self.config, spec, argv, memory_cap(self.config.max_output_bytes), pre_exec);
         spawn.cancel = spec.signal.as_ref().map(|signal| signal.token().clone());
         match self.service.spawn(spawn) {
             Ok(handle) => Ok(LocalShellProcess::running(handle, spec.signal.clone(), on_settle)),

@@ -11,6 +11,7 @@
 //! It knows nothing about the bash tool, jobs, rendering, or how a sandbox confines.
 
 #![forbid(unsafe_code)]
+#![deny(missing_docs)]
 
 mod config;
 mod error;

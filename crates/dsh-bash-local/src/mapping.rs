@@ -5,7 +5,7 @@ use std::time::Duration;
 use dsh_shell::ShellExecSpec;
 use dsh_subprocess::{CaptureLimits, EnvEntry, PreExecHook, SpawnSpec};
 
-use crate::config::{LocalBashConfig, byte_cap};
+use crate::config::{LocalBashConfig, byte_cap, memory_cap};
 
 /// Pinned over the ambient environment so tools behave non-interactively; the request's
 /// `env` and then `dshEnv` override them.
@@ -34,11 +34,10 @@ pub(crate) fn spawn_spec(
     config: &LocalBashConfig,
     spec: &ShellExecSpec,
     argv: Vec<String>,
-    stdout_cap: f64,
+    stdout_cap: usize,
     pre_exec: Option<PreExecHook>,
 ) -> SpawnSpec {
     let spill_cap = Some(byte_cap(config.max_spill_bytes));
-    let memory_cap = |bytes: f64| usize::try_from(byte_cap(bytes)).unwrap_or(usize::MAX);
     let overrides = ENV_OVERRIDES.iter().map(|(k, v)| ((*k).to_owned(), EnvEntry::Set((*v).to_owned())));
     let requested = [&spec.env, &spec.dsh_env]
         .into_iter()
@@ -48,7 +47,7 @@ pub(crate) fn spawn_spec(
     spawn.cwd = Some(spec.workdir.clone());
     spawn.env = overrides.chain(requested).collect();
     spawn.stdin = spec.stdin.clone();
-    spawn.stdout = CaptureLimits::new("stdout", memory_cap(stdout_cap), spill_cap);
+    spawn.stdout = CaptureLimits::new("stdout", stdout_cap, spill_cap);
     spawn.stderr = CaptureLimits::new("stderr", memory_cap(config.max_output_bytes), spill_cap);
     spawn.grace = grace_duration(config.grace_ms);
     // A confined command (the only kind with a hook) starts a session of its own: no

@@ -13,7 +13,9 @@ use tokio::sync::watch;
 /// settlement hook (e.g. to classify a sandbox runner failure or a denial).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SettleFacts {
+    /// The exit code when the process exited; `None` when a signal ended it or it never started.
     pub exit_code: Option<i32>,
+    /// The name of the signal that ended the process (`SIGTERM`, …), if one did.
     pub signal: Option<String>,
     /// The retained stderr tail (what a final read of the whole stream would show).
     pub stderr_tail: String,

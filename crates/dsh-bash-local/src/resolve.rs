@@ -1,8 +1,8 @@
 //! Filling a request's defaults and caps; invalid timeouts and byte budgets are refused.
 
-use dsh_shell::{ShellError, ShellExecRequest, ShellExecSpec};
+use dsh_shell::{ShellError, ShellExecRequest, ShellExecSpec, ShellTimeout};
 
-use crate::config::LocalBashConfig;
+use crate::config::{LocalBashConfig, memory_cap};
 
 fn positive_finite(value: f64) -> bool {
     value.is_finite() && value > 0.0
@@ -10,7 +10,9 @@ fn positive_finite(value: f64) -> bool {
 
 /// Resolves `request` against `config`: the timeout is `min(hint ?? default, max)`, stdout's
 /// budget defaults to `maxOutputBytes`, the workdir to the configured or harness cwd; every
-/// other field is carried verbatim.
+/// other field is carried verbatim. The JavaScript numbers are converted here, once: the
+/// timeout to a [`ShellTimeout`] (which keeps the number it reports), the budget to whole
+/// bytes (fractions round down).
 pub(crate) fn resolve(
     config: &LocalBashConfig,
     request: ShellExecRequest,
@@ -35,8 +37,8 @@ pub(crate) fn resolve(
     Ok(ShellExecSpec {
         command: request.command,
         workdir,
-        timeout_ms,
-        stdout_max_bytes,
+        timeout: ShellTimeout::from_millis(timeout_ms),
+        stdout_max_bytes: memory_cap(stdout_max_bytes),
         signal: request.signal,
         stdin: request.stdin,
         env: request.env,

@@ -28,6 +28,8 @@ pub struct SandboxBashExecutor {
 }
 
 impl SandboxBashExecutor {
+    /// Wraps `local` so its commands are confined by `provider` under the modes `policy`
+    /// resolves; shares the spill directory read-only with confined commands.
     pub fn new(
         local: LocalBashExecutor,
         provider: Arc<dyn SandboxProvider>,
@@ -225,8 +227,8 @@ mod tests {
         ShellExecSpec {
             command: "true".into(),
             workdir: "/".into(),
-            timeout_ms: 1000.0,
-            stdout_max_bytes: 1000.0,
+            timeout: dsh_shell::ShellTimeout::from_millis(1000.0),
+            stdout_max_bytes: 1000,
             signal: None,
             stdin: None,
             env: env.map(map),

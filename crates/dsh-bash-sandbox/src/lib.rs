@@ -8,6 +8,8 @@
 //! result). Background processes keep their own facts. It knows nothing about how a provider
 //! confines, nor about the bash tool or hosts.
 
+#![deny(missing_docs)]
+
 mod executor;
 mod plugin;
 

@@ -15,10 +15,14 @@ use serde_json::{Map, Value};
 #[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct BatchRequest {
+    /// The tool to call.
     pub tool: String,
+    /// Its arguments (`{}` when absent).
     #[serde(default = "empty_object")]
     pub args: Value,
+    /// The session to call as (created on first use).
     pub session: Option<String>,
+    /// The session's cwd when this line creates it.
     pub cwd: Option<PathBuf>,
     /// Echoed in the response; `null` when absent.
     #[serde(default)]
@@ -32,7 +36,9 @@ fn empty_object() -> Value {
 /// Why a line is not a request, with the id to echo (`null` when none could be read).
 #[derive(Clone, Debug, PartialEq)]
 pub struct LineError {
+    /// The request's id when it could be read, else `null`.
     pub id: Value,
+    /// What is wrong with the line.
     pub message: String,
 }
 

@@ -8,12 +8,15 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 #[derive(Debug, Parser)]
 #[command(name = "dsh-bash", version, about, propagate_version = true)]
 pub struct Cli {
+    #[allow(missing_docs)] // clap would show a doc comment as help text
     #[command(flatten)]
     pub composition: CompositionArgs,
+    #[allow(missing_docs)] // as above
     #[command(subcommand)]
     pub command: Command,
 }
 
+/// The subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Make one tool call through a fresh composition and print the model-facing text.
@@ -56,6 +59,8 @@ pub struct CompositionArgs {
 
 /// A scripted or interactive answer to approval requests.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+// Doc comments on the variants would become clap's help for each value, changing `--help`.
+#[allow(missing_docs)]
 pub enum Approve {
     AllowedOnce,
     Rejected,
@@ -64,6 +69,7 @@ pub enum Approve {
     Tty,
 }
 
+/// `call`'s options and arguments.
 #[derive(Debug, Args)]
 pub struct CallArgs {
     /// Print one JSON line: content, isError, structured, presentCall, presentResult.
@@ -90,6 +96,7 @@ pub struct CallArgs {
     pub args_json: String,
 }
 
+/// `mcp`'s options.
 #[derive(Debug, Args)]
 pub struct McpArgs {
     /// Serve streamable HTTP at http://ADDR/mcp instead of stdio. ADDR is `PORT` (loopback,
@@ -133,6 +140,7 @@ pub struct McpArgs {
     pub instructions_with_identity: bool,
 }
 
+/// `schema`'s options.
 #[derive(Debug, Args)]
 pub struct SchemaArgs {
     /// Schema dialect.
@@ -140,7 +148,10 @@ pub struct SchemaArgs {
     pub format: SchemaFormat,
 }
 
+/// The dialect `schema` prints.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+// As for `Approve`: variant docs would change `--help`.
+#[allow(missing_docs)]
 pub enum SchemaFormat {
     Mcp,
     Openai,

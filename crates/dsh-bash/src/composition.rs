@@ -17,7 +17,9 @@ use crate::plan::{ParsedRow, Plan};
 /// report (`doctor`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Pending {
+    /// A plugin left pending fails the start, naming it and what it misses.
     Refuse,
+    /// Pending plugins are kept and reported (`doctor`).
     Report,
 }
 
@@ -96,6 +98,7 @@ impl Composition {
         Ok(Self { ctx, answerer })
     }
 
+    /// The loaded context.
     pub fn ctx(&self) -> &Context {
         &self.ctx
     }

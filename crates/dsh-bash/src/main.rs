@@ -14,20 +14,17 @@
 
 mod batch;
 mod call;
-mod catalog;
-mod cli;
-mod composition;
-mod config;
 mod doctor;
 mod hardening;
 mod interrupt;
 mod mcp;
-mod plan;
 mod progress;
 mod prompt;
-mod request;
 mod schema;
-mod sessions;
+
+// The composition, its options and one call live in the library (`dsh_bash`); these names
+// keep `crate::…` paths of the subcommand modules pointing at them.
+use dsh_bash::{catalog, cli, composition, request, sessions};
 
 use std::process::ExitCode;
 use std::time::Duration;

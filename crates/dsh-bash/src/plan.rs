@@ -22,18 +22,23 @@ use crate::config::{self, CompositionFile};
 
 /// One plugin of the plan with its (still unparsed) config.
 pub struct Row {
+    /// The plugin.
     pub factory: Arc<dyn PluginFactory>,
+    /// Its config as the file and options give it.
     pub config: Value,
 }
 
 /// One plugin ready to load: its config parsed and validated.
 pub struct ParsedRow {
+    /// The plugin.
     pub factory: Arc<dyn PluginFactory>,
+    /// Its validated config, as the factory made it.
     pub config: Arc<dyn Any + Send + Sync>,
 }
 
 /// The plugin rows of a composition.
 pub struct Plan {
+    /// The plugins in load order.
     pub rows: Vec<Row>,
     /// The composition file the tables came from, as given on the command line.
     pub file: Option<PathBuf>,

@@ -11,8 +11,11 @@ use serde_json::{Map, Value, json};
 
 /// A finished call with the UI render intents of its arguments and result.
 pub struct CallOutcome {
+    /// The tool's result: content, `is_error`, the canonical value.
     pub result: ToolResult,
+    /// The UI render intent of the arguments, when the tool has one.
     pub present_call: Option<Value>,
+    /// The UI render intent of the result, when the tool has one.
     pub present_result: Option<Value>,
 }
 

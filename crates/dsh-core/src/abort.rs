@@ -23,20 +23,25 @@ struct Inner {
 /// Why a signal fired: a free-text reason and an optional machine code (e.g. `BASH_TIMEOUT`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct AbortReason {
+    /// The free-text reason every observer sees.
     pub message: String,
+    /// A machine code for the reason (e.g. `BASH_TIMEOUT`), when there is one.
     pub code: Option<String>,
 }
 
 impl AbortReason {
+    /// A reason with a message and no code.
     pub fn new(message: impl Into<String>) -> Self {
         Self { message: message.into(), code: None }
     }
+    /// A reason with a message and a machine code.
     pub fn with_code(message: impl Into<String>, code: impl Into<String>) -> Self {
         Self { message: message.into(), code: Some(code.into()) }
     }
 }
 
 impl AbortSignal {
+    /// A fresh signal that has not fired.
     pub fn new() -> Self {
         Self::default()
     }
@@ -53,6 +58,7 @@ impl AbortSignal {
         self.abort(AbortReason::new("aborted"))
     }
 
+    /// True once the signal has fired.
     pub fn is_aborted(&self) -> bool {
         self.inner.token.is_cancelled()
     }

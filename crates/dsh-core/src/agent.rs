@@ -16,7 +16,9 @@ use crate::session::{Session, SessionHeader};
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum AgentStatus {
+    /// Between turns.
     Idle,
+    /// Working on a turn.
     Busy,
 }
 
@@ -33,6 +35,7 @@ pub enum Delivery {
 /// A user-role message delivered out of band, with its source.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct AgentMessage {
+    /// The message text.
     pub text: String,
     /// `{kind:'plugin', plugin, form, summary}` for plugin notices; `{kind:'user'}` for users.
     pub source: Value,
@@ -96,14 +99,17 @@ impl Agent {
         self.session.id()
     }
 
+    /// The agent's session (same id as the agent).
     pub fn session(&self) -> &Arc<Session> {
         &self.session
     }
 
+    /// Whether the agent is idle or busy.
     pub fn status(&self) -> AgentStatus {
         *self.status.lock()
     }
 
+    /// Records whether the agent is idle or busy.
     pub fn set_status(&self, status: AgentStatus) {
         *self.status.lock() = status;
     }
@@ -165,6 +171,7 @@ impl Agent {
         self.dispose_hooks.lock().retain(|(h, _)| *h != id);
     }
 
+    /// True once [`Agent::dispose`] has started.
     pub fn is_disposed(&self) -> bool {
         self.disposed.load(Ordering::Acquire)
     }
@@ -199,6 +206,7 @@ pub struct Agents {
 pub const AGENTS: ServiceKey<Arc<Agents>> = ServiceKey::new("agents");
 
 impl Agents {
+    /// An empty registry.
     pub fn new() -> Arc<Self> {
         Arc::new(Self::default())
     }
@@ -216,6 +224,7 @@ impl Agents {
         Ok(())
     }
 
+    /// The live agent registered under `id`, if any.
     pub fn get(&self, id: &str) -> Option<Arc<Agent>> {
         self.map.lock().get(id).cloned()
     }

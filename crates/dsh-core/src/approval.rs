@@ -13,13 +13,18 @@ use crate::session::SessionError;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum ApprovalOutcome {
+    /// The user allowed this one call (`allowed-once`).
     AllowedOnce,
+    /// The user rejected the call (`rejected`).
     Rejected,
+    /// The request was cancelled before an answer (`cancelled`).
     Cancelled,
+    /// No approval channel could answer (`unavailable`).
     Unavailable,
 }
 
 impl ApprovalOutcome {
+    /// The wire spelling (`allowed-once`, `rejected`, `cancelled`, `unavailable`).
     pub fn as_str(self) -> &'static str {
         match self {
             ApprovalOutcome::AllowedOnce => "allowed-once",
@@ -29,6 +34,7 @@ impl ApprovalOutcome {
         }
     }
 
+    /// Parses the wire spelling; anything else is `None`.
     pub fn parse(s: &str) -> Option<Self> {
         [Self::AllowedOnce, Self::Rejected, Self::Cancelled, Self::Unavailable]
             .into_iter()
@@ -39,10 +45,15 @@ impl ApprovalOutcome {
 /// One approval request.
 #[derive(Clone, Debug)]
 pub struct ApprovalRequest {
+    /// The agent whose call asks.
     pub agent: Arc<Agent>,
+    /// The name of the tool being called.
     pub tool_name: String,
+    /// The id of the tool call, when there is one.
     pub call_id: Option<String>,
+    /// Why the call needs approval, as the tool or policy words it.
     pub reason: Option<String>,
+    /// The call's abort signal; firing it cancels the request.
     pub signal: Option<AbortSignal>,
 }
 

@@ -116,7 +116,14 @@ pub enum PluginError {
     #[error(
         "service \"{key}\" is already provided by plugin \"{provider}\"; plugin \"{plugin}\" cannot provide it too"
     )]
-    DuplicateService { key: String, provider: String, plugin: String },
+    DuplicateService {
+        /// The service key.
+        key: String,
+        /// The plugin that already provides it.
+        provider: String,
+        /// The plugin that tried to provide it too.
+        plugin: String,
+    },
     /// A configuration the plugin refuses (the plugin's exact message).
     #[error("{0}")]
     Config(String),
@@ -124,13 +131,23 @@ pub enum PluginError {
     /// type. `message` is the deserializer's, with type names in plain words
     /// (`expected a number`, not `expected f64`; see [`plain_config_error`]).
     #[error("{plugin}: {message}")]
-    InvalidConfig { plugin: String, message: String },
+    InvalidConfig {
+        /// The plugin whose config was refused.
+        plugin: String,
+        /// The deserializer's message, in plain words.
+        message: String,
+    },
     /// `apply` failed (the failing step's exact message).
     #[error("{0}")]
     Apply(String),
     /// A service the plugin needs is not provided (the one wording of a missing service).
     #[error("{plugin}: ctx.{service} is missing")]
-    MissingService { plugin: String, service: String },
+    MissingService {
+        /// The plugin that needs the service.
+        plugin: String,
+        /// The wire name of the missing service.
+        service: String,
+    },
     /// No plugin under that name.
     #[error("unknown plugin \"{0}\"")]
     UnknownPlugin(String),
@@ -476,6 +493,7 @@ pub struct Context {
 pub struct WeakContext(Weak<Inner>);
 
 impl WeakContext {
+    /// The context, if it still exists.
     pub fn upgrade(&self) -> Option<Context> {
         self.0.upgrade().map(|inner| Context { inner })
     }
@@ -495,14 +513,18 @@ impl Default for Context {
 /// A plugin's state as [`Context::plugins`] reports it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PluginStatus {
+    /// The plugin's package name.
     pub name: &'static str,
+    /// The plugin's short name.
     pub short_name: &'static str,
+    /// Whether the plugin is applied (every injected service it needs exists).
     pub applied: bool,
     /// Injected keys that are still missing.
     pub missing: Vec<String>,
 }
 
 impl Context {
+    /// An empty composition: no services, no plugins.
     pub fn new() -> Self {
         Self {
             inner: Arc::new(Inner {
@@ -512,6 +534,7 @@ impl Context {
         }
     }
 
+    /// A non-owning handle to this context.
     pub fn downgrade(&self) -> WeakContext {
         WeakContext(Arc::downgrade(&self.inner))
     }

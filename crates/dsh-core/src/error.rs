@@ -5,11 +5,14 @@ use serde::{Deserialize, Serialize};
 /// `{ name, code }` of a harness error; present on a failed result only for coded errors.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ErrorInfo {
+    /// The error name (e.g. `SandboxUnavailableError`).
     pub name: String,
+    /// The machine code (e.g. `SANDBOX_UNAVAILABLE`).
     pub code: String,
 }
 
 impl ErrorInfo {
+    /// An info with this name and code.
     pub fn new(name: &str, code: &str) -> Self {
         Self { name: name.to_owned(), code: code.to_owned() }
     }
@@ -20,7 +23,9 @@ impl ErrorInfo {
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("{message}")]
 pub struct ToolError {
+    /// The message the model sees after `Error: `.
     pub message: String,
+    /// The `{name, code}` of a coded error; `None` for a plain one.
     pub info: Option<ErrorInfo>,
 }
 

@@ -5,6 +5,8 @@
 //! validation and execution pipeline, ordered prompt sections, and the approval seam. It knows
 //! no shell, no sandbox backend and no host protocol.
 
+#![deny(missing_docs)]
+
 pub mod abort;
 pub mod agent;
 pub mod approval;

@@ -105,10 +105,12 @@ struct OpenLog {
 }
 
 impl JsonlPersistence {
+    /// A backend writing its logs under `root`.
     pub fn new(root: impl Into<PathBuf>) -> Self {
         Self { root: root.into(), attached: Arc::default() }
     }
 
+    /// The directory the logs are written under.
     pub fn root(&self) -> &Path {
         &self.root
     }

@@ -64,8 +64,11 @@ pub struct SystemPromptPlugin;
 #[derive(Clone, Debug, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 pub struct SystemPromptConfig {
+    /// Include the built-in identity section (`harness:identity`); default true.
     pub include_harness_identity: bool,
+    /// Render the registered runtime contexts into requests; default true.
     pub include_runtime_context: bool,
+    /// The deployment's persona text (the `deployment:persona` section); default empty.
     pub persona: String,
 }
 

@@ -14,8 +14,11 @@ pub const SYSTEM_PROMPT: ServiceKey<Arc<SystemPrompt>> = ServiceKey::new("system
 /// One named section.
 #[derive(Clone, Debug, PartialEq)]
 pub struct PromptSection {
+    /// The section's unique name (e.g. `tool:bash`).
     pub name: String,
+    /// Sort key: sections render in ascending order (ties: registration order).
     pub order: f64,
+    /// The section text.
     pub text: String,
 }
 
@@ -25,8 +28,10 @@ pub type ContextRenderer = Arc<dyn Fn(Option<&Arc<Agent>>) -> String + Send + Sy
 /// Errors registering sections.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum PromptError {
+    /// A section or context with this name is already registered.
     #[error("prompt section \"{0}\" is already registered")]
     Duplicate(String),
+    /// The order given for this section or context is not finite.
     #[error("prompt section \"{0}\" order must be a finite number")]
     Order(String),
 }

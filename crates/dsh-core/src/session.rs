@@ -12,7 +12,9 @@ use serde_json::Value;
 /// The immutable identity of a session: its id and optional working directory.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SessionHeader {
+    /// The session id (also the id of its agent).
     pub id: String,
+    /// The session's working directory, when it has one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cwd: Option<PathBuf>,
 }
@@ -20,19 +22,23 @@ pub struct SessionHeader {
 /// One entry of a session log.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct SessionEvent {
+    /// Position in the log, starting at 1.
     pub seq: u64,
     /// Epoch milliseconds.
     pub at: u64,
     /// Event type, e.g. `turn/start`, `sandbox/mode`, `approval/asked`.
     #[serde(rename = "type")]
     pub kind: String,
+    /// The event payload.
     pub data: Value,
 }
 
 /// Where the persistence backend keeps a session (`{kind: "jsonl", path}` for JSONL files).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SessionLocator {
+    /// The backend kind (`jsonl`).
     pub kind: String,
+    /// Where the backend keeps the session (for `jsonl`, the log file).
     pub path: PathBuf,
 }
 
@@ -101,18 +107,23 @@ impl std::fmt::Debug for Session {
     }
 }
 
+/// Event type that opens a turn.
 pub const TURN_START: &str = "turn/start";
+/// Event type that closes a turn.
 pub const TURN_END: &str = "turn/end";
 
 impl Session {
+    /// A session with this header, an empty log and no sinks.
     pub fn new(header: SessionHeader) -> Arc<Self> {
         Arc::new(Self { header, log: Mutex::new(Vec::new()), sinks: Mutex::new(Vec::new()) })
     }
 
+    /// The immutable id and working directory.
     pub fn header(&self) -> &SessionHeader {
         &self.header
     }
 
+    /// The session id.
     pub fn id(&self) -> &str {
         &self.header.id
     }

@@ -12,11 +12,15 @@ use serde_json::{Map, Value, json};
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum JobStatus {
+    /// Started and not yet settled.
     Running,
     /// Cancellation was requested; the work has not settled yet.
     Stopping,
+    /// The work ended on its own (whatever its exit code).
     Completed,
+    /// The work ended because it was cancelled.
     Killed,
+    /// The work could not run or finish (the detail says why).
     Failed,
 }
 
@@ -53,8 +57,11 @@ impl fmt::Display for JobStatus {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum OutcomeStatus {
+    /// The work ended on its own (whatever its exit code).
     Completed,
+    /// The work ended because it was cancelled.
     Killed,
+    /// The work could not run or finish.
     Failed,
 }
 
@@ -71,6 +78,7 @@ impl From<OutcomeStatus> for JobStatus {
 /// How the work ended, as the producer reports it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct JobOutcome {
+    /// The terminal status the job settles in.
     pub status: OutcomeStatus,
     /// Short terminal detail shown in status lines (`exit code: 0`, `signal: SIGTERM`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -142,14 +150,21 @@ impl fmt::Debug for JobStartSpec {
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct JobSnapshot {
+    /// The job id (`<kind>-<n>`).
     pub id: String,
+    /// The id prefix and display kind (`bash`).
     pub kind: String,
+    /// What the job is, for listings and notices (bash: the full command).
     pub label: String,
+    /// Byte budget for the job tools' texts about this job, as given at start.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub output_limit_bytes: Option<f64>,
+    /// The id of the owning agent; `None` for an unowned job.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub owner_session: Option<String>,
+    /// Where the job is in its life.
     pub status: JobStatus,
+    /// Short terminal detail (`exit code: 0`, `signal: SIGTERM`), once the producer gives one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub detail: Option<String>,
     /// Epoch milliseconds.

@@ -11,6 +11,8 @@
 //! facts into [`JobOutcome`]s, and the job tools (a separate crate) render statuses and deliver
 //! notices through [`JobRegistry::on_settled`].
 
+#![deny(missing_docs)]
+
 mod error;
 mod job;
 mod local;

@@ -19,6 +19,7 @@ pub struct FakeProducer {
 }
 
 impl FakeProducer {
+    /// A producer with no queued reads that settles only when the test says so.
     pub fn new() -> Arc<Self> {
         Arc::new(Self::default())
     }

@@ -28,9 +28,11 @@ pub struct InFlightCalls {
 }
 
 impl InFlightCalls {
+    /// Records a call as in flight, with its tool name and arguments.
     pub fn insert(&self, call_id: &str, tool: &str, args: &Value) {
         self.calls.lock().insert(call_id.to_owned(), (tool.to_owned(), args.clone()));
     }
+    /// Forgets a call once it has finished.
     pub fn remove(&self, call_id: &str) {
         self.calls.lock().remove(call_id);
     }

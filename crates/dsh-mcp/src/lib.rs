@@ -50,6 +50,8 @@
 //!   request head, and connections beyond [`McpOptions::http_max_connections`] are closed at
 //!   accept.
 
+#![deny(missing_docs)]
+
 mod approval;
 mod http;
 mod options;

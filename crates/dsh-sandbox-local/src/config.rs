@@ -92,16 +92,22 @@ impl Default for LocalSandboxConfig {
 /// A configuration the provider refuses to load.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum ConfigError {
+    /// `runnerFailureSignatures` is set without a `runnerCommand`.
     #[error("sandbox-local: runnerFailureSignatures requires runnerCommand")]
     SignaturesWithoutRunnerCommand,
+    /// `runnerCommand` is set without any `runnerFailureSignatures` entry.
     #[error("sandbox-local: runnerCommand requires at least one runnerFailureSignatures entry")]
     RunnerCommandWithoutSignatures,
+    /// A `runnerFailureSignatures` entry is empty or spans several lines.
     #[error("sandbox-local: runnerFailureSignatures entries must be non-empty single-line strings")]
     BadSignature,
+    /// `probeTimeoutMs` is zero, negative or not finite.
     #[error("sandbox-local: probeTimeoutMs must be a positive finite number")]
     BadProbeTimeout,
+    /// `runners` is empty.
     #[error("sandbox-local: runners must name at least one runner")]
     NoRunners,
+    /// `runners` names the same runner twice.
     #[error("sandbox-local: runners must not name a runner twice")]
     RepeatedRunner,
 }

@@ -16,6 +16,8 @@
 //! reports what the host offers for a `doctor` command. This crate knows nothing of bash,
 //! the executor that spawns the confined command, sessions or hosts.
 
+#![deny(missing_docs)]
+
 #[cfg(not(target_os = "linux"))]
 compile_error!("dsh-sandbox-local supports Linux only (Landlock and bubblewrap runners)");
 

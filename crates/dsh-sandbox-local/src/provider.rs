@@ -72,6 +72,7 @@ impl LocalSandboxProvider {
         })
     }
 
+    /// The configuration this provider was built with.
     pub fn config(&self) -> &LocalSandboxConfig {
         &self.config
     }

@@ -19,8 +19,10 @@ pub enum RunnerKind {
 }
 
 impl RunnerKind {
+    /// Every runner, in the default preference order.
     pub const ALL: [RunnerKind; 2] = [RunnerKind::Landlock, RunnerKind::Bwrap];
 
+    /// The configuration and report spelling (`landlock`, `bwrap`).
     pub fn as_str(self) -> &'static str {
         match self {
             RunnerKind::Landlock => "landlock",
@@ -32,6 +34,7 @@ impl RunnerKind {
 /// A usable runner and how completely it confines.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RunnerCapability {
+    /// Whether the runner governs every effect of its mode (`full`) or not (`partial`).
     pub enforcement: SandboxEnforcement,
     /// Landlock only: the child also gets a private mount namespace with `/` read-only.
     pub mount_namespace: bool,
@@ -40,6 +43,7 @@ pub struct RunnerCapability {
 }
 
 impl RunnerCapability {
+    /// Full enforcement with the private mount namespace, and no notes.
     pub fn full() -> Self {
         Self { enforcement: SandboxEnforcement::Full, mount_namespace: true, notes: Vec::new() }
     }
@@ -48,6 +52,7 @@ impl RunnerCapability {
 /// The verdict of one probe.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ProbeOutcome {
+    /// The runner can confine, with this capability.
     Usable(RunnerCapability),
     /// Why the runner cannot confine on this host.
     Unusable(String),

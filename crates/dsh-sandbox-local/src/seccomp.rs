@@ -51,7 +51,7 @@
 //! Every other syscall is allowed on its number alone, without loading an argument, so since
 //! Linux 5.11 the kernel caches it as always-allowed and skips running the filter for it.
 //!
-//! The program is laid out by hand, as short as it can be (see [`compile`]), once per process
+//! The program is laid out by hand, as short as it can be (see `compile`), once per process
 //! (in the parent: building allocates) and installed by [`SeccompFilter::apply`] in the forked child, or handed to
 //! bubblewrap's `--seccomp FD` as [`SeccompFilter::bytes`]. Only x86_64 and aarch64 are
 //! supported; elsewhere [`SeccompFilter::build`] fails and the caller decides whether that

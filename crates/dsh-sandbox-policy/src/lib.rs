@@ -6,6 +6,8 @@
 //! closed). It contributes the `sandbox:policy` runtime context. It knows nothing about
 //! executors, runners or the bash tool.
 
+#![deny(missing_docs)]
+
 mod pin;
 mod service;
 

@@ -28,6 +28,7 @@ pub struct SpawnFailure<'a> {
     pub errno: &'a str,
     /// The program whose `exec` was attempted (`argv[0]` as spawned), when known.
     pub program: Option<&'a str>,
+    /// The spawn step that failed.
     pub stage: SpawnStage,
 }
 

@@ -76,9 +76,11 @@ pub struct ConfinedCommand {
     pub argv: Vec<String>,
     /// Applied in the child right before `exec` when present.
     pub child_confinement: Option<Arc<dyn ChildConfinement>>,
+    /// How completely this launch confines the command.
     pub enforcement: SandboxEnforcement,
     /// Lower-cased substrings of stderr that mark a denied file effect.
     pub denial_signatures: Vec<String>,
+    /// The rules that tell a runner failure from the command's own failure.
     pub runner_failure_rules: Vec<RunnerFailureRule>,
     /// The program whose failed `exec` means "the runner is missing" (`None` when no runner
     /// program is exec'd).

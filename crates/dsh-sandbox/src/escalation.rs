@@ -65,24 +65,54 @@ pub fn writable_roots(policy: &SandboxExecutionPolicy) -> Vec<PathBuf> {
 /// Why an escalation did not grant a wider mode (each is a tool error with this exact message).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum EscalationError {
+    /// No sandboxing executor is composed, so there is nothing to escalate.
     #[error("sandbox_permissions is not available in this composition (no sandboxing executor to escalate)")]
     NotAvailable,
+    /// The requested mode is not strictly wider than the call's current one.
     #[error(
         "sandbox escalation to \"{requested}\" is not strictly wider than this call's current \"{current}\" mode"
     )]
-    NotWider { requested: String, current: String },
+    NotWider {
+        /// The mode asked for, as spelled by the caller.
+        requested: String,
+        /// The call's current mode, as recorded.
+        current: String,
+    },
+    /// The escalation needs approval and no approval service is composed.
     #[error("sandbox escalation to \"{requested}\" requires approval, but no approval service is composed")]
-    NoApprovalService { requested: SandboxMode },
+    NoApprovalService {
+        /// The mode asked for.
+        requested: SandboxMode,
+    },
+    /// The escalation needs approval and the call has no agent to ask through.
     #[error(
         "sandbox escalation to \"{requested}\" requires approval, but the call has no agent to route it through"
     )]
-    NoAgent { requested: SandboxMode },
+    NoAgent {
+        /// The mode asked for.
+        requested: SandboxMode,
+    },
+    /// The user rejected the escalation.
     #[error("the user rejected escalating this {subject} to \"{requested}\"")]
-    Rejected { subject: String, requested: SandboxMode },
+    Rejected {
+        /// The word the message names the call by (`command` for bash).
+        subject: String,
+        /// The mode asked for.
+        requested: SandboxMode,
+    },
+    /// The approval request was cancelled before an answer.
     #[error("approval for escalating to \"{requested}\" was cancelled")]
-    Cancelled { requested: SandboxMode },
+    Cancelled {
+        /// The mode asked for.
+        requested: SandboxMode,
+    },
+    /// No approval channel could answer the request.
     #[error("sandbox escalation to \"{requested}\" requires approval, but no approval channel is available")]
-    Unavailable { requested: SandboxMode },
+    Unavailable {
+        /// The mode asked for.
+        requested: SandboxMode,
+    },
+    /// An approver answered outside the closed outcome vocabulary (the answer given).
     #[error("unreachable variant in EscalationOutcome: {0:?}")]
     UnreachableOutcome(String),
 }

@@ -5,6 +5,8 @@
 //! It knows nothing about how a provider confines (Landlock, bubblewrap) nor about the bash
 //! tool or any host.
 
+#![deny(missing_docs)]
+
 mod attribution;
 mod classify;
 mod confined;

@@ -9,8 +9,11 @@ use serde::{Deserialize, Serialize};
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum SandboxMode {
+    /// The command may read files but write none (`read-only`).
     ReadOnly,
+    /// The command may write only under the workspace root (`workspace-write`).
     WorkspaceWrite,
+    /// No confinement: the command runs unsandboxed (`danger-full-access`).
     DangerFullAccess,
 }
 
@@ -44,11 +47,14 @@ impl fmt::Display for SandboxMode {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum SandboxEnforcement {
+    /// Every effect the mode promises is governed.
     Full,
+    /// Some effects the mode promises are not governed (a report says which).
     Partial,
 }
 
 impl SandboxEnforcement {
+    /// The wire spelling (`full`, `partial`).
     pub fn as_str(self) -> &'static str {
         match self {
             SandboxEnforcement::Full => "full",
@@ -61,8 +67,11 @@ impl SandboxEnforcement {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SandboxExecutionPolicy {
+    /// The file-effect mode the call runs under.
     pub mode: SandboxMode,
+    /// The canonical workspace root (what `workspace-write` may write under).
     pub workspace_root: PathBuf,
+    /// The id of the session the call belongs to, when there is one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub session_id: Option<String>,
 }
@@ -70,19 +79,24 @@ pub struct SandboxExecutionPolicy {
 /// No sandbox backend can confine the command; the command never runs unconfined.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub struct SandboxUnavailableError {
+    /// The mode that could not be enforced.
     pub mode: SandboxMode,
     /// Appended as ` Runner failure: <detail>` when present.
     pub detail: Option<String>,
 }
 
 impl SandboxUnavailableError {
+    /// The error name attached to the tool failure.
     pub const NAME: &'static str = "SandboxUnavailableError";
+    /// The error code attached to the tool failure.
     pub const CODE: &'static str = "SANDBOX_UNAVAILABLE";
 
+    /// The error for `mode`, without a runner-failure detail.
     pub fn new(mode: SandboxMode) -> Self {
         Self { mode, detail: None }
     }
 
+    /// The error for `mode`, with the runner failure that made the sandbox unusable.
     pub fn with_detail(mode: SandboxMode, detail: impl Into<String>) -> Self {
         Self { mode, detail: Some(detail.into()) }
     }

@@ -24,6 +24,7 @@ pub struct ProviderReport {
 pub struct RunnerReport {
     /// `landlock`, `bwrap`, `runnerCommand`.
     pub name: String,
+    /// Whether the runner can confine on this host.
     pub usable: bool,
     /// Present when usable.
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -38,9 +38,11 @@ pub type EnvResolver = Arc<dyn Fn(&ToolExec) -> Result<BTreeMap<String, Value>, 
 /// A contributor: a unique name, the keys it owns with their descriptions, and its resolver.
 #[derive(Clone)]
 pub struct ShellEnvContributor {
+    /// The contributor's unique, non-blank name.
     pub name: String,
     /// `(key, description)` in declaration order.
     pub variables: Vec<(String, String)>,
+    /// Resolves the contributor's values for each call.
     pub resolve: EnvResolver,
 }
 
@@ -71,35 +73,83 @@ impl std::fmt::Debug for ShellEnvContributor {
 /// One contributor-declared variable as [`ShellEnvRegistry::list`] reports it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct ShellEnvVariable {
+    /// The name of the contributor that owns the key.
     pub contributor: String,
+    /// What the variable holds, as its contributor declared it.
     pub description: String,
+    /// The variable name (`DSH_…`).
     pub key: String,
 }
 
 /// Registration and collection failures; each message is exact (pinned by tests).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum ShellEnvError {
+    /// A contributor name is empty or blank.
     #[error("bash env contributor name must be non-empty")]
     BlankName,
+    /// A contributor with this name is already registered.
     #[error("bash env contributor \"{0}\" is already registered")]
     DuplicateName(String),
+    /// A declared key is not `DSH_` followed by an upper-case letter and `[A-Z0-9_]*`.
     #[error("bash env contributor \"{name}\" declared invalid key \"{key}\"")]
-    InvalidKey { name: String, key: String },
+    InvalidKey {
+        /// The contributor.
+        name: String,
+        /// The declared key.
+        key: String,
+    },
+    /// A declared key is one the registry owns itself ([`RESERVED_KEYS`]).
     #[error("bash env contributor \"{name}\" cannot own reserved key \"{key}\"")]
-    ReservedKey { name: String, key: String },
+    ReservedKey {
+        /// The contributor.
+        name: String,
+        /// The declared key.
+        key: String,
+    },
+    /// A declared key has an empty or blank description.
     #[error("bash env contributor \"{name}\" must describe \"{key}\"")]
-    BlankDescription { name: String, key: String },
+    BlankDescription {
+        /// The contributor.
+        name: String,
+        /// The declared key.
+        key: String,
+    },
+    /// A declared key is already owned by another contributor.
     #[error(
         "bash env key \"{key}\" is already owned by contributor \"{owner}\"; contributor \"{name}\" cannot also own it"
     )]
-    KeyTaken { key: String, owner: String, name: String },
+    KeyTaken {
+        /// The contested key.
+        key: String,
+        /// The contributor that owns it.
+        owner: String,
+        /// The contributor that tried to declare it too.
+        name: String,
+    },
+    /// A resolver returned a key its contributor did not declare.
     #[error("bash env contributor \"{name}\" returned undeclared key \"{key}\"")]
-    UndeclaredKey { name: String, key: String },
+    UndeclaredKey {
+        /// The contributor.
+        name: String,
+        /// The returned key.
+        key: String,
+    },
+    /// A resolver returned something other than a string for a key.
     #[error("bash env contributor \"{name}\" returned a non-string value for \"{key}\"")]
-    NonStringValue { name: String, key: String },
+    NonStringValue {
+        /// The contributor.
+        name: String,
+        /// The key whose value is not a string.
+        key: String,
+    },
     /// A resolver's own failure, reported as it said it.
     #[error("{message}")]
-    Resolver { name: String, message: String },
+    Resolver {
+        /// The contributor whose resolver failed.
+        name: String,
+        /// The resolver's own message (the error's whole text).
+        message: String,
+    },
 }
 
 struct Entry {

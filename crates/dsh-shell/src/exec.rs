@@ -3,12 +3,13 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use dsh_core::tools::OutputProbeSlot;
 use dsh_core::{AbortSignal, ErrorInfo, ToolError};
 use dsh_sandbox::{SandboxEnforcement, SandboxExecutionPolicy, SandboxMode, SandboxUnavailableError};
 use futures::future::BoxFuture;
-use serde::Serialize;
+use serde::{Serialize, Serializer};
 
 /// The service key name an executor registers under.
 pub const SHELL_SERVICE: &str = "shell";
@@ -19,12 +20,15 @@ pub const SHELL: dsh_core::ServiceKey<Arc<dyn ShellExecutor>> = dsh_core::Servic
 /// A caller's request; everything but `command` is optional and filled by `resolve`.
 #[derive(Clone, Debug, Default)]
 pub struct ShellExecRequest {
+    /// The bash command line (run as `bash -c <command>`).
     pub command: String,
+    /// Working directory; `None` uses the executor's configured or the harness cwd.
     pub workdir: Option<PathBuf>,
     /// Foreground timeout hint (ms); validated positive-finite and capped by `resolve`.
     pub timeout_ms: Option<f64>,
     /// Trusted-caller stdout capture budget (bytes); never exposed to a model.
     pub stdout_max_bytes: Option<f64>,
+    /// The caller's abort signal; firing it kills the command.
     pub signal: Option<AbortSignal>,
     /// Bytes written to stdin, then closed; absent → stdin is `/dev/null`.
     pub stdin: Option<Vec<u8>>,
@@ -32,6 +36,7 @@ pub struct ShellExecRequest {
     pub env: Option<BTreeMap<String, String>>,
     /// Managed `DSH_*` snapshot, merged last (wins over `env`).
     pub dsh_env: Option<BTreeMap<String, String>>,
+    /// The per-call sandbox policy; `None` lets a sandboxing executor use its standing one.
     pub sandbox_policy: Option<SandboxExecutionPolicy>,
     /// Where a foreground run installs a probe of its latest output line once the process has
     /// started (removed when the run ends); `None` when nobody observes. Background starts
@@ -42,17 +47,77 @@ pub struct ShellExecRequest {
 /// A resolved request: defaults and caps applied.
 #[derive(Clone, Debug)]
 pub struct ShellExecSpec {
+    /// The bash command line.
     pub command: String,
+    /// The working directory the command starts in.
     pub workdir: PathBuf,
-    pub timeout_ms: f64,
-    pub stdout_max_bytes: f64,
+    /// The effective foreground timeout (the hint or default, capped).
+    pub timeout: ShellTimeout,
+    /// The foreground stdout capture budget in whole bytes.
+    pub stdout_max_bytes: usize,
+    /// The caller's abort signal; firing it kills the command.
     pub signal: Option<AbortSignal>,
+    /// Bytes written to stdin, then closed; `None` → stdin is `/dev/null`.
     pub stdin: Option<Vec<u8>>,
+    /// Ordinary extra environment, merged after the credential scrub.
     pub env: Option<BTreeMap<String, String>>,
+    /// Managed `DSH_*` snapshot, merged last (wins over `env`).
     pub dsh_env: Option<BTreeMap<String, String>>,
+    /// The sandbox policy to confine under (a sandboxing executor always sets it).
     pub sandbox_policy: Option<SandboxExecutionPolicy>,
     /// See [`ShellExecRequest::output_probe`]; carried verbatim by `resolve`.
     pub output_probe: Option<OutputProbeSlot>,
+}
+
+/// A resolved foreground timeout: the [`Duration`] the mechanics arm, and the same bound in
+/// milliseconds as the JavaScript number it was requested or configured as.
+///
+/// The millisecond number is what is reported back (`timeoutMs`, `[timed out after <ms>ms]`,
+/// the deadline's reason). A JavaScript number need not be a whole number of nanoseconds
+/// (`1e-7`, `0.1234567891`), so it is kept beside the duration rather than recomputed from
+/// it: reports stay byte-identical to the value the caller gave.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ShellTimeout {
+    duration: Duration,
+    millis: f64,
+}
+
+impl ShellTimeout {
+    /// A timeout of `millis` milliseconds (a JavaScript number). The duration of a positive
+    /// value is at least one nanosecond and saturates at [`Duration::MAX`]; a value that is
+    /// not positive (or NaN) has a zero duration, meaning "no timer".
+    pub fn from_millis(millis: f64) -> Self {
+        let duration = if millis.is_nan() || millis <= 0.0 {
+            Duration::ZERO
+        } else {
+            Duration::try_from_secs_f64(millis / 1000.0)
+                .map_or(Duration::MAX, |d| d.max(Duration::from_nanos(1)))
+        };
+        Self { duration, millis }
+    }
+
+    /// A timeout of `duration`, reported as its milliseconds (exact to the nanosecond for
+    /// durations below 2^53 ns, about 104 days).
+    pub fn from_duration(duration: Duration) -> Self {
+        Self { duration, millis: duration.as_nanos() as f64 / 1_000_000.0 }
+    }
+
+    /// The bound the mechanics arm.
+    pub fn duration(&self) -> Duration {
+        self.duration
+    }
+
+    /// The bound in milliseconds, exactly as requested or configured (the reported number).
+    pub fn millis(&self) -> f64 {
+        self.millis
+    }
+}
+
+/// Serialized as its JavaScript millisecond number.
+impl Serialize for ShellTimeout {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        dsh_core::json::serialize_js_f64(&self.millis, serializer)
+    }
 }
 
 /// One collected stream: the (tail of the) text, whether bytes were dropped from memory, and
@@ -60,8 +125,11 @@ pub struct ShellExecSpec {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct CollectedOutput {
+    /// The collected text (only its tail when bytes were dropped).
     pub text: String,
+    /// Some bytes were dropped from memory (the spill file, if any, has them all).
     pub truncated: bool,
+    /// The complete output on disk, while the spill file is intact.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub spill_path: Option<PathBuf>,
 }
@@ -70,10 +138,14 @@ pub struct CollectedOutput {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ShellSandboxInfo {
+    /// The mode the command ran under.
     pub mode: SandboxMode,
+    /// The command exited non-zero with a denial signature in stderr (a refused file effect).
     pub denied: bool,
+    /// How completely the runner confined; `None` when nothing confined (`danger-full-access`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub enforcement: Option<SandboxEnforcement>,
+    /// `Some(true)` when a background process failed because the sandbox runner itself failed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub runner_failed: Option<bool>,
 }
@@ -85,14 +157,22 @@ pub struct ShellSandboxInfo {
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ShellRunResult {
+    /// The exit code when the command exited; `None` when a signal ended it.
     pub exit_code: Option<i32>,
+    /// The signal name (`SIGTERM`, `SIGKILL`, …) that ended the command, if one did.
     pub signal: Option<String>,
+    /// The timeout cut the command short.
     pub timed_out: bool,
+    /// The caller's signal cut the command short.
     pub aborted: bool,
-    #[serde(serialize_with = "dsh_core::json::serialize_js_f64")]
-    pub timeout_ms: f64,
+    /// The effective timeout applied, serialized as `timeoutMs` (a JavaScript number).
+    #[serde(rename = "timeoutMs")]
+    pub timeout: ShellTimeout,
+    /// The collected stdout.
     pub stdout: CollectedOutput,
+    /// The collected stderr.
     pub stderr: CollectedOutput,
+    /// Sandbox facts, present iff a sandboxing executor ran the command.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sandbox: Option<ShellSandboxInfo>,
 }
@@ -100,8 +180,11 @@ pub struct ShellRunResult {
 /// Lifecycle of a background process: `Running` then exactly one terminal state.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ProcessStatus {
+    /// Started and not yet settled.
     Running,
+    /// Exited on its own (whatever its exit code).
     Completed,
+    /// Killed, ended by a signal, aborted, or never started (spawn failure).
     Killed,
 }
 
@@ -112,14 +195,19 @@ pub struct ShellProcessRead {
     pub delta: String,
     /// Some unread bytes were dropped from memory before this read.
     pub lossy: bool,
+    /// The complete stdout on disk, while its spill file is intact.
     pub stdout_spill_path: Option<PathBuf>,
+    /// The complete stderr on disk, while its spill file is intact.
     pub stderr_spill_path: Option<PathBuf>,
 }
 
 /// A background process handle.
 pub trait ShellProcess: Send + Sync {
+    /// Where the process is in its lifecycle.
     fn status(&self) -> ProcessStatus;
+    /// The exit code once the process exited; `None` while running or when a signal ended it.
     fn exit_code(&self) -> Option<i32>;
+    /// The name of the signal that ended the process (`SIGTERM`, …), if one did.
     fn signal(&self) -> Option<String>;
     /// Resolves when the process has settled; never fails.
     fn done(&self) -> BoxFuture<'static, ()>;
@@ -146,6 +234,7 @@ pub enum ShellError {
     /// The OS refused to start the command (`spawn bash ENOENT`-like message).
     #[error("{message}")]
     Spawn {
+        /// The OS error as a message (`spawn bash ENOENT`).
         message: String,
         /// The errno name (`ENOENT`, `EACCES`, …) when known.
         code: Option<String>,
@@ -155,6 +244,7 @@ pub enum ShellError {
     /// The caller's signal had fired before anything was spawned.
     #[error("aborted before spawn: {0}")]
     AbortedBeforeSpawn(String),
+    /// No sandbox backend can confine the command, so it did not run.
     #[error(transparent)]
     SandboxUnavailable(#[from] SandboxUnavailableError),
     /// Anything else a provider reports.
@@ -190,4 +280,37 @@ pub trait ShellExecutor: Send + Sync {
     async fn run(&self, spec: ShellExecSpec) -> Result<ShellRunResult, ShellError>;
     /// Background start: returns immediately; no timeout applies.
     fn start(&self, spec: ShellExecSpec) -> Result<Arc<dyn ShellProcess>, ShellError>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_timeout_keeps_the_number_it_reports() {
+        for (millis, duration) in [
+            (120_000.0, Duration::from_secs(120)),
+            (1.5, Duration::from_micros(1500)),
+            (0.1, Duration::from_micros(100)),
+            (1e-7, Duration::from_nanos(1)),
+            (0.1234567891, Duration::from_nanos(123_457)),
+            (1e300, Duration::MAX),
+            (0.0, Duration::ZERO),
+            (-1.0, Duration::ZERO),
+        ] {
+            let timeout = ShellTimeout::from_millis(millis);
+            assert_eq!((timeout.millis(), timeout.duration()), (millis, duration), "{millis}");
+        }
+        assert!(ShellTimeout::from_millis(f64::NAN).duration().is_zero());
+        assert_eq!(ShellTimeout::from_duration(Duration::from_micros(2500)).millis(), 2.5);
+        assert_eq!(ShellTimeout::from_duration(Duration::from_micros(100)).millis(), 0.1);
+    }
+
+    #[test]
+    fn a_timeout_serializes_as_its_javascript_number() {
+        let text = |millis: f64| serde_json::to_string(&ShellTimeout::from_millis(millis)).ok();
+        assert_eq!(text(10_000.0).as_deref(), Some("10000"));
+        assert_eq!(text(2.5).as_deref(), Some("2.5"));
+        assert_eq!(text(1e-7).as_deref(), Some("1e-7"));
+    }
 }

@@ -3,8 +3,20 @@
 /// The exit status a rendered result text ends with, and the body before that marker.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ExitStatus {
-    Exited { body: String, exit_code: i64 },
-    Signaled { body: String, signal: String },
+    /// The command exited (a text without a marker is a clean exit 0).
+    Exited {
+        /// The text before the marker.
+        body: String,
+        /// The exit code the marker reports.
+        exit_code: i64,
+    },
+    /// A signal killed the command.
+    Signaled {
+        /// The text before the marker.
+        body: String,
+        /// The signal name the marker reports (`SIGTERM`, …).
+        signal: String,
+    },
 }
 
 /// Parses the trailing `\n[killed by signal: X]` or `\n[exit code: N]` marker; anything else

@@ -7,6 +7,8 @@
 //! ([`ShellEnvRegistry`], service `shellEnv`) with its plugin. It does not know how processes
 //! are spawned (that is a provider's job) nor who calls it (the bash tool, a host).
 
+#![deny(missing_docs)]
+
 mod env;
 mod env_plugin;
 mod exec;
@@ -23,7 +25,7 @@ pub use env_plugin::{
 };
 pub use exec::{
     CollectedOutput, ProcessStatus, SHELL, SHELL_SERVICE, ShellError, ShellExecRequest, ShellExecSpec,
-    ShellExecutor, ShellProcess, ShellProcessRead, ShellRunResult, ShellSandboxInfo,
+    ShellExecutor, ShellProcess, ShellProcessRead, ShellRunResult, ShellSandboxInfo, ShellTimeout,
 };
 pub use exit_status::{ExitStatus, parse_exit_status};
 

@@ -33,6 +33,7 @@ pub struct CaptureLimits {
 }
 
 impl CaptureLimits {
+    /// Limits for the stream named `label` (`stdout`, `stderr`), caps in bytes.
     pub fn new(label: &str, memory_cap: usize, spill_cap: Option<u64>) -> Self {
         Self { memory_cap, spill_cap, label: label.to_owned() }
     }
@@ -41,6 +42,7 @@ impl CaptureLimits {
 /// One non-consuming read from an offset.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StreamRead {
+    /// The retained text from the offset on (lossily decoded; a partial trailing character is held back).
     pub text: String,
     /// Some bytes at or after the offset had already been dropped from memory.
     pub lossy: bool,

@@ -50,7 +50,9 @@ pub enum Containment {
 /// The containment a service actually has, with the reason when it is not what was asked.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ContainmentStatus {
+    /// The containment in effect.
     pub mechanism: Containment,
+    /// Why this containment is in effect (what it does, or why the asked one failed).
     pub reason: String,
 }
 

@@ -45,7 +45,9 @@ impl std::fmt::Debug for AmbientEnv {
 /// An explicit environment entry: set a value, or remove the ambient one (a tombstone).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum EnvEntry {
+    /// Set the variable to this value.
     Set(String),
+    /// Remove the variable from the ambient environment.
     Unset,
 }
 

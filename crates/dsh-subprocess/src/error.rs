@@ -12,6 +12,7 @@ pub enum SpawnError {
     /// The grace period is zero or longer than [`crate::MAX_GRACE`].
     #[error("subprocess graceMs must be a positive finite number no greater than 2147483647")]
     InvalidGrace,
+    /// The argv is empty or `argv[0]` is an empty string.
     #[error("invalid argv: expected a non-empty program name at argv[0]")]
     InvalidArgv,
     /// The spawn's cancellation token was cancelled before the spawn (the caller knows why).
@@ -45,7 +46,9 @@ pub enum SpawnStage {
 pub struct OsSpawnError {
     /// `argv[0]` as given (not the resolved path).
     pub program: String,
+    /// The errno the failing step reported.
     pub errno: Errno,
+    /// Which step of starting the child failed.
     pub stage: SpawnStage,
     /// The working directory the child was to start in.
     pub cwd: PathBuf,

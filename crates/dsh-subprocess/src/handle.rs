@@ -26,6 +26,7 @@ const TREE_POLL: Duration = Duration::from_millis(15);
 /// How a settled process ended: an exit code, or the name of the signal that killed it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ProcessOutcome {
+    /// The exit code when the direct child exited normally; `None` when a signal ended it.
     pub exit_code: Option<i32>,
     /// `SIGTERM`, `SIGKILL`, … when a signal ended the direct child.
     pub signal: Option<String>,

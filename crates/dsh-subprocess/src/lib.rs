@@ -14,6 +14,8 @@
 //! It knows nothing about bash, the shell executor seam, sandboxes (a sandbox only hands it a
 //! [`PreExecHook`]) or any tool or host. Linux is the supported platform.
 
+#![deny(missing_docs)]
+
 pub mod child_exec;
 mod collector;
 mod containment;

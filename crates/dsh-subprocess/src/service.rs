@@ -23,6 +23,7 @@ pub struct ServiceOptions {
     pub spill_dir: Option<PathBuf>,
     /// The environment children inherit (after the credential scrub).
     pub ambient_env: AmbientEnv,
+    /// Chooses spill file names (default: [`DefaultSpillNamer`]).
     pub spill_namer: Arc<dyn SpillNamer>,
     /// Whether stray descendants are contained (default: [`Containment::Subreaper`]).
     pub containment: Containment,

@@ -86,7 +86,9 @@ pub struct SpawnSpec {
     pub env: Vec<(String, EnvEntry)>,
     /// Written to stdin and then closed; `None` connects stdin to `/dev/null`.
     pub stdin: Option<Vec<u8>>,
+    /// How stdout is captured (memory tail and spill caps).
     pub stdout: CaptureLimits,
+    /// How stderr is captured (memory tail and spill caps).
     pub stderr: CaptureLimits,
     /// Time between `SIGTERM` and `SIGKILL`, and the pipe-drain bound after exit: more than
     /// zero and at most [`MAX_GRACE`].

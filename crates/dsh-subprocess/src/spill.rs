@@ -91,6 +91,7 @@ const LOCK_ATTEMPTS: usize = 50;
 /// deterministic names to plant files or symlinks at the exact path a spill will try. A name
 /// must be a single path component.
 pub trait SpillNamer: Send + Sync {
+    /// The file name for a new spill of the stream `label`; a single path component.
     fn file_name(&self, label: &str) -> String;
 }
 

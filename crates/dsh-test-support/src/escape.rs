@@ -1,4 +1,4 @@
-//! The escape matrix shared by the containment tests: each case starts a sleeper whose argv[0]
+//! The escape matrix shared by the containment tests: each case starts a sleeper whose `argv[0]`
 //! is `<marker>-<case>`, so a `/proc` scan finds exactly this test's survivors.
 
 /// How many escape cases [`script`] starts.
@@ -29,7 +29,7 @@ pub fn script(marker: &str, then: &str) -> String {
     .join("\n")
 }
 
-/// Live processes whose argv[0] starts with `<marker>-`.
+/// Live processes whose `argv[0]` starts with `<marker>-`.
 pub fn survivors(marker: &str) -> Vec<i32> {
     let prefix = format!("{marker}-");
     let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
@@ -46,7 +46,7 @@ pub fn survivors(marker: &str) -> Vec<i32> {
         .collect()
 }
 
-/// argv[0] of each survivor, for a failure message.
+/// `argv[0]` of each survivor, for a failure message.
 pub fn names(pids: &[i32]) -> Vec<String> {
     pids.iter()
         .map(|pid| {

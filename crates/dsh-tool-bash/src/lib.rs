@@ -18,6 +18,7 @@
 //! which executor is mounted, or which host carries the tool.
 
 #![forbid(unsafe_code)]
+#![deny(missing_docs)]
 
 mod args;
 mod background;

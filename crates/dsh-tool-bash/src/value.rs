@@ -40,7 +40,7 @@ pub(crate) fn foreground_value(result: &ShellRunResult) -> Value {
     m.insert("signal".into(), result.signal.as_deref().map_or(Value::Null, Value::from));
     m.insert("timedOut".into(), json!(result.timed_out));
     m.insert("aborted".into(), json!(result.aborted));
-    m.insert("timeoutMs".into(), js_number(result.timeout_ms));
+    m.insert("timeoutMs".into(), js_number(result.timeout.millis()));
     m.insert("stdout".into(), stream_value(&result.stdout));
     m.insert("stderr".into(), stream_value(&result.stderr));
     if let Some(sandbox) = &result.sandbox {
@@ -159,6 +159,7 @@ mod tests {
     use super::*;
     use dsh_core::tools::validate_value;
     use dsh_sandbox::SandboxEnforcement;
+    use dsh_shell::ShellTimeout;
 
     fn result() -> ShellRunResult {
         ShellRunResult {
@@ -166,7 +167,7 @@ mod tests {
             signal: None,
             timed_out: false,
             aborted: false,
-            timeout_ms: 10000.0,
+            timeout: ShellTimeout::from_millis(10000.0),
             stdout: CollectedOutput { text: "hello\n".into(), truncated: false, spill_path: None },
             stderr: CollectedOutput::default(),
             sandbox: None,
@@ -194,7 +195,7 @@ mod tests {
         let mut r = result();
         r.exit_code = None;
         r.signal = Some("SIGTERM".into());
-        r.timeout_ms = 2.5;
+        r.timeout = ShellTimeout::from_millis(2.5);
         r.stdout.truncated = true;
         r.stdout.spill_path = Some("/s/out.log".into());
         r.sandbox = Some(ShellSandboxInfo {
@@ -216,6 +217,19 @@ mod tests {
             runner_failed: None,
         });
         assert_eq!(foreground_value(&r)["sandbox"], json!({"mode": "read-only", "denied": false}));
+    }
+
+    #[test]
+    fn timeout_ms_is_the_number_as_given() {
+        let mut r = result();
+        for (millis, text) in
+            [(1e-7, "1e-7"), (0.1234567891, "0.1234567891"), (1e21, "1e+21"), (2147483647.0, "2147483647")]
+        {
+            r.timeout = ShellTimeout::from_millis(millis);
+            let v = foreground_value(&r);
+            assert_eq!(v["timeoutMs"], js_number(millis));
+            assert_eq!(dsh_core::json::js_json_text(&v["timeoutMs"]), text);
+        }
     }
 
     #[test]

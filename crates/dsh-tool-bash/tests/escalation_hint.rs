@@ -16,7 +16,7 @@ use dsh_jobs::{JOBS, JobsPlugin};
 use dsh_sandbox::{ESCALATION_HINT, SandboxEnforcement, SandboxMode};
 use dsh_shell::{
     ProcessStatus, ShellError, ShellExecRequest, ShellExecSpec, ShellExecutor, ShellProcess, ShellRunResult,
-    ShellSandboxInfo,
+    ShellSandboxInfo, ShellTimeout,
 };
 use dsh_tool_jobs::ToolJobsPlugin;
 use serde_json::{Value, json};
@@ -45,8 +45,8 @@ impl ShellExecutor for DenyingExecutor {
         Ok(ShellExecSpec {
             command: request.command,
             workdir: request.workdir.unwrap_or_else(|| "/fake-cwd".into()),
-            timeout_ms: 10000.0,
-            stdout_max_bytes: 64000.0,
+            timeout: ShellTimeout::from_millis(10000.0),
+            stdout_max_bytes: 64000,
             signal: request.signal,
             stdin: None,
             env: None,

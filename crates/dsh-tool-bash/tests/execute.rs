@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use common::{FakeExecutor, Harness, result, text};
 use dsh_core::{AbortSignal, ErrorInfo, ToolExec};
 use dsh_sandbox::{SandboxEnforcement, SandboxMode, SandboxUnavailableError};
-use dsh_shell::{CollectedOutput, ShellError, ShellSandboxInfo};
+use dsh_shell::{CollectedOutput, ShellError, ShellSandboxInfo, ShellTimeout};
 use serde_json::json;
 
 #[tokio::test]
@@ -199,7 +199,7 @@ async fn nonzero_exit_timeout_and_signal_are_successes() {
     fake.push_result(Ok(result("", "", Some(9), None)));
     let mut timed = result("", "", None, Some("SIGTERM"));
     timed.timed_out = true;
-    timed.timeout_ms = 100.0;
+    timed.timeout = ShellTimeout::from_millis(100.0);
     fake.push_result(Ok(timed));
     let h = Harness::with(fake);
     let r = h.call(json!({"command": "exit 9", "description": "d"})).await;

@@ -4,6 +4,7 @@ mod common;
 
 use common::{FakeExecutor, Harness, result};
 use dsh_core::{ContentBlock, ToolError, ToolResult};
+use dsh_shell::ShellTimeout;
 use serde_json::{Value, json};
 
 fn harness() -> Harness {
@@ -109,7 +110,7 @@ async fn present_result_uses_the_structured_exit_status() {
     fake.push_result(Ok(result("gone", "", None, Some("SIGKILL"))));
     let mut timed = result("slow", "", Some(143), None);
     timed.timed_out = true;
-    timed.timeout_ms = 100.0;
+    timed.timeout = ShellTimeout::from_millis(100.0);
     fake.push_result(Ok(timed));
     let h = Harness::with(fake);
     let args = json!({"command": "x", "description": "x"});

@@ -63,7 +63,7 @@ fn rich_result(spec: &ShellExecSpec) -> ShellRunResult {
         signal: Some("SIGTERM".into()),
         timed_out: true,
         aborted: false,
-        timeout_ms: spec.timeout_ms,
+        timeout: spec.timeout,
         stdout: CollectedOutput {
             text: "out".into(),
             truncated: true,
@@ -81,7 +81,7 @@ fn denied_result(spec: &ShellExecSpec) -> ShellRunResult {
         signal: None,
         timed_out: false,
         aborted: false,
-        timeout_ms: spec.timeout_ms,
+        timeout: spec.timeout,
         stdout: CollectedOutput::default(),
         stderr: CollectedOutput::default(),
         sandbox: spec.sandbox_policy.as_ref().map(|p| ShellSandboxInfo {

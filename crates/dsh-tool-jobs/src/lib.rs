@@ -6,6 +6,8 @@
 //! knows nothing about what a job runs: producers such as the bash tool speak only to the
 //! runtime.
 
+#![deny(missing_docs)]
+
 mod config;
 mod notice;
 mod plugin;

@@ -174,6 +174,7 @@ pub struct JobListTool {
 }
 
 impl JobListTool {
+    /// The `job_list` tool over the given job registry.
     pub fn new(jobs: Arc<dyn JobRegistry>) -> Self {
         let spec = ToolSpec::new(
             "job_list",
@@ -226,6 +227,7 @@ pub struct JobKillTool {
 }
 
 impl JobKillTool {
+    /// The `job_kill` tool over the given job registry.
     pub fn new(jobs: Arc<dyn JobRegistry>) -> Self {
         let params = ToolParams::new()
             .required("job_id", Schema::string().describe(JOB_ID_DESCRIPTION))

@@ -1,9 +1,10 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use dsh_bash_local::{LocalBashConfig, LocalBashExecutor};
 use dsh_core::AbortSignal;
-use dsh_shell::{ShellExecRequest, ShellExecutor};
+use dsh_shell::{ShellExecRequest, ShellExecutor, ShellTimeout};
 use dsh_subprocess::SubprocessService;
 
 use crate::{executor_in, request};
@@ -15,8 +16,9 @@ fn ex_01_resolve_defaults() {
     let spec = executor.resolve(request("echo hi")).expect("resolve");
     assert_eq!(spec.command, "echo hi");
     assert_eq!(spec.workdir, std::env::current_dir().expect("cwd"));
-    assert_eq!(spec.timeout_ms, 120_000.0);
-    assert_eq!(spec.stdout_max_bytes, 64_000.0);
+    assert_eq!(spec.timeout, ShellTimeout::from_millis(120_000.0));
+    assert_eq!(spec.timeout.duration(), Duration::from_secs(120));
+    assert_eq!(spec.stdout_max_bytes, 64_000);
     assert!(spec.sandbox_policy.is_none());
     assert!(spec.stdin.is_none() && spec.env.is_none() && spec.dsh_env.is_none() && spec.signal.is_none());
 }
@@ -79,28 +81,35 @@ fn bf_12_timeout_default_and_cap() {
         c.timeout_ms = 1000.0;
         c.max_timeout_ms = 2000.0;
     });
-    assert_eq!(executor.resolve(request("true")).expect("resolve").timeout_ms, 1000.0);
+    assert_eq!(executor.resolve(request("true")).expect("resolve").timeout.millis(), 1000.0);
     let capped = executor.resolve(ShellExecRequest { timeout_ms: Some(99_999.0), ..request("true") });
-    assert_eq!(capped.expect("resolve").timeout_ms, 2000.0);
+    assert_eq!(capped.expect("resolve").timeout.duration(), Duration::from_secs(2));
     let fraction = executor.resolve(ShellExecRequest { timeout_ms: Some(1.5), ..request("true") });
-    assert_eq!(fraction.expect("resolve").timeout_ms, 1.5);
+    let fraction = fraction.expect("resolve").timeout;
+    assert_eq!((fraction.millis(), fraction.duration()), (1.5, Duration::from_micros(1500)));
+    // A value finer than a nanosecond keeps its reported number and still arms a timer.
+    let tiny = executor.resolve(ShellExecRequest { timeout_ms: Some(1e-7), ..request("true") });
+    let tiny = tiny.expect("resolve").timeout;
+    assert_eq!((tiny.millis(), tiny.duration()), (1e-7, Duration::from_nanos(1)));
     let (executor, _service) = executor_in(dir.path(), |c| {
         c.timeout_ms = 5000.0;
         c.max_timeout_ms = 2000.0;
     });
     assert_eq!(
-        executor.resolve(request("true")).expect("resolve").timeout_ms,
+        executor.resolve(request("true")).expect("resolve").timeout.millis(),
         2000.0,
         "the default is capped too"
     );
     let default =
         LocalBashExecutor::new(LocalBashConfig::default(), SubprocessService::new()).expect("executor");
-    assert_eq!(default.resolve(request("true")).expect("resolve").timeout_ms, 120_000.0);
+    assert_eq!(default.resolve(request("true")).expect("resolve").timeout.millis(), 120_000.0);
 }
 
 #[test]
 fn ex_03_stdout_budget_defaults_to_max_output_bytes() {
     let dir = tempfile::tempdir().expect("tempdir");
     let (executor, _service) = executor_in(dir.path(), |c| c.max_output_bytes = 100.0);
-    assert_eq!(executor.resolve(request("true")).expect("resolve").stdout_max_bytes, 100.0);
+    assert_eq!(executor.resolve(request("true")).expect("resolve").stdout_max_bytes, 100);
+    let fraction = executor.resolve(ShellExecRequest { stdout_max_bytes: Some(99.9), ..request("true") });
+    assert_eq!(fraction.expect("resolve").stdout_max_bytes, 99, "fractions round down");
 }

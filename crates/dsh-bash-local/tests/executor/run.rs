@@ -2,7 +2,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::time::{Duration, Instant};
 
 use dsh_core::{AbortReason, AbortSignal};
-use dsh_shell::{CollectedOutput, ShellError, ShellExecRequest, ShellExecutor};
+use dsh_shell::{CollectedOutput, ShellError, ShellExecRequest, ShellExecutor, ShellTimeout};
 
 use crate::{HUNDRED_LINES, executor_in, hundred_lines, request, run, run_with_timeout};
 
@@ -24,7 +24,7 @@ async fn bf_04_timeout_kill() {
     let result = run_with_timeout(&executor, "sleep 60", 100.0).await;
     assert_eq!((result.timed_out, result.aborted), (true, false));
     assert_eq!((result.exit_code, result.signal.as_deref()), (None, Some("SIGTERM")));
-    assert_eq!(result.timeout_ms, 100.0);
+    assert_eq!(result.timeout, ShellTimeout::from_millis(100.0));
     assert_eq!(result.stdout, CollectedOutput::default());
 }
 
@@ -138,7 +138,7 @@ async fn ex_05_first_cause_classification() {
     let dir = tempfile::tempdir().expect("tempdir");
     let (executor, _service) = executor_in(dir.path(), |_| {});
     let result = run_with_timeout(&executor, "sleep 60", 100.0).await;
-    assert_eq!((result.timed_out, result.aborted, result.timeout_ms), (true, false, 100.0));
+    assert_eq!((result.timed_out, result.aborted, result.timeout.millis()), (true, false, 100.0));
 
     let caller = AbortSignal::new();
     let spec = executor

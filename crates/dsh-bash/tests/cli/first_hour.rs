@@ -208,3 +208,25 @@ fn a_later_call_of_a_session_runs_in_the_cwd_it_was_created_with() {
     let line = moved.assert_usage_error();
     assert!(line.contains("session \"s1\" already has cwd"), "{line}");
 }
+
+/// The README's Rust example is the library's first doctest, line for line (the doctest is
+/// what runs it).
+#[test]
+fn the_readme_rust_example_is_the_harness_doctest() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let readme = std::fs::read_to_string(root.join("../../README.md")).expect("README.md");
+    let doc = std::fs::read_to_string(root.join("src/harness.rs")).expect("harness.rs");
+    let section = readme.split("## Use it from Rust").nth(1).expect("a Rust section");
+    let example =
+        section.split("```rust\n").nth(1).and_then(|b| b.split("```").next()).expect("its rust block");
+    let doctest: Vec<&str> = doc
+        .lines()
+        .filter_map(|l| l.strip_prefix("//!"))
+        .map(|l| l.strip_prefix(' ').unwrap_or(l))
+        .skip_while(|l| *l != "```")
+        .skip(1)
+        .take_while(|l| *l != "```")
+        .filter(|l| !l.starts_with("# "))
+        .collect();
+    assert_eq!(example.lines().collect::<Vec<_>>(), doctest);
+}

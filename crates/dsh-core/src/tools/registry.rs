@@ -23,27 +23,48 @@ pub const TOOLS: ServiceKey<Arc<ToolRegistry>> = ServiceKey::new("tools");
 /// A call as policy listeners see it.
 #[derive(Clone, Debug)]
 pub struct ToolCall {
+    /// The tool name.
     pub name: String,
+    /// The call's arguments.
     pub args: Value,
+    /// The calling agent, when there is one.
     pub agent: Option<Arc<Agent>>,
+    /// The id of this call.
     pub call_id: String,
 }
 
 /// A pre-execute decision.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Decision {
+    /// Run the call (guards still apply).
     Allow,
-    Deny { reason: String },
-    Ask { reason: Option<String> },
+    /// Refuse the call.
+    Deny {
+        /// The denial message the model sees.
+        reason: String,
+    },
+    /// Ask the approval service before running the call.
+    Ask {
+        /// Why approval is needed (also the denial message when no approval service is composed).
+        reason: Option<String>,
+    },
 }
 
 /// A post-execute decision.
 #[derive(Clone, Debug, PartialEq)]
 pub enum PostDecision {
     /// Keep the result, optionally replacing its content or (on success) its value — not both.
-    Accept { content: Option<Vec<ContentBlock>>, value: Option<Value> },
+    Accept {
+        /// Replacement content blocks, if any.
+        content: Option<Vec<ContentBlock>>,
+        /// Replacement value (success only), if any.
+        value: Option<Value>,
+    },
     /// Replace the result by a failure whose content is these feedback blocks.
-    Block { feedback: Vec<ContentBlock> },
+    Block {
+        /// The content of the failure.
+        feedback: Vec<ContentBlock>,
+    },
 }
 
 /// A pre-execute listener: `Ok(None)` passes to the next; the first `Some` decides.
@@ -60,8 +81,10 @@ pub type ResultObserver = Arc<dyn Fn(&ToolCall, &ToolResult) + Send + Sync>;
 /// Errors registering a tool.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum RegisterError {
+    /// A tool with this name is already registered.
     #[error("tool \"{0}\" is already registered")]
     Duplicate(String),
+    /// The name is reserved (`run_code`).
     #[error("tool name \"{0}\" is reserved")]
     Reserved(String),
 }
@@ -69,8 +92,11 @@ pub enum RegisterError {
 /// The model-facing part of a definition.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ToolSchema {
+    /// The tool name.
     pub name: String,
+    /// The tool description the model sees.
     pub description: String,
+    /// The parameters as JSON Schema.
     pub parameters: Value,
 }
 
@@ -137,6 +163,7 @@ impl ToolRegistry {
         Ok(Disposer::new(move || tools.write().retain(|t| !Arc::ptr_eq(t, &tool))))
     }
 
+    /// The registered tool named `name`, if any.
     pub fn get(&self, name: &str) -> Option<Arc<dyn Tool>> {
         self.tools.read().iter().find(|t| t.name() == name).cloned()
     }
@@ -154,15 +181,19 @@ impl ToolRegistry {
             .collect()
     }
 
+    /// Adds a pre-execute listener (first with `prepend`, else last); the disposer removes it.
     pub fn on_pre_execute(&self, listener: PreExecuteListener, prepend: bool) -> Disposer {
         self.pre_execute.add(listener, prepend)
     }
+    /// Adds a guard after the existing ones; the disposer removes it.
     pub fn add_guard(&self, guard: Guard) -> Disposer {
         self.guards.add(guard, false)
     }
+    /// Adds a post-execute listener (first with `prepend`, else last); the disposer removes it.
     pub fn on_post_execute(&self, listener: PostExecuteListener, prepend: bool) -> Disposer {
         self.post_execute.add(listener, prepend)
     }
+    /// Adds a result observer after the existing ones; the disposer removes it.
     pub fn on_result(&self, observer: ResultObserver) -> Disposer {
         self.observers.add(observer, false)
     }

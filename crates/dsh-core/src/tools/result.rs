@@ -14,14 +14,20 @@ use crate::tools::probe::OutputProbeSlot;
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "lowercase")]
 pub enum ContentBlock {
-    Text { text: String },
+    /// A text block.
+    Text {
+        /// The text.
+        text: String,
+    },
 }
 
 impl ContentBlock {
+    /// A text block.
     pub fn text(text: impl Into<String>) -> Self {
         ContentBlock::Text { text: text.into() }
     }
 
+    /// The text of a text block.
     pub fn as_text(&self) -> Option<&str> {
         match self {
             ContentBlock::Text { text } => Some(text),
@@ -33,9 +39,13 @@ impl ContentBlock {
 /// exactly one `Error: <message>` block).
 #[derive(Clone, Debug, PartialEq)]
 pub struct ToolResult {
+    /// True for a failure.
     pub is_error: bool,
+    /// The canonical value of a success; `None` on failure.
     pub value: Option<Value>,
+    /// The model-facing content blocks.
     pub content: Vec<ContentBlock>,
+    /// The error of a failure; `None` on success.
     pub error: Option<ToolError>,
 }
 
@@ -89,8 +99,11 @@ impl ToolResult {
 /// Everything a body knows about its call besides the arguments.
 #[derive(Clone, Debug)]
 pub struct ToolExec {
+    /// The calling agent, when there is one.
     pub agent: Option<Arc<Agent>>,
+    /// The id of this call.
     pub call_id: String,
+    /// Fires when the call is aborted.
     pub signal: AbortSignal,
     /// False for nested calls (Code Mode); hosts always make top-level calls.
     pub top_level: bool,
@@ -111,6 +124,7 @@ impl ToolExec {
         }
     }
 
+    /// Uses `signal` as this call's abort signal.
     pub fn with_signal(mut self, signal: AbortSignal) -> Self {
         self.signal = signal;
         self

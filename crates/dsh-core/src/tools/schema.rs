@@ -6,16 +6,25 @@ use serde_json::{Map, Value, json};
 /// What a schema node accepts.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Kind {
+    /// A JSON string.
     String,
+    /// Any JSON number.
     Number,
+    /// A number with no fractional part.
     Integer,
+    /// `true` or `false`.
     Boolean,
+    /// Only `null`.
     Null,
+    /// An array whose items all match this schema.
     Array(Box<Schema>),
     /// An explicit object: declared properties, required names, and whether other keys pass.
     Object {
+        /// Declared properties, in declaration order.
         properties: Vec<(String, Schema)>,
+        /// Names of the properties that must be present.
         required: Vec<String>,
+        /// Whether undeclared keys pass.
         additional: bool,
     },
     /// Exactly one branch must match.
@@ -27,11 +36,17 @@ pub enum Kind {
 /// One schema node with its annotations.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Schema {
+    /// What the node accepts.
     pub kind: Kind,
+    /// Also accepts `null`.
     pub nullable: bool,
+    /// The `description` annotation.
     pub description: Option<String>,
+    /// The `title` annotation.
     pub title: Option<String>,
+    /// The only values accepted (`enum`), when set.
     pub enum_values: Option<Vec<Value>>,
+    /// The one value accepted (`const`), when set.
     pub const_value: Option<Value>,
 }
 
@@ -39,24 +54,31 @@ impl Schema {
     fn of(kind: Kind) -> Self {
         Self { kind, nullable: false, description: None, title: None, enum_values: None, const_value: None }
     }
+    /// A string schema.
     pub fn string() -> Self {
         Self::of(Kind::String)
     }
+    /// A number schema.
     pub fn number() -> Self {
         Self::of(Kind::Number)
     }
+    /// An integer schema.
     pub fn integer() -> Self {
         Self::of(Kind::Integer)
     }
+    /// A boolean schema.
     pub fn boolean() -> Self {
         Self::of(Kind::Boolean)
     }
+    /// A schema accepting only `null`.
     pub fn null() -> Self {
         Self::of(Kind::Null)
     }
+    /// A schema accepting anything.
     pub fn any() -> Self {
         Self::of(Kind::Any)
     }
+    /// An array of `items`.
     pub fn array(items: Schema) -> Self {
         Self::of(Kind::Array(Box::new(items)))
     }
@@ -66,21 +88,26 @@ impl Schema {
         let properties = properties.into_iter().map(|(n, s, _)| (n.to_owned(), s)).collect();
         Self::of(Kind::Object { properties, required, additional })
     }
+    /// Exactly one of `branches` must match.
     pub fn one_of(branches: Vec<Schema>) -> Self {
         Self::of(Kind::OneOf(branches))
     }
+    /// Sets the `description` annotation.
     pub fn describe(mut self, text: impl Into<String>) -> Self {
         self.description = Some(text.into());
         self
     }
+    /// Sets the `title` annotation.
     pub fn title(mut self, text: impl Into<String>) -> Self {
         self.title = Some(text.into());
         self
     }
+    /// Restricts the node to these values (`enum`).
     pub fn enumerated(mut self, values: Vec<Value>) -> Self {
         self.enum_values = Some(values);
         self
     }
+    /// Restricts the node to this one value (`const`).
     pub fn constant(mut self, value: Value) -> Self {
         self.const_value = Some(value);
         self
@@ -160,14 +187,17 @@ pub struct ToolParams {
 }
 
 impl ToolParams {
+    /// Parameters with no properties.
     pub fn new() -> Self {
         Self::default()
     }
+    /// Declares a required property.
     pub fn required(mut self, name: &str, schema: Schema) -> Self {
         self.properties.push((name.to_owned(), schema));
         self.required.push(name.to_owned());
         self
     }
+    /// Declares an optional property.
     pub fn optional(mut self, name: &str, schema: Schema) -> Self {
         self.properties.push((name.to_owned(), schema));
         self

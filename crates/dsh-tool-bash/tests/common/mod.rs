@@ -15,6 +15,7 @@ use dsh_sandbox_policy::{LocalSandboxPolicy, SandboxPolicyConfig};
 use dsh_shell::{
     CollectedOutput, ProcessStatus, SHELL, ShellEnvConfig, ShellEnvPlugin, ShellError, ShellExecRequest,
     ShellExecSpec, ShellExecutor, ShellProcess, ShellProcessRead, ShellRunResult, ShellSandboxInfo,
+    ShellTimeout,
 };
 use dsh_tool_bash::{Config, ToolBash};
 use futures::future::BoxFuture;
@@ -153,7 +154,7 @@ pub fn ok_result(spec: &ShellExecSpec) -> ShellRunResult {
         signal: None,
         timed_out: false,
         aborted: false,
-        timeout_ms: spec.timeout_ms,
+        timeout: spec.timeout,
         stdout: CollectedOutput { text: "ok".into(), truncated: false, spill_path: None },
         stderr: CollectedOutput::default(),
         sandbox: spec.sandbox_policy.as_ref().map(|p| ShellSandboxInfo {
@@ -172,7 +173,7 @@ pub fn result(stdout: &str, stderr: &str, exit_code: Option<i32>, signal: Option
         signal: signal.map(str::to_owned),
         timed_out: false,
         aborted: false,
-        timeout_ms: 10000.0,
+        timeout: ShellTimeout::from_millis(10000.0),
         stdout: CollectedOutput { text: stdout.into(), truncated: false, spill_path: None },
         stderr: CollectedOutput { text: stderr.into(), truncated: false, spill_path: None },
         sandbox: None,
@@ -190,8 +191,8 @@ impl ShellExecutor for FakeExecutor {
         Ok(ShellExecSpec {
             command: request.command,
             workdir: request.workdir.unwrap_or_else(|| PathBuf::from("/fake-cwd")),
-            timeout_ms: request.timeout_ms.unwrap_or(10000.0),
-            stdout_max_bytes: request.stdout_max_bytes.unwrap_or(64000.0),
+            timeout: ShellTimeout::from_millis(request.timeout_ms.unwrap_or(10000.0)),
+            stdout_max_bytes: request.stdout_max_bytes.map_or(64000, |bytes| bytes as usize),
             signal: request.signal,
             stdin: request.stdin,
             env: request.env,

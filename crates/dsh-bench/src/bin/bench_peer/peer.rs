@@ -246,7 +246,7 @@ pub(crate) async fn timeout(c: &Composed, args: &Args) -> anyhow::Result<Outcome
             "aborted": r.aborted,
             "signal": r.signal,
             "exitCode": r.exit_code,
-            "timeoutMs": js(r.timeout_ms),
+            "timeoutMs": js(r.timeout.millis()),
             "stdout_text": r.stdout.text,
             "stderr_text": r.stderr.text,
         }),
