@@ -189,8 +189,4 @@ impl ShellProcess for LocalShellProcess {
         }
         true
     }
-
-    fn latest_output_line(&self) -> Option<String> {
-        self.handle.as_ref().and_then(ProcessHandle::latest_output_line)
-    }
 }

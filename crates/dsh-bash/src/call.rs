@@ -61,13 +61,13 @@ async fn call_in(
     tool_args: Value,
 ) -> anyhow::Result<CallOutcome> {
     let tools = comp.tools()?;
-    let Some(schema) = tools.schemas().into_iter().find(|s| s.name == args.tool) else {
+    let Some(tool) = tools.get(&args.tool) else {
         let names: Vec<String> = tools.schemas().into_iter().map(|s| s.name).collect();
         anyhow::bail!("unknown tool {:?} (this composition has: {})", args.tool, names.join(", "));
     };
     // Only where the tool offers background runs: without the parameter the tool itself
     // answers a forced one the model's way.
-    let offers_background = schema.parameters["properties"].get("run_in_background").is_some();
+    let offers_background = tool.parameters().names().any(|name| name == "run_in_background");
     if offers_background && tool_args.get("run_in_background") == Some(&Value::Bool(true)) {
         anyhow::bail!(BACKGROUND_REFUSED);
     }

@@ -96,12 +96,6 @@ impl ShellTimeout {
         Self { duration, millis }
     }
 
-    /// A timeout of `duration`, reported as its milliseconds (exact to the nanosecond for
-    /// durations below 2^53 ns, about 104 days).
-    pub fn from_duration(duration: Duration) -> Self {
-        Self { duration, millis: duration.as_nanos() as f64 / 1_000_000.0 }
-    }
-
     /// The bound the mechanics arm.
     pub fn duration(&self) -> Duration {
         self.duration
@@ -217,12 +211,6 @@ pub trait ShellProcess: Send + Sync {
     fn read_output(&self) -> ShellProcessRead;
     /// Kills the process group; `true` if it was running. Idempotent.
     fn kill(&self) -> bool;
-    /// The latest line of output (stdout or stderr, whichever was written last), for
-    /// progress displays; non-consuming, so reads are unaffected. `None` when unknown (the
-    /// default for providers that cannot peek).
-    fn latest_output_line(&self) -> Option<String> {
-        None
-    }
 }
 
 /// Why an executor could not produce a result.
@@ -302,8 +290,6 @@ mod tests {
             assert_eq!((timeout.millis(), timeout.duration()), (millis, duration), "{millis}");
         }
         assert!(ShellTimeout::from_millis(f64::NAN).duration().is_zero());
-        assert_eq!(ShellTimeout::from_duration(Duration::from_micros(2500)).millis(), 2.5);
-        assert_eq!(ShellTimeout::from_duration(Duration::from_micros(100)).millis(), 0.1);
     }
 
     #[test]
