@@ -8,34 +8,12 @@ use std::process::Command;
 
 use super::harness::{Sandbox, confining_host, output, run};
 
-/// Runs `dsh-bash ARGS` on a pseudo-terminal (util-linux `script`), stdin at end of file;
-/// returns everything the terminal showed (stdout and stderr, with the terminal's `\r\n`).
-fn on_terminal(sandbox: &Sandbox, args: &[&str]) -> String {
-    let mut line = shell_quote(env!("CARGO_BIN_EXE_dsh-bash"));
-    for arg in args {
-        line.push(' ');
-        line.push_str(&shell_quote(arg));
-    }
-    let mut command = Command::new("script");
-    command
-        .args(["-qec", &line, "/dev/null"])
-        .env("DSH_HOME", sandbox.path().join("home"))
-        .current_dir(sandbox.path());
-    let out = output(command, b"");
-    assert_eq!(out.code, Some(0), "script (util-linux) must run here: {out:?}");
-    out.stdout
-}
-
-fn shell_quote(text: &str) -> String {
-    format!("'{}'", text.replace('\'', r"'\''"))
-}
-
 const HINT: &str = "dsh-bash: waiting for an MCP client on stdin";
 
 #[test]
 fn mcp_started_on_a_terminal_says_what_it_waits_for() {
     let sandbox = Sandbox::new();
-    let shown = on_terminal(&sandbox, &["mcp"]);
+    let shown = sandbox.on_terminal(&["mcp"], &[]);
     assert!(shown.starts_with(HINT), "{shown:?}");
     assert!(shown.contains("dsh-bash call bash"), "the hint shows how to try a call: {shown:?}");
     // A client on a pipe never sees it.
@@ -49,7 +27,7 @@ fn call_ends_the_last_line_on_a_terminal_only() {
     let sandbox = Sandbox::new();
     // `-q`: no status line on the terminal, only the result.
     let args = ["call", "-q", "bash", r#"{"command":"printf abc","description":"d"}"#];
-    assert_eq!(on_terminal(&sandbox, &args), "abc\r\n");
+    assert_eq!(sandbox.on_terminal(&args, &[]), "abc\r\n");
     let piped = sandbox.run(&args, "");
     assert_eq!((piped.stdout.as_str(), piped.code), ("abc", Some(0)), "{piped:?}");
 }

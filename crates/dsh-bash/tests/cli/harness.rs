@@ -65,6 +65,30 @@ impl Sandbox {
         output(self.command(args), stdin.as_bytes())
     }
 
+    /// Runs `dsh-bash ARGS` on a pseudo-terminal (util-linux `script`, which must be
+    /// installed) with stdin at end of file, `env` added and no `DSH_NO_PROGRESS`; returns
+    /// everything the terminal showed (stdout and stderr interleaved, with the terminal's
+    /// `\r\n`).
+    pub fn on_terminal(&self, args: &[&str], env: &[(&str, &str)]) -> String {
+        let mut line = shell_quote(env!("CARGO_BIN_EXE_dsh-bash"));
+        for arg in args {
+            line.push(' ');
+            line.push_str(&shell_quote(arg));
+        }
+        let mut command = Command::new("script");
+        command
+            .args(["-qfec", &line, "/dev/null"])
+            .env("DSH_HOME", self.dir.path().join("home"))
+            .env("TERM", "xterm-256color")
+            .env_remove("DSH_NO_PROGRESS")
+            .env_remove("DSH_MCP_TOKEN")
+            .current_dir(self.dir.path());
+        command.envs(env.iter().copied());
+        let out = output(command, b"");
+        assert_eq!(out.code, Some(0), "script (util-linux) must run dsh-bash here: {out:?}");
+        out.stdout
+    }
+
     /// `dsh-bash ARGS` with the scratch directory as cwd and `DSH_HOME`, and no
     /// `DSH_MCP_TOKEN` in its environment; run it with [`output`].
     pub fn command(&self, args: &[&str]) -> Command {
@@ -76,6 +100,11 @@ impl Sandbox {
             .current_dir(self.dir.path());
         command
     }
+}
+
+/// `text` single-quoted for bash.
+pub fn shell_quote(text: impl std::fmt::Display) -> String {
+    format!("'{}'", text.to_string().replace('\'', r"'\''"))
 }
 
 /// Runs `command` with `stdin` and captures what it prints.

@@ -3,8 +3,6 @@
 //! result is printed; without a terminal, or with `--quiet`/`DSH_NO_PROGRESS=1`, stderr
 //! carries nothing extra.
 
-use std::process::{Command, Stdio};
-
 use crate::harness::Sandbox;
 
 const STEPS: &str = r#"{"command":"echo step-one; sleep 2; echo done","description":"d"}"#;
@@ -16,46 +14,17 @@ const RESULT_ON_TTY: &str = "step-one\r\ndone\r\n";
 /// Erases the line the cursor is on (how the status line is cleared).
 const CLEAR_LINE: &str = "\x1b[2K";
 
-/// Single-quotes `s` for the shell `script` runs the command with.
-fn quoted(s: &str) -> String {
-    format!("'{}'", s.replace('\'', r"'\''"))
-}
-
-/// Runs `dsh-bash call bash ARGS_JSON` (plus `flags`) on a pseudo-terminal; returns everything
-/// the terminal received (stdout and stderr interleaved), or `None` when `script` is missing.
-fn on_a_terminal(sandbox: &Sandbox, flags: &[&str], args_json: &str, env: &[(&str, &str)]) -> Option<String> {
-    let mut words = vec![quoted(env!("CARGO_BIN_EXE_dsh-bash")), "call".to_owned()];
-    words.extend(flags.iter().map(|f| quoted(f)));
-    words.extend(["bash".to_owned(), quoted(args_json)]);
-    let mut command = Command::new("script");
-    command
-        .args(["-qfec", &words.join(" "), "/dev/null"])
-        .env("DSH_HOME", sandbox.path().join("home"))
-        .env("TERM", "xterm-256color")
-        .env_remove("DSH_NO_PROGRESS")
-        .env_remove("DSH_MCP_TOKEN")
-        .current_dir(sandbox.path())
-        .stdin(Stdio::null())
-        .stderr(Stdio::inherit());
-    for (key, value) in env {
-        command.env(key, value);
-    }
-    let output = match command.output() {
-        Ok(output) => output,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            eprintln!("skipping: util-linux `script` is not installed");
-            return None;
-        }
-        Err(e) => panic!("script: {e}"),
-    };
-    assert!(output.status.success(), "script/dsh-bash failed: {output:?}");
-    Some(String::from_utf8_lossy(&output.stdout).into_owned())
+/// `dsh-bash call [FLAGS] bash ARGS_JSON` on a pseudo-terminal, with `env` added.
+fn on_a_terminal(sandbox: &Sandbox, flags: &[&str], args_json: &str, env: &[(&str, &str)]) -> String {
+    let args: Vec<&str> =
+        ["call"].into_iter().chain(flags.iter().copied()).chain(["bash", args_json]).collect();
+    sandbox.on_terminal(&args, env)
 }
 
 #[test]
 fn a_terminal_shows_the_latest_output_line_then_clears_it() {
     let sandbox = Sandbox::new();
-    let Some(seen) = on_a_terminal(&sandbox, &[], STEPS, &[]) else { return };
+    let seen = on_a_terminal(&sandbox, &[], STEPS, &[]);
     let status =
         seen.strip_suffix(RESULT_ON_TTY).unwrap_or_else(|| panic!("the result comes last: {seen:?}"));
     assert!(status.contains("bash"), "the status line names the tool: {status:?}");
@@ -71,10 +40,10 @@ fn a_terminal_shows_the_latest_output_line_then_clears_it() {
 fn quiet_or_no_progress_leaves_only_the_result_on_the_terminal() {
     let sandbox = Sandbox::new();
     for flag in ["--quiet", "-q"] {
-        let Some(seen) = on_a_terminal(&sandbox, &[flag], QUICK, &[]) else { return };
+        let seen = on_a_terminal(&sandbox, &[flag], QUICK, &[]);
         assert_eq!(seen, RESULT_ON_TTY, "{flag}");
     }
-    let Some(seen) = on_a_terminal(&sandbox, &[], QUICK, &[("DSH_NO_PROGRESS", "1")]) else { return };
+    let seen = on_a_terminal(&sandbox, &[], QUICK, &[("DSH_NO_PROGRESS", "1")]);
     assert_eq!(seen, RESULT_ON_TTY, "DSH_NO_PROGRESS=1");
 }
 

@@ -271,10 +271,7 @@ pub fn sigkill(pid: u32) {
     unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
 }
 
-/// `text` single-quoted for bash.
-pub fn q(text: impl std::fmt::Display) -> String {
-    format!("'{}'", text.to_string().replace('\'', r"'\''"))
-}
+pub use crate::harness::shell_quote as q;
 
 /// The `name: word` lines of a report, as `(name, word)` with anything after the first word
 /// (an errno's text in parentheses) dropped.
