@@ -99,6 +99,7 @@ impl LocalBashExecutor {
             stdout: collected(handle.stdout().collected()),
             stderr: collected(handle.stderr().collected()),
             sandbox: None,
+            network: None,
         })
     }
 

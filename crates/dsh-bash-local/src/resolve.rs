@@ -45,5 +45,6 @@ pub(crate) fn resolve(
         dsh_env: request.dsh_env,
         sandbox_policy: request.sandbox_policy,
         output_probe: request.output_probe,
+        network_approver: request.network_approver,
     })
 }

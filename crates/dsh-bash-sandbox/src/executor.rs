@@ -3,13 +3,15 @@
 //! a sandbox-unavailable error before denial is classified.
 
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
+
+use dsh_netproxy::{CallGuard, NetworkGate};
 
 use dsh_bash_local::{ExecError, LocalBashExecutor, SettleFacts, bash_argv, shell_spawn_error};
 use dsh_sandbox::{
-    ConfinedCommand, SandboxExecutionPolicy, SandboxMode, SandboxPolicyService, SandboxProvider,
-    SandboxUnavailableError, SpawnFailure, SpawnStage, classify_runner_failure, is_runner_spawn_failure,
-    matches_signature,
+    ConfinedCommand, NetworkFacts, ProxyListener, SandboxExecutionPolicy, SandboxMode, SandboxPolicyService,
+    SandboxProvider, SandboxUnavailableError, SpawnFailure, SpawnStage, classify_runner_failure,
+    is_runner_spawn_failure, matches_signature,
 };
 use dsh_shell::{
     ShellError, ShellExecRequest, ShellExecSpec, ShellExecutor, ShellProcess, ShellRunResult,
@@ -25,7 +27,16 @@ pub struct SandboxBashExecutor {
     /// Whether confined commands go without the harness's ssh agent (read once: the
     /// harness's environment does not change).
     withhold_agent: bool,
+    /// The proxy served for each live network namespace, and its gate.
+    proxies: parking_lot::Mutex<Vec<(Weak<ProxyListener>, Arc<NetworkGate>)>>,
 }
+
+/// The proxy variables a confined command gets when its namespace has a proxy (both cases:
+/// programs read one or the other).
+const PROXY_VARIABLES: [&str; 6] =
+    ["HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"];
+/// Cleared, so that no inherited exception sends a destination around the proxy.
+const NO_PROXY_VARIABLES: [&str; 2] = ["NO_PROXY", "no_proxy"];
 
 impl SandboxBashExecutor {
     /// Wraps `local` so its commands are confined by `provider` under the modes `policy`
@@ -40,7 +51,60 @@ impl SandboxBashExecutor {
         if let Ok(dir) = local.service().spill_dir() {
             provider.share_read_only(&dir);
         }
-        Self { local, provider, policy, withhold_agent: agent_socket_withheld() }
+        Self {
+            local,
+            provider,
+            policy,
+            withhold_agent: agent_socket_withheld(),
+            proxies: parking_lot::Mutex::new(Vec::new()),
+        }
+    }
+
+    /// The gate of `proxy`'s namespace, serving it on first sight.
+    fn gate_for(
+        &self,
+        proxy: &Arc<ProxyListener>,
+        policy: &SandboxExecutionPolicy,
+    ) -> Option<Arc<NetworkGate>> {
+        let mut proxies = self.proxies.lock();
+        proxies.retain(|(listener, _)| listener.strong_count() > 0);
+        if let Some((_, gate)) =
+            proxies.iter().find(|(l, _)| l.upgrade().is_some_and(|l| Arc::ptr_eq(&l, proxy)))
+        {
+            return Some(Arc::clone(gate));
+        }
+        let gate = NetworkGate::new(policy.network.clone());
+        if let Err(e) = dsh_netproxy::serve(proxy, Arc::clone(&gate)) {
+            tracing::warn!(error = %e, "cannot serve the network proxy; confined commands reach no host");
+            return None;
+        }
+        proxies.push((Arc::downgrade(proxy), Arc::clone(&gate)));
+        Some(gate)
+    }
+
+    /// Registers a call with its namespace's proxy and points its proxy variables there.
+    fn enter_network(
+        &self,
+        confined: &ConfinedCommand,
+        policy: &SandboxExecutionPolicy,
+        spec: &mut ShellExecSpec,
+        can_ask: bool,
+    ) -> Option<CallGuard> {
+        if !policy.network.mode.isolates() {
+            return None;
+        }
+        let proxy = confined.proxy.as_ref()?;
+        let gate = self.gate_for(proxy, policy)?;
+        let env = spec.dsh_env.get_or_insert_with(Default::default);
+        for name in PROXY_VARIABLES {
+            env.insert(name.to_owned(), proxy.url());
+        }
+        for name in NO_PROXY_VARIABLES {
+            env.insert(name.to_owned(), String::new());
+        }
+        let approver =
+            can_ask.then(|| spec.network_approver.as_ref().map(|slot| Arc::clone(&slot.0))).flatten();
+        Some(gate.enter(approver))
     }
 
     /// The spec a confined command runs with: `DSH_SANDBOX` names its mode, `TMPDIR` its
@@ -136,6 +200,7 @@ fn settle_facts(
         denied,
         enforcement: Some(confined.enforcement),
         runner_failed: runner_failed.then_some(true),
+        network_denied: Vec::new(),
     }
 }
 
@@ -158,13 +223,20 @@ impl ShellExecutor for SandboxBashExecutor {
         let mode = policy.mode;
         if mode == SandboxMode::DangerFullAccess {
             let mut result = self.local.run(spec).await?;
-            result.sandbox =
-                Some(ShellSandboxInfo { mode, denied: false, enforcement: None, runner_failed: None });
+            result.sandbox = Some(ShellSandboxInfo {
+                mode,
+                denied: false,
+                enforcement: None,
+                runner_failed: None,
+                network_denied: Vec::new(),
+            });
             return Ok(result);
         }
         let confined = self.provider.confine(&bash_argv(&spec.command), &policy)?;
-        let spec = self.confined_spec(spec, mode);
+        let mut spec = self.confined_spec(spec, mode);
+        let network = self.enter_network(&confined, &policy, &mut spec, true);
         let outcome = self.local.run_argv(&spec, confined.argv.clone(), confined.pre_exec_hook()).await;
+        let denied_hosts = network.map(CallGuard::finish).unwrap_or_default();
         let mut result = match outcome {
             Ok(result) => result,
             Err(ExecError::Spawn(error)) => {
@@ -191,7 +263,11 @@ impl ShellExecutor for SandboxBashExecutor {
             denied,
             enforcement: Some(confined.enforcement),
             runner_failed: None,
+            network_denied: Vec::new(),
         });
+        if !denied_hosts.is_empty() {
+            result.network = Some(NetworkFacts { policy: policy.network.mode, denied: denied_hosts });
+        }
         Ok(result)
     }
 
@@ -203,12 +279,17 @@ impl ShellExecutor for SandboxBashExecutor {
             return self.local.start(spec);
         }
         let confined = self.provider.confine(&bash_argv(&spec.command), &policy)?;
-        let spec = self.confined_spec(spec, mode);
+        let mut spec = self.confined_spec(spec, mode);
+        // A background job cannot ask: its call has returned by the time it connects.
+        let network = self.enter_network(&confined, &policy, &mut spec, false);
         let workdir = spec.workdir.clone();
         let argv = confined.argv.clone();
         let hook = confined.pre_exec_hook();
-        let on_settle: dsh_bash_local::SettleHook =
-            Box::new(move |facts: &SettleFacts| Some(settle_facts(&confined, mode, &workdir, facts)));
+        let on_settle: dsh_bash_local::SettleHook = Box::new(move |facts: &SettleFacts| {
+            let mut info = settle_facts(&confined, mode, &workdir, facts);
+            info.network_denied = network.map(CallGuard::finish).unwrap_or_default();
+            Some(info)
+        });
         let process = self.local.start_argv(&spec, argv, hook, Some(on_settle))?;
         Ok(process)
     }
@@ -235,6 +316,7 @@ mod tests {
             dsh_env: dsh_env.map(map),
             sandbox_policy: None,
             output_probe: None,
+            network_approver: None,
         }
     }
 

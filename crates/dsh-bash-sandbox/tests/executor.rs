@@ -26,7 +26,7 @@ fn setup(runner: Option<&str>, mode: Option<&str>) -> Setup {
     let local = LocalBashExecutor::new(config, Arc::clone(&service)).expect("config");
     let provider = Arc::new(FakeProvider::with_runner(runner));
     let policy: Arc<dyn SandboxPolicyService> = Arc::new(
-        LocalSandboxPolicy::new(&SandboxPolicyConfig { mode: mode.map(str::to_owned), workspace_root: None })
+        LocalSandboxPolicy::new(&SandboxPolicyConfig { mode: mode.map(str::to_owned), ..Default::default() })
             .expect("policy"),
     );
     let dyn_provider: Arc<dyn SandboxProvider> = provider.clone();
@@ -54,23 +54,18 @@ async fn sb_10_hand_off_and_dfa_bypass() {
             mode: SandboxMode::ReadOnly,
             denied: false,
             enforcement: Some(SandboxEnforcement::Full),
-            runner_failed: None
+            runner_failed: None,
+            network_denied: Vec::new(),
         })
     );
     {
         let seen = s.provider.seen.lock();
         assert_eq!(seen.len(), 1);
         assert_eq!(seen[0].0, vec!["bash".to_owned(), "-c".to_owned(), command.to_owned()]);
-        assert_eq!(
-            seen[0].1,
-            SandboxExecutionPolicy { mode: SandboxMode::ReadOnly, workspace_root: cwd(), session_id: None }
-        );
+        assert_eq!(seen[0].1, SandboxExecutionPolicy::new(SandboxMode::ReadOnly, cwd(), None));
     }
-    let explicit = SandboxExecutionPolicy {
-        mode: SandboxMode::WorkspaceWrite,
-        workspace_root: PathBuf::from("/session/project"),
-        session_id: None,
-    };
+    let explicit =
+        SandboxExecutionPolicy::new(SandboxMode::WorkspaceWrite, PathBuf::from("/session/project"), None);
     let spec = s
         .executor
         .resolve(ShellExecRequest {
@@ -89,11 +84,7 @@ async fn sb_10_hand_off_and_dfa_bypass() {
         assert_eq!(seen[2].1, explicit);
     }
 
-    let dfa = SandboxExecutionPolicy {
-        mode: SandboxMode::DangerFullAccess,
-        workspace_root: cwd(),
-        session_id: None,
-    };
+    let dfa = SandboxExecutionPolicy::new(SandboxMode::DangerFullAccess, cwd(), None);
     let spec = s
         .executor
         .resolve(ShellExecRequest { sandbox_policy: Some(dfa), ..request("echo free") })
@@ -105,7 +96,8 @@ async fn sb_10_hand_off_and_dfa_bypass() {
             mode: SandboxMode::DangerFullAccess,
             denied: false,
             enforcement: None,
-            runner_failed: None
+            runner_failed: None,
+            network_denied: Vec::new(),
         })
     );
     let process = s.executor.start(spec).expect("start");
@@ -146,7 +138,8 @@ async fn sb_12_runner_failure_outranks_denial() {
             mode: SandboxMode::ReadOnly,
             denied: false,
             enforcement: Some(SandboxEnforcement::Full),
-            runner_failed: Some(true)
+            runner_failed: Some(true),
+            network_denied: Vec::new(),
         })
     );
 }
@@ -154,8 +147,7 @@ async fn sb_12_runner_failure_outranks_denial() {
 #[tokio::test]
 async fn sb_14_per_process_facts() {
     let s = setup(None, None);
-    let ww =
-        SandboxExecutionPolicy { mode: SandboxMode::WorkspaceWrite, workspace_root: cwd(), session_id: None };
+    let ww = SandboxExecutionPolicy::new(SandboxMode::WorkspaceWrite, cwd(), None);
     let escalated = s
         .executor
         .start(
@@ -176,7 +168,8 @@ async fn sb_14_per_process_facts() {
             mode: SandboxMode::WorkspaceWrite,
             denied: true,
             enforcement: Some(SandboxEnforcement::Full),
-            runner_failed: None
+            runner_failed: None,
+            network_denied: Vec::new(),
         })
     );
     assert_eq!(plain.sandbox().map(|f| (f.mode, f.denied)), Some((SandboxMode::ReadOnly, false)));
@@ -211,7 +204,8 @@ async fn sb_15_missing_workdir_is_not_the_runner() {
             mode: SandboxMode::ReadOnly,
             denied: false,
             enforcement: Some(SandboxEnforcement::Full),
-            runner_failed: None
+            runner_failed: None,
+            network_denied: Vec::new(),
         })
     );
 }

@@ -55,6 +55,28 @@ pub struct CompositionArgs {
     /// Approval policy of the approval service.
     #[arg(long, global = true, value_name = "POLICY", value_parser = ["ask", "never"])]
     pub approval_policy: Option<String>,
+    /// Let workspace-write commands also write under this existing directory (repeatable),
+    /// e.g. `--add-dir ~/.npm` for npm's cache (sandbox-policy `writableRoots`).
+    #[arg(long, global = true, value_name = "DIR")]
+    pub add_dir: Vec<PathBuf>,
+    /// Keep confined commands from reading this file or directory (repeatable), besides the
+    /// default credentials under `$HOME` (sandbox-local `denyRead`).
+    #[arg(long, global = true, value_name = "PATH")]
+    pub deny_read: Vec<PathBuf>,
+    /// Replace this harness environment variable's value (8 bytes or more) by
+    /// `[redacted:NAME]` in all command output (repeatable; subprocess `redactValues`).
+    /// Credential-shaped variables are redacted without it.
+    #[arg(long, global = true, value_name = "NAME")]
+    pub redact_env: Vec<String>,
+    /// Network policy of confined commands (needs --sandbox): `deny` and `ask` run them in a
+    /// network namespace of their own, reaching only --allow-host hosts through the harness's
+    /// proxy; `ask` asks for any other host (sandbox-policy `network`).
+    #[arg(long, global = true, value_name = "POLICY", value_parser = ["allow", "deny", "ask"])]
+    pub network: Option<String>,
+    /// A host confined commands may reach under --network deny|ask (repeatable): `host`,
+    /// `host:port` or `*.suffix` (sandbox-policy `allowHosts`).
+    #[arg(long, global = true, value_name = "PATTERN")]
+    pub allow_host: Vec<String>,
 }
 
 /// A scripted or interactive answer to approval requests.
@@ -108,7 +130,7 @@ pub struct McpArgs {
     pub allow_remote: bool,
     /// Read the HTTP bearer token from this file (trimmed). Without it the token is
     /// `$DSH_MCP_TOKEN`, else a fresh random token printed once on stderr at start. Confined
-    /// commands see an empty file at this path.
+    /// commands cannot read this file.
     #[arg(long, value_name = "FILE", requires = "http")]
     pub token_file: Option<PathBuf>,
     /// End an HTTP session after this many seconds without a request (its jobs are killed).

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::Context as _;
-use dsh_sandbox::{SANDBOX, SandboxExecutionPolicy, SandboxMode, SandboxProvider};
+use dsh_sandbox::{SANDBOX, SANDBOX_POLICY, SandboxExecutionPolicy, SandboxMode, SandboxProvider};
 #[cfg(target_os = "linux")]
 use dsh_sandbox_local::{LocalSandboxConfig, LocalSandboxProvider};
 use dsh_subprocess::SUBPROCESS;
@@ -24,6 +24,12 @@ pub async fn run(composition: &CompositionArgs) -> anyhow::Result<u8> {
     let spill_dir = comp.ctx().get(SUBPROCESS).and_then(|service| service.existing_spill_dir());
     let containment = comp.ctx().get(SUBPROCESS).map(|service| service.containment().to_string());
     let provider = comp.ctx().get(SANDBOX);
+    // The further writable roots as the policy service pinned them (`--add-dir`,
+    // `writableRoots`); without a policy service, as given on the command line.
+    let extra_roots = match comp.ctx().get(SANDBOX_POLICY) {
+        Some(policy) => policy.resolve(None, None).policy.extra_roots,
+        None => composition.add_dir.iter().map(|d| dsh_core::home::absolutize(d)).collect(),
+    };
     comp.dispose().await;
     // Probing runs runner programs synchronously.
     let runners = tokio::task::spawn_blocking(move || sandbox_runners(provider))
@@ -39,7 +45,7 @@ pub async fn run(composition: &CompositionArgs) -> anyhow::Result<u8> {
     }
     report.push(format!("spill directory: {}", spill_directory(spill_dir.as_deref())));
     report.push(format!("containment: {}", containment.as_deref().unwrap_or("none (no subprocess service)")));
-    report.extend(writable_roots(composition));
+    report.extend(writable_roots(composition, extra_roots));
     report.extend(runners.lines().map(str::to_owned));
     report.push("available plugins:".to_owned());
     for factory in Catalog::builtin().entries() {
@@ -66,16 +72,13 @@ pub async fn run(composition: &CompositionArgs) -> anyhow::Result<u8> {
 
 /// Where each sandbox mode lets commands write, for the workspace root calls get when their
 /// session names no cwd (a session's cwd takes its place).
-fn writable_roots(composition: &CompositionArgs) -> Vec<String> {
+fn writable_roots(composition: &CompositionArgs, extra_roots: Vec<PathBuf>) -> Vec<String> {
     let (workspace, source) = match &composition.workspace_root {
         Some(root) => (dsh_core::home::absolutize(root), "--workspace-root"),
         None => (std::env::current_dir().unwrap_or_else(|_| PathBuf::from(".")), "the current directory"),
     };
-    let policy = SandboxExecutionPolicy {
-        mode: SandboxMode::WorkspaceWrite,
-        workspace_root: workspace.clone(),
-        session_id: None,
-    };
+    let mut policy = SandboxExecutionPolicy::new(SandboxMode::WorkspaceWrite, workspace.clone(), None);
+    policy.extra_roots = extra_roots;
     let roots: Vec<String> =
         dsh_sandbox::writable_roots(&policy).iter().map(|r| r.display().to_string()).collect();
     vec![

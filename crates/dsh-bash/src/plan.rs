@@ -2,7 +2,8 @@
 //!
 //! Sources, later winning: the default plugin set or the file's `plugins` list; the file's
 //! per-plugin tables; the command-line switches (`--sandbox`, `--no-background`,
-//! `--workspace-root`, `--approve`, `--approval-policy`).
+//! `--workspace-root`, `--approve`, `--approval-policy`; `--add-dir` and `--deny-read` add to
+//! the file's `writableRoots` and `denyRead`, `--redact-env` to `[subprocess] redactValues`).
 //!
 //! A config that does not fit a plugin (unknown key, wrong type) is reported as
 //! `<file>: [<plugin>] <key>: <what>` (the file as given to `--config`; without a file, or
@@ -86,7 +87,22 @@ impl Plan {
         }
         plan.apply_tables(catalog, file, args.sandbox.is_some())?;
         plan.apply_switches(args)?;
+        plan.deny_moved_session_logs()?;
         Ok(plan)
+    }
+
+    /// The local sandbox provider denies reads of `<DSH_HOME>/sessions`, the session logs'
+    /// default home; when `session-jsonl` keeps them elsewhere (its `root` or `dshHome`), that
+    /// directory joins `denyRead` too.
+    fn deny_moved_session_logs(&mut self) -> anyhow::Result<()> {
+        let Some(config) = self.index("session-jsonl").map(|i| &self.rows[i].config) else { return Ok(()) };
+        let text = |key: &str| config.get(key).and_then(Value::as_str).map(str::to_owned);
+        let dir = match (text("root"), text("dshHome")) {
+            (Some(root), _) => dsh_core::home::absolutize(Path::new(&root)),
+            (None, Some(home)) => dsh_core::home::resolve_dsh_home(Some(&home), None).join("sessions"),
+            (None, None) => return Ok(()),
+        };
+        self.append_paths(catalog::SANDBOX_PROVIDER, "denyRead", &[dir], "[session-jsonl]")
     }
 
     fn index(&self, short_name: &str) -> Option<usize> {
@@ -170,6 +186,40 @@ impl Plan {
         if let Some(policy) = &args.approval_policy {
             self.set("approval", "policy", Value::String(policy.clone()))?;
         }
+        let absolute =
+            |paths: &[PathBuf]| paths.iter().map(|p| dsh_core::home::absolutize(p)).collect::<Vec<_>>();
+        self.append_paths("sandbox-policy", "writableRoots", &absolute(&args.add_dir), "--add-dir")?;
+        self.append_paths(catalog::SANDBOX_PROVIDER, "denyRead", &absolute(&args.deny_read), "--deny-read")?;
+        self.append_names("subprocess", "redactValues", &args.redact_env)?;
+        let network = args.network.as_ref().filter(|n| *n != "allow");
+        if (network.is_some() || !args.allow_host.is_empty()) && self.index("sandbox-policy").is_none() {
+            bail!(
+                "--network and --allow-host confine commands' network access: they need a sandbox (add --sandbox workspace-write or --sandbox read-only)"
+            );
+        }
+        if let Some(network) = &args.network {
+            self.set("sandbox-policy", "network", Value::String(network.clone()))?;
+        }
+        self.append_names("sandbox-policy", "allowHosts", &args.allow_host)?;
+        Ok(())
+    }
+
+    /// Appends `names` to the array `key` of a plugin's config, after the file's own; a
+    /// plugin not in the plan is left alone.
+    fn append_names(&mut self, short_name: &str, key: &str, names: &[String]) -> anyhow::Result<()> {
+        let Some(i) = self.index(short_name).filter(|_| !names.is_empty()) else { return Ok(()) };
+        let config = &mut self.rows[i].config;
+        if config.is_null() {
+            *config = Value::Object(Map::new());
+        }
+        let Some(object) = config.as_object_mut() else {
+            bail!("[{short_name}] must be a table");
+        };
+        let list = object.entry(key).or_insert_with(|| Value::Array(Vec::new()));
+        let Some(list) = list.as_array_mut() else {
+            bail!("[{short_name}] {key} must be an array of names");
+        };
+        list.extend(names.iter().cloned().map(Value::String));
         Ok(())
     }
 
@@ -177,7 +227,22 @@ impl Plan {
     /// confined commands cannot read them. Without the provider in the plan there is nothing
     /// to add to (unconfined commands can read whatever the harness's user can).
     pub fn mask_paths(&mut self, paths: &[PathBuf]) -> anyhow::Result<()> {
-        let Some(i) = self.index(catalog::SANDBOX_PROVIDER).filter(|_| !paths.is_empty()) else {
+        if let Some(path) = paths.iter().find(|p| p.to_str().is_none()) {
+            bail!("cannot hide {} from confined commands: not valid UTF-8", path.display());
+        }
+        self.append_paths(catalog::SANDBOX_PROVIDER, "maskedPaths", paths, "maskedPaths")
+    }
+
+    /// Appends `paths` to the array `key` of a plugin's config, after the file's own; a
+    /// plugin not in the plan is left alone. `source` names the paths in errors.
+    fn append_paths(
+        &mut self,
+        short_name: &str,
+        key: &str,
+        paths: &[PathBuf],
+        source: &str,
+    ) -> anyhow::Result<()> {
+        let Some(i) = self.index(short_name).filter(|_| !paths.is_empty()) else {
             return Ok(());
         };
         let config = &mut self.rows[i].config;
@@ -185,17 +250,17 @@ impl Plan {
             *config = Value::Object(Map::new());
         }
         let Some(object) = config.as_object_mut() else {
-            bail!("[{}] must be a table", catalog::SANDBOX_PROVIDER);
+            bail!("[{short_name}] must be a table");
         };
-        let masked = object.entry("maskedPaths").or_insert_with(|| Value::Array(Vec::new()));
-        let Some(masked) = masked.as_array_mut() else {
-            bail!("[{}] maskedPaths must be an array of paths", catalog::SANDBOX_PROVIDER);
+        let list = object.entry(key).or_insert_with(|| Value::Array(Vec::new()));
+        let Some(list) = list.as_array_mut() else {
+            bail!("[{short_name}] {key} must be an array of paths");
         };
         for path in paths {
             let Some(text) = path.to_str() else {
-                bail!("cannot hide {} from confined commands: not valid UTF-8", path.display());
+                bail!("{source} {}: not valid UTF-8", path.display());
             };
-            masked.push(Value::String(text.to_owned()));
+            list.push(Value::String(text.to_owned()));
         }
         Ok(())
     }
@@ -384,6 +449,53 @@ mod tests {
         let mut unconfined = build("", CompositionArgs::default()).expect("plan");
         unconfined.mask_paths(&[PathBuf::from("/srv/token")]).expect("nothing to mask with");
         assert!(unconfined.rows.iter().all(|r| r.config.is_null()));
+    }
+
+    #[test]
+    fn add_dir_and_deny_read_join_the_files_own() {
+        let args = CompositionArgs {
+            sandbox: Some("workspace-write".into()),
+            add_dir: vec![PathBuf::from("/cache/npm"), PathBuf::from("rel")],
+            deny_read: vec![PathBuf::from("/srv/keys")],
+            ..Default::default()
+        };
+        let plan = build(
+            "[sandbox-policy]\nwritableRoots = [\"/other\"]\n[sandbox-local]\ndenyRead = [\"~/.vault\"]\n",
+            args.clone(),
+        )
+        .expect("plan");
+        let config_of = |plan: &Plan, name: &str| {
+            plan.rows.iter().find(|r| r.factory.short_name() == name).map(|r| r.config.clone())
+        };
+        let rel = dsh_core::home::absolutize(Path::new("rel")).to_str().expect("utf-8").to_owned();
+        assert_eq!(
+            config_of(&plan, "sandbox-policy"),
+            Some(json!({"writableRoots": ["/other", "/cache/npm", rel], "mode": "workspace-write"}))
+        );
+        assert_eq!(config_of(&plan, "sandbox-local"), Some(json!({"denyRead": ["~/.vault", "/srv/keys"]})));
+        let unconfined = build("", CompositionArgs { sandbox: None, ..args.clone() }).expect("plan");
+        assert!(unconfined.rows.iter().all(|r| r.config.is_null()), "nothing to add to without a sandbox");
+        let moved = build("[session-jsonl]\nroot = \"/logs\"\n", args.clone()).expect("plan");
+        assert_eq!(config_of(&moved, "sandbox-local"), Some(json!({"denyRead": ["/srv/keys", "/logs"]})));
+        let home = build("[session-jsonl]\ndshHome = \"/h\"\n", args).expect("plan");
+        assert_eq!(
+            config_of(&home, "sandbox-local"),
+            Some(json!({"denyRead": ["/srv/keys", "/h/sessions"]}))
+        );
+    }
+
+    #[test]
+    fn redact_env_joins_the_files_redact_values() {
+        let args =
+            CompositionArgs { redact_env: vec!["MY_VAR".into(), "OTHER".into()], ..Default::default() };
+        let plan = build("[subprocess]\nredactValues = [\"FROM_FILE\"]\n", args.clone()).expect("plan");
+        let config_of = |plan: &Plan| {
+            plan.rows.iter().find(|r| r.factory.short_name() == "subprocess").map(|r| r.config.clone())
+        };
+        assert_eq!(config_of(&plan), Some(json!({"redactValues": ["FROM_FILE", "MY_VAR", "OTHER"]})));
+        let plan = build("", args).expect("plan");
+        assert_eq!(config_of(&plan), Some(json!({"redactValues": ["MY_VAR", "OTHER"]})));
+        assert!(plan.parse().is_ok(), "the subprocess plugin takes the key");
     }
 
     #[test]

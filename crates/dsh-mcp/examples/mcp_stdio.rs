@@ -74,6 +74,7 @@ fn compose(args: &Args) -> anyhow::Result<Context> {
             ctx.load::<SandboxPolicyPlugin>(SandboxPolicyConfig {
                 mode: Some(mode.clone()),
                 workspace_root: args.workspace_root.as_ref().map(|p| p.display().to_string()),
+                ..Default::default()
             })?;
         }
     }

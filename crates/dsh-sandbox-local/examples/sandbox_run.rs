@@ -30,11 +30,8 @@ fn main() {
     };
     let config = LocalSandboxConfig { runners: vec![runner], ..LocalSandboxConfig::default() };
     let provider = LocalSandboxProvider::new(config).expect("valid config");
-    let policy = SandboxExecutionPolicy {
-        mode: SandboxMode::parse(mode).expect("a sandbox mode"),
-        workspace_root: root.into(),
-        session_id: None,
-    };
+    let policy =
+        SandboxExecutionPolicy::new(SandboxMode::parse(mode).expect("a sandbox mode"), root.into(), None);
     let argv = ["bash".to_owned(), "-c".to_owned(), command.clone()];
     let confined = match provider.confine(&argv, &policy) {
         Ok(confined) => confined,

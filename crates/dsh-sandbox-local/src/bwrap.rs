@@ -17,11 +17,28 @@ pub(crate) struct BwrapLaunch {
     /// bubblewrap at the number its `--seccomp` argument names.
     seccomp: Option<OwnedFd>,
     scope: Option<&'static OwnedFd>,
+    /// The session's network namespace to join before bubblewrap runs (network `deny`/`ask`).
+    network: Option<std::sync::Arc<crate::inprocess::NetworkHolder>>,
+    /// The covers of denied reads, handed to bubblewrap as `--args` on a descriptor.
+    masks: Option<MaskArgs>,
+}
+
+/// bubblewrap's arguments binding each cover, written by the child into a memfd that
+/// bubblewrap reads with `--args`: only the covers whose path the child (with the command's
+/// credentials) can reach, since bubblewrap dies on a target it cannot reach, and the command
+/// could not read what lies there anyway.
+#[derive(Debug)]
+struct MaskArgs {
+    memfd: OwnedFd,
+    /// Each covered path, with its NUL-separated `--ro-bind COVER PATH` arguments.
+    items: Vec<(CString, Vec<u8>)>,
 }
 
 impl BwrapLaunch {
     /// Prepares one launch: a fresh descriptor on the filter program, and the scope domain.
-    pub(crate) fn prepare() -> Result<Self, String> {
+    pub(crate) fn prepare(
+        network: Option<std::sync::Arc<crate::inprocess::NetworkHolder>>,
+    ) -> Result<Self, String> {
         let seccomp = match program_memfd()? {
             Some(memfd) => {
                 let path = CString::new(format!("/proc/self/fd/{}", memfd.as_raw_fd()))
@@ -39,7 +56,29 @@ impl BwrapLaunch {
             }
             None => None,
         };
-        Ok(Self { seccomp, scope: scope_ruleset() })
+        Ok(Self { seccomp, scope: scope_ruleset(), network, masks: None })
+    }
+
+    /// Hands bubblewrap the covers of `items` (each path with its `--ro-bind COVER PATH`
+    /// arguments, NUL-separated) through a memfd of this launch ([`Self::masks_fd`]).
+    pub(crate) fn with_masks(mut self, items: Vec<(CString, Vec<u8>)>) -> Result<Self, String> {
+        if items.is_empty() {
+            return Ok(self);
+        }
+        // SAFETY: memfd_create with a constant name; the fd is owned below.
+        let fd = unsafe { libc::memfd_create(c"dsh-bwrap-masks".as_ptr(), libc::MFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(format!("cannot make the masks file: {}", std::io::Error::last_os_error()));
+        }
+        // SAFETY: just created, owned by nobody else.
+        let memfd = unsafe { OwnedFd::from_raw_fd(fd) };
+        self.masks = Some(MaskArgs { memfd, items });
+        Ok(self)
+    }
+
+    /// The descriptor number bubblewrap reads the covers' arguments from (`--args`).
+    pub(crate) fn masks_fd(&self) -> Option<i32> {
+        self.masks.as_ref().map(|m| m.memfd.as_raw_fd())
     }
 
     /// The descriptor number bubblewrap reads the seccomp program from.
@@ -48,11 +87,29 @@ impl BwrapLaunch {
     }
 }
 
-// SAFETY: `apply_in_child` only issues `fcntl`, `prctl` and `landlock_restrict_self` on
-// descriptors opened in the parent (`prepare` initialises the memfd and the scope ruleset
-// there); it allocates nothing and takes no lock.
+// SAFETY: `apply_in_child` only issues `faccessat`, `pwrite`, `ftruncate`, `lseek`, `setns`,
+// `fcntl`, `prctl` and `landlock_restrict_self` on paths and descriptors prepared in the
+// parent (`prepare` and `with_masks` initialise the memfds, the masks' strings and the scope
+// ruleset there); it allocates nothing and takes no lock.
 unsafe impl ChildConfinement for BwrapLaunch {
     fn apply_in_child(&self) -> std::io::Result<()> {
+        // First, with the command's own credentials (after any uid change of the spawn).
+        if let Some(masks) = &self.masks {
+            write_masks(masks)?;
+        }
+        if let Some(network) = &self.network {
+            // SAFETY: setns on descriptors the parent keeps open; the child is single-threaded.
+            unsafe {
+                if let Some(userns) = &network.userns
+                    && libc::setns(userns.as_raw_fd(), libc::CLONE_NEWUSER) < 0
+                {
+                    return Err(std::io::Error::last_os_error());
+                }
+                if libc::setns(network.netns.as_raw_fd(), libc::CLONE_NEWNET) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+        }
         if let Some(fd) = &self.seccomp {
             // SAFETY: clearing close-on-exec on a descriptor this process holds.
             if unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFD, 0) } < 0 {
@@ -72,6 +129,35 @@ unsafe impl ChildConfinement for BwrapLaunch {
         }
         Ok(())
     }
+}
+
+/// Writes the arguments of the covers this process can reach into the masks memfd, from its
+/// start, and leaves it open across `exec` for bubblewrap. Runs in the forked child.
+fn write_masks(masks: &MaskArgs) -> std::io::Result<()> {
+    let fd = masks.memfd.as_raw_fd();
+    let mut offset: libc::off_t = 0;
+    for (path, bytes) in &masks.items {
+        // SAFETY: a NUL-terminated path prepared in the parent; no memory is written.
+        if unsafe { libc::faccessat(libc::AT_FDCWD, path.as_ptr(), libc::F_OK, 0) } != 0 {
+            continue;
+        }
+        // SAFETY: writing from a live slice to a descriptor this process holds.
+        let written = unsafe { libc::pwrite(fd, bytes.as_ptr().cast(), bytes.len(), offset) };
+        if written != bytes.len() as isize {
+            return Err(std::io::Error::last_os_error());
+        }
+        offset += written as libc::off_t;
+    }
+    // SAFETY: integer arguments on a descriptor this process holds.
+    unsafe {
+        if libc::ftruncate(fd, offset) < 0
+            || libc::lseek(fd, 0, libc::SEEK_SET) < 0
+            || libc::fcntl(fd, libc::F_SETFD, 0) < 0
+        {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
 }
 
 /// A memfd holding the filter program, made once.

@@ -24,16 +24,41 @@ pub struct LocalSandboxConfig {
     /// The runner chain, tried in order; the first usable runner confines every command.
     #[serde(default = "default_runners")]
     pub runners: Vec<RunnerKind>,
-    /// Files and directories a confined command must not read: each is covered by an empty
-    /// file or directory in the command's world (a host's own secrets, such as the HTTP
-    /// server's token file).
+    /// Files and directories a confined command must not read (a host's own secrets, such as
+    /// the HTTP server's token file): covered like the [`denyRead`](Self::deny_read) paths.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub masked_paths: Vec<std::path::PathBuf>,
+    /// Further files and directories a confined command must not read, besides
+    /// [`DEFAULT_DENY_READ`] under the harness's `$HOME` and the harness's session logs: each
+    /// existing one is covered, in the command's world, by an empty file or directory of
+    /// mode `000`, so reading it fails with `Permission denied`. A leading `~/` is the
+    /// harness's `$HOME`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub deny_read: Vec<std::path::PathBuf>,
     /// Paths relative to each writable root that stay read-only inside it (files other
     /// programs run or trust later, such as `.git/hooks`); default [`DEFAULT_PROTECTED_PATHS`].
     #[serde(default = "default_protected_paths")]
     pub protected_paths: Vec<String>,
 }
+
+/// Paths under the harness's `$HOME` a confined command may not read (credentials of ssh, gpg,
+/// cloud and container tools, git hosts and package registries); missing ones are skipped.
+pub const DEFAULT_DENY_READ: [&str; 14] = [
+    ".ssh",
+    ".gnupg",
+    ".aws",
+    ".azure",
+    ".config/gcloud",
+    ".kube",
+    ".docker/config.json",
+    ".netrc",
+    ".git-credentials",
+    ".config/gh",
+    ".npmrc",
+    ".pypirc",
+    ".cargo/credentials.toml",
+    ".cargo/credentials",
+];
 
 /// Paths inside a writable root that a confined command may not change: each is code or
 /// configuration that another program runs or trusts later, outside the sandbox.
@@ -84,6 +109,7 @@ impl Default for LocalSandboxConfig {
             probe_timeout_ms: default_probe_timeout_ms(),
             runners: default_runners(),
             masked_paths: Vec::new(),
+            deny_read: Vec::new(),
             protected_paths: default_protected_paths(),
         }
     }
@@ -144,6 +170,25 @@ impl LocalSandboxConfig {
             }
         }
         Ok(())
+    }
+
+    /// Every path a confined command must not read, as spelled (existing or not): the
+    /// [`DEFAULT_DENY_READ`] entries under the harness's `$HOME`, the harness's session logs
+    /// (`<DSH_HOME>/sessions`: other sessions' transcripts), then `denyRead` (`~/` expanded)
+    /// and `maskedPaths`. Read from the environment on each call.
+    pub fn denied_reads(&self) -> Vec<std::path::PathBuf> {
+        let home = dsh_core::home::user_home();
+        let dsh_home = std::env::var("DSH_HOME").ok();
+        let mut paths: Vec<std::path::PathBuf> = DEFAULT_DENY_READ.iter().map(|rel| home.join(rel)).collect();
+        paths.push(dsh_core::home::resolve_dsh_home(None, dsh_home.as_deref()).join("sessions"));
+        for path in &self.deny_read {
+            paths.push(match path.strip_prefix("~") {
+                Ok(rest) => home.join(rest),
+                Err(_) => path.clone(),
+            });
+        }
+        paths.extend(self.masked_paths.iter().cloned());
+        paths
     }
 
     /// The probe bound as a duration (saturating for absurdly large values).
@@ -227,6 +272,28 @@ mod tests {
     }
 
     #[test]
+    fn denied_reads_cover_the_defaults_the_session_logs_and_the_configured_paths() {
+        let config: LocalSandboxConfig = serde_json::from_value(serde_json::json!({
+            "denyRead": ["~/.secrets", "/srv/keys", "~"],
+            "maskedPaths": ["/srv/token"]
+        }))
+        .unwrap();
+        let home = dsh_core::home::user_home();
+        let denied = config.denied_reads();
+        assert_eq!(denied[0], home.join(".ssh"));
+        assert!(denied.contains(&home.join(".cargo/credentials.toml")));
+        let dsh_home = std::env::var("DSH_HOME").ok();
+        assert_eq!(
+            denied[DEFAULT_DENY_READ.len()],
+            dsh_core::home::resolve_dsh_home(None, dsh_home.as_deref()).join("sessions")
+        );
+        assert_eq!(
+            &denied[DEFAULT_DENY_READ.len() + 1..],
+            [home.join(".secrets"), "/srv/keys".into(), home.clone(), "/srv/token".into()]
+        );
+    }
+
+    #[test]
     fn json_schema_names_the_wire_keys() {
         let schema = serde_json::to_value(schemars::schema_for!(LocalSandboxConfig)).unwrap();
         let mut keys: Vec<&str> =
@@ -235,6 +302,7 @@ mod tests {
         assert_eq!(
             keys,
             [
+                "denyRead",
                 "maskedPaths",
                 "probeTimeoutMs",
                 "protectedPaths",

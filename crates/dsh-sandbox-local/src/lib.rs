@@ -32,7 +32,7 @@ mod runner;
 pub mod seccomp;
 mod session_world;
 
-pub use config::{ConfigError, DEFAULT_PROTECTED_PATHS, LocalSandboxConfig};
+pub use config::{ConfigError, DEFAULT_DENY_READ, DEFAULT_PROTECTED_PATHS, LocalSandboxConfig};
 pub use inprocess::InProcessConfinement;
 pub use plugin::SandboxLocalPlugin;
 pub use probe::SystemProber;

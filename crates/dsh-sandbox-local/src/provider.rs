@@ -11,11 +11,11 @@ use std::path::PathBuf;
 
 use crate::bwrap::BwrapLaunch;
 use crate::config::{ConfigError, LocalSandboxConfig};
-use crate::inprocess::{InProcessConfinement, PreparedCache, WorldSpec};
+use crate::inprocess::{InProcessConfinement, NetworkHolder, PreparedCache, WorldSpec, create_network};
 use crate::probe::SystemProber;
 use crate::runner::{
     BWRAP_DENIAL_SIGNATURES, BWRAP_FATAL_SIGNATURE, ProbeOutcome, RUNNER_COMMAND_DENIAL_SIGNATURES,
-    RunnerCapability, RunnerKind, RunnerProber, bwrap_profile_args, bwrap_world_args,
+    RunnerCapability, RunnerKind, RunnerProber, bwrap_mask_args, bwrap_profile_args, bwrap_world_args,
     landlock_denial_signatures, landlock_rules,
 };
 use crate::session_world::SessionWorlds;
@@ -39,6 +39,8 @@ pub struct LocalSandboxProvider {
     verdict: OnceLock<Verdict>,
     prepared: PreparedCache,
     worlds: SessionWorlds,
+    /// Per session: the network namespace bubblewrap launches join (network `deny`/`ask`).
+    networks: std::sync::Mutex<Vec<(Option<String>, Arc<NetworkHolder>)>>,
 }
 
 impl std::fmt::Debug for LocalSandboxProvider {
@@ -69,6 +71,7 @@ impl LocalSandboxProvider {
             verdict: OnceLock::new(),
             prepared: PreparedCache::default(),
             worlds: SessionWorlds::default(),
+            networks: std::sync::Mutex::new(Vec::new()),
         })
     }
 
@@ -87,6 +90,21 @@ impl LocalSandboxProvider {
         if self.config.runner_command.is_empty() {
             let _ = self.verdict();
         }
+    }
+
+    /// The network namespace of `policy`'s session for bubblewrap launches, made on first use
+    /// (with its proxy listener); `None` when the policy does not isolate the network.
+    fn network_holder(&self, policy: &SandboxExecutionPolicy) -> Result<Option<Arc<NetworkHolder>>, String> {
+        if !policy.network.mode.isolates() {
+            return Ok(None);
+        }
+        let mut networks = self.networks.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((_, holder)) = networks.iter().find(|(id, _)| *id == policy.session_id) {
+            return Ok(Some(Arc::clone(holder)));
+        }
+        let holder = Arc::new(create_network().map_err(|e| format!("{BWRAP_FATAL_SIGNATURE}{e}"))?);
+        networks.push((policy.session_id.clone(), Arc::clone(&holder)));
+        Ok(Some(holder))
     }
 
     /// Each runner is probed at most once per provider.
@@ -129,6 +147,7 @@ impl LocalSandboxProvider {
                 informational_lines: Vec::new(),
             }],
             runner: self.config.runner_command.first().cloned(),
+            proxy: None,
         })
     }
 }
@@ -153,9 +172,16 @@ fn bwrap_command(
     policy: &SandboxExecutionPolicy,
     capability: &RunnerCapability,
     (writable, world): (Vec<PathBuf>, WorldSpec),
+    network: Option<Arc<NetworkHolder>>,
 ) -> Result<ConfinedCommand, String> {
-    let launch = BwrapLaunch::prepare()?;
-    let world_args = bwrap_world_args(&writable, &world, launch.seccomp_fd())?;
+    let proxy = network.as_ref().map(|holder| Arc::clone(&holder.proxy));
+    let joined = network.is_some();
+    let launch = BwrapLaunch::prepare(network)?.with_masks(bwrap_mask_args(&world)?)?;
+    let mut world_args = bwrap_world_args(&writable, &world, launch.seccomp_fd(), launch.masks_fd())?;
+    if policy.network.mode.isolates() && !joined {
+        // bubblewrap brings the new namespace's loopback up itself.
+        world_args.push("--unshare-net".to_owned());
+    }
     Ok(ConfinedCommand {
         argv: bwrap_argv(vec!["bwrap".to_owned()], policy, world_args, argv)?,
         child_confinement: Some(Arc::new(launch)),
@@ -163,6 +189,7 @@ fn bwrap_command(
         denial_signatures: BWRAP_DENIAL_SIGNATURES.map(str::to_owned).to_vec(),
         runner_failure_rules: vec![RunnerFailureRule::fatal(&[BWRAP_FATAL_SIGNATURE])],
         runner: Some("bwrap".to_owned()),
+        proxy,
     })
 }
 
@@ -172,9 +199,17 @@ fn landlock_command(
     cache: &PreparedCache,
     writable: &[PathBuf],
     world: Option<&WorldSpec>,
+    network: bool,
 ) -> Result<ConfinedCommand, String> {
-    let prepared = cache.get(writable, world, capability.mount_namespace)?;
+    if network && !capability.mount_namespace {
+        return Err(format!(
+            "{}the network policy needs a network namespace, and this host's Landlock runner has no namespaces",
+            crate::runner::LANDLOCK_FATAL_SIGNATURE
+        ));
+    }
+    let prepared = cache.get(writable, world, capability.mount_namespace, network)?;
     let confinement = InProcessConfinement::from_prepared(prepared)?;
+    let proxy = confinement.proxy();
     Ok(ConfinedCommand {
         argv: argv.to_vec(),
         child_confinement: Some(Arc::new(confinement)),
@@ -182,6 +217,7 @@ fn landlock_command(
         denial_signatures: landlock_denial_signatures(capability.mount_namespace),
         runner_failure_rules: landlock_rules(),
         runner: None,
+        proxy,
     })
 }
 
@@ -201,6 +237,7 @@ impl SandboxProvider for LocalSandboxProvider {
                 denial_signatures: Vec::new(),
                 runner_failure_rules: Vec::new(),
                 runner: None,
+                proxy: None,
             });
         }
         let unavailable = |detail: String| SandboxUnavailableError::with_detail(policy.mode, detail);
@@ -219,12 +256,14 @@ impl SandboxProvider for LocalSandboxProvider {
                         .map_err(unavailable)?,
                     false => (writable_roots(policy), None),
                 };
-                landlock_command(argv, capability, &self.prepared, &writable, world.as_ref())
+                let network = policy.network.mode.isolates();
+                landlock_command(argv, capability, &self.prepared, &writable, world.as_ref(), network)
                     .map_err(unavailable)
             }
             Verdict::Selected(RunnerKind::Bwrap, capability) => {
                 let world = self.worlds.spec(policy, &self.config).map_err(unavailable)?;
-                bwrap_command(argv, policy, capability, world).map_err(unavailable)
+                let network = self.network_holder(policy).map_err(unavailable)?;
+                bwrap_command(argv, policy, capability, world, network).map_err(unavailable)
             }
             Verdict::Unavailable => Err(SandboxUnavailableError::new(policy.mode)),
         }

@@ -71,8 +71,9 @@ pub trait RunnerProber: Send + Sync {
     fn version(&self, runner: RunnerKind, timeout: Duration) -> Option<String>;
 }
 
-/// bubblewrap's denial signature.
-pub const BWRAP_DENIAL_SIGNATURES: [&str; 1] = ["read-only file system"];
+/// bubblewrap's denial signatures: `EROFS` from its read-only binds, `EACCES` from the mode
+/// `000` covers of denied reads.
+pub const BWRAP_DENIAL_SIGNATURES: [&str; 2] = ["read-only file system", "permission denied"];
 /// bubblewrap's fatal prefix.
 pub const BWRAP_FATAL_SIGNATURE: &str = "bwrap: ";
 /// Denial signatures of a `runnerCommand` runner.
@@ -109,7 +110,8 @@ pub fn landlock_rules() -> Vec<RunnerFailureRule> {
 }
 
 /// bubblewrap's exact base profile for `policy`: read-only `/`, `/dev`, `/proc`, die with the
-/// parent; `workspace-write` adds a tmpfs `/tmp` and a writable bind of the workspace root.
+/// parent; `workspace-write` adds a tmpfs `/tmp` and a writable bind of the workspace root,
+/// then of each existing further root (`extraRoots`).
 pub fn bwrap_profile_args(policy: &SandboxExecutionPolicy) -> Result<Vec<String>, String> {
     let mut args: Vec<String> =
         ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--die-with-parent"]
@@ -121,6 +123,12 @@ pub fn bwrap_profile_args(policy: &SandboxExecutionPolicy) -> Result<Vec<String>
             format!("bwrap: the workspace root {} is not valid UTF-8", policy.workspace_root.display())
         })?;
         args.extend(["--tmpfs", "/tmp", "--bind", root, root].into_iter().map(str::to_owned));
+        for extra in policy.extra_roots.iter().filter(|r| r.exists()) {
+            let extra = extra
+                .to_str()
+                .ok_or_else(|| format!("bwrap: the writable root {} is not valid UTF-8", extra.display()))?;
+            args.extend(["--bind", extra, extra].into_iter().map(str::to_owned));
+        }
     }
     Ok(args)
 }
@@ -130,12 +138,14 @@ pub fn bwrap_profile_args(policy: &SandboxExecutionPolicy) -> Result<Vec<String>
 /// whose mounts they override in order): a new session, a PID namespace, the session's
 /// private `/tmp` and `/dev/shm`, `/run` hidden, masks, the writable roots again (above the
 /// new `/tmp`) with their protected paths read-only, read-only shares, no capabilities, and
-/// the seccomp program read from `seccomp_fd`. A configured `runnerCommand` receives the
-/// base profile alone.
+/// the seccomp program read from `seccomp_fd`. The covers of denied reads are read from
+/// `masks_fd` (`--args`, see [`bwrap_mask_args`]), else given inline. A configured
+/// `runnerCommand` receives the base profile alone.
 pub(crate) fn bwrap_world_args(
     writable: &[std::path::PathBuf],
     world: &crate::inprocess::WorldSpec,
     seccomp_fd: Option<i32>,
+    masks_fd: Option<i32>,
 ) -> Result<Vec<String>, String> {
     let text = |p: &std::path::Path| {
         p.to_str()
@@ -158,9 +168,14 @@ pub(crate) fn bwrap_world_args(
         let path = text(path)?;
         args.extend(["--ro-bind".to_owned(), path.clone(), path]);
     }
-    for (path, dir) in &world.masks {
-        let source = if *dir { &world.empty_dir } else { &world.empty_file };
-        args.extend(["--ro-bind".to_owned(), text(source)?, text(path)?]);
+    match masks_fd {
+        Some(fd) => args.extend(["--args".to_owned(), fd.to_string()]),
+        None => {
+            for (path, dir) in &world.masks {
+                let source = if *dir { &world.empty_dir } else { &world.empty_file };
+                args.extend(["--ro-bind".to_owned(), text(source)?, text(path)?]);
+            }
+        }
     }
     // The writable roots below `/tmp` are bound again above; the shares there come back here.
     for (share, _) in world.below_tmp(writable).filter(|(_, read_only)| *read_only) {
@@ -174,13 +189,39 @@ pub(crate) fn bwrap_world_args(
     Ok(args)
 }
 
+/// Each cover of `world` for bubblewrap's `--args`: the covered path, and its
+/// `--ro-bind COVER PATH` arguments, each NUL-terminated.
+pub(crate) fn bwrap_mask_args(
+    world: &crate::inprocess::WorldSpec,
+) -> Result<Vec<(std::ffi::CString, Vec<u8>)>, String> {
+    use std::os::unix::ffi::OsStrExt;
+    world
+        .masks
+        .iter()
+        .map(|(path, dir)| {
+            let source = if *dir { &world.empty_dir } else { &world.empty_file };
+            let mut bytes = b"--ro-bind\0".to_vec();
+            for part in [source.as_os_str(), path.as_os_str()] {
+                if part.as_bytes().contains(&0) {
+                    return Err(format!("bwrap: the path {} contains a NUL byte", part.display()));
+                }
+                bytes.extend_from_slice(part.as_bytes());
+                bytes.push(0);
+            }
+            let c_path = std::ffi::CString::new(path.as_os_str().as_bytes())
+                .map_err(|_| format!("bwrap: the path {} contains a NUL byte", path.display()))?;
+            Ok((c_path, bytes))
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::path::PathBuf;
 
     fn policy(mode: SandboxMode, root: &str) -> SandboxExecutionPolicy {
-        SandboxExecutionPolicy { mode, workspace_root: PathBuf::from(root), session_id: None }
+        SandboxExecutionPolicy::new(mode, PathBuf::from(root), None)
     }
 
     #[test]
@@ -207,5 +248,13 @@ mod tests {
                 "/ws"
             ]
         );
+        let mut extra = policy(SandboxMode::WorkspaceWrite, "/ws");
+        extra.extra_roots = vec![PathBuf::from("/"), PathBuf::from("/no/such/root")];
+        assert_eq!(
+            bwrap_profile_args(&extra).unwrap()[8..],
+            ["--tmpfs", "/tmp", "--bind", "/ws", "/ws", "--bind", "/", "/"]
+        );
+        extra.mode = SandboxMode::ReadOnly;
+        assert_eq!(bwrap_profile_args(&extra).unwrap().len(), 8);
     }
 }

@@ -1,6 +1,7 @@
 //! The host side of each session's world: the directories behind its private `/tmp` and
-//! `/dev/shm`, the empty file and directory that cover masked paths, and what the harness
-//! shares read-only. Both runners build the same world from the [`WorldSpec`] made here.
+//! `/dev/shm`, the empty file and directory (mode `000`) that cover the paths a command must
+//! not read, and what the harness shares read-only. Both runners build the same world from
+//! the [`WorldSpec`] made here.
 //!
 //! A session's directories are kept across its calls, so a file one call leaves in `/tmp` is
 //! there for the next — also when each call is another process (`dsh-bash call --session`):
@@ -53,8 +54,14 @@ impl SessionWorlds {
         policy: &SandboxExecutionPolicy,
         config: &LocalSandboxConfig,
     ) -> Result<(Vec<PathBuf>, WorldSpec), String> {
+        let mut roots = vec![policy.workspace_root.clone()];
+        for extra in &policy.extra_roots {
+            if !roots.contains(extra) {
+                roots.push(extra.clone());
+            }
+        }
         let writable = match policy.mode {
-            SandboxMode::WorkspaceWrite => vec![policy.workspace_root.clone()],
+            SandboxMode::WorkspaceWrite => roots.clone(),
             _ => Vec::new(),
         };
         let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
@@ -67,9 +74,12 @@ impl SessionWorlds {
                     .map_err(|e| format!("cannot make the sandbox's private directory: {e}"))?;
                 let path = std::fs::canonicalize(base.path()).map_err(|e| e.to_string())?;
                 set_mode(&path, 0o711)?;
-                make_dir(&path.join("empty.d"), 0o555)?;
+                // The covers of denied paths: mode 000, so a read is refused (`EACCES`), not
+                // answered with nothing; they are bound read-only, so not even their owner can
+                // change that in the command's world.
+                make_dir(&path.join("empty.d"), 0o000)?;
                 std::fs::write(path.join("empty"), b"").map_err(|e| e.to_string())?;
-                set_mode(&path.join("empty"), 0o444)?;
+                set_mode(&path.join("empty"), 0o000)?;
                 state.base = Some(base);
                 path
             }
@@ -97,25 +107,25 @@ impl SessionWorlds {
             }
         };
         let mut shares = state.shares.clone();
-        // A read-only command still sees its workspace, also when it lives below `/tmp`.
-        if policy.mode != SandboxMode::WorkspaceWrite && !shares.contains(&policy.workspace_root) {
-            shares.push(policy.workspace_root.clone());
+        // A read-only command still sees its workspace and further roots, also when they
+        // live below `/tmp`.
+        if policy.mode != SandboxMode::WorkspaceWrite {
+            for root in roots {
+                if !shares.contains(&root) {
+                    shares.push(root);
+                }
+            }
         }
+        let hidden = hidden_dirs(&writable);
         let spec = WorldSpec {
             tmp: session.join("tmp"),
             shm: session.join("shm"),
             writable: policy.mode == SandboxMode::WorkspaceWrite,
             protected: protected_paths(&writable, &config.protected_paths),
-            masks: config
-                .masked_paths
-                .iter()
-                .filter_map(|p| std::fs::canonicalize(p).ok())
-                .filter(|p| !p.starts_with(PRIVATE_TMP))
-                .filter_map(|p| std::fs::metadata(&p).ok().map(|m| (p, m.is_dir())))
-                .collect(),
+            masks: denied_paths(&config.denied_reads(), &hidden),
             empty_file: base.join("empty"),
             empty_dir: base.join("empty.d"),
-            hidden: hidden_dirs(&writable),
+            hidden,
             shares,
         };
         // Mount points for what is re-attached below the private `/tmp`, made here, in the
@@ -130,6 +140,26 @@ impl SessionWorlds {
         }
         Ok((writable, spec))
     }
+}
+
+/// The covers to mount: each existing path of `spellings`, canonical, with whether it is a
+/// directory. Skipped: missing paths (nothing to read), paths below the private `/tmp` or a
+/// hidden directory (the host's are out of reach there anyway), and paths inside another
+/// cover (unreachable through it; its mount point would not exist in the empty cover).
+fn denied_paths(spellings: &[PathBuf], hidden: &[PathBuf]) -> Vec<(PathBuf, bool)> {
+    let mut found: Vec<(PathBuf, bool)> = Vec::new();
+    for path in spellings.iter().filter_map(|p| std::fs::canonicalize(p).ok()) {
+        if path.starts_with(PRIVATE_TMP) || hidden.iter().any(|h| path.starts_with(h)) {
+            continue;
+        }
+        let Ok(meta) = std::fs::metadata(&path) else { continue };
+        if found.iter().any(|(other, _)| path.starts_with(other)) {
+            continue;
+        }
+        found.retain(|(other, _)| !other.starts_with(&path));
+        found.push((path, meta.is_dir()));
+    }
+    found
 }
 
 /// The stable directory of a named session, made if missing; its parent must be owned by the
@@ -218,4 +248,31 @@ fn make_dir(path: &Path, mode: u32) -> Result<(), String> {
 fn set_mode(path: &Path, mode: u32) -> Result<(), String> {
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
         .map_err(|e| format!("cannot set the mode of {}: {e}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn denied_paths_keep_the_outermost_existing_cover() {
+        let dir = tempfile::Builder::new().prefix("dsh-denied-").tempdir_in("/var/tmp").unwrap();
+        let d = std::fs::canonicalize(dir.path()).unwrap();
+        std::fs::create_dir_all(d.join("config/gh")).unwrap();
+        std::fs::write(d.join("netrc"), "x").unwrap();
+        std::fs::create_dir_all(d.join("run/user")).unwrap();
+        let spellings = [
+            d.join("config/gh"),
+            d.join("missing"),
+            d.join("netrc"),
+            d.join("config"),
+            d.join("config/gh"),
+            d.join("run/user"),
+            PathBuf::from("/tmp"),
+        ];
+        assert_eq!(
+            denied_paths(&spellings, &[d.join("run")]),
+            [(d.join("netrc"), false), (d.join("config"), true)]
+        );
+    }
 }

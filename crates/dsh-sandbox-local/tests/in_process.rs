@@ -34,7 +34,7 @@ fn scratch() -> tempfile::TempDir {
 }
 
 fn policy(mode: SandboxMode, root: &Path) -> SandboxExecutionPolicy {
-    SandboxExecutionPolicy { mode, workspace_root: root.to_path_buf(), session_id: None }
+    SandboxExecutionPolicy::new(mode, root.to_path_buf(), None)
 }
 
 fn command(confined: &ConfinedCommand, cwd: &Path) -> Command {
@@ -82,6 +82,7 @@ fn a_failing_in_child_confinement_is_a_distinguishable_runner_failure() {
         denial_signatures: landlock_denial_signatures(true),
         runner_failure_rules: landlock_rules(),
         runner: None,
+        proxy: None,
     };
     // The writable root disappears between preparation and spawn: its bind fails in the child.
     std::fs::remove_dir(&ws).unwrap();

@@ -19,7 +19,7 @@ struct Run {
 }
 
 fn run(provider: &LocalSandboxProvider, mode: SandboxMode, root: &Path, command: &str) -> Run {
-    let policy = SandboxExecutionPolicy { mode, workspace_root: root.to_path_buf(), session_id: None };
+    let policy = SandboxExecutionPolicy::new(mode, root.to_path_buf(), None);
     let confined = provider.confine(&["bash".into(), "-c".into(), command.into()], &policy).unwrap();
     let mut cmd = Command::new(&confined.argv[0]);
     cmd.args(&confined.argv[1..]).current_dir(root).stdin(Stdio::null()).process_group(0);

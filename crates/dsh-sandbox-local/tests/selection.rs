@@ -69,7 +69,7 @@ fn unusable() -> ProbeOutcome {
 }
 
 fn policy(mode: SandboxMode, root: &str) -> SandboxExecutionPolicy {
-    SandboxExecutionPolicy { mode, workspace_root: PathBuf::from(root), session_id: None }
+    SandboxExecutionPolicy::new(mode, PathBuf::from(root), None)
 }
 
 fn argv(cmd: &[&str]) -> Vec<String> {
@@ -111,7 +111,7 @@ fn sb_18_bwrap_first_and_passing_is_selected_without_probing_landlock() {
     expected.extend(RO_PROFILE);
     assert_world_after_profile(&confined.argv, &expected, &["--", "true"]);
     assert_eq!(confined.enforcement, SandboxEnforcement::Full);
-    assert_eq!(confined.denial_signatures, ["read-only file system"]);
+    assert_eq!(confined.denial_signatures, ["read-only file system", "permission denied"]);
     assert_eq!(confined.runner_failure_rules, vec![RunnerFailureRule::fatal(&["bwrap: "])]);
     assert_eq!(confined.runner.as_deref(), Some("bwrap"));
     assert!(confined.child_confinement.is_some(), "the seccomp descriptor and scope are set up in the child");

@@ -336,7 +336,7 @@ fn spawn_confined(confined: &ConfinedCommand, cwd: &Path, uid: Option<u32>) -> (
 }
 
 fn policy(mode: SandboxMode, root: &Path) -> SandboxExecutionPolicy {
-    SandboxExecutionPolicy { mode, workspace_root: root.to_path_buf(), session_id: None }
+    SandboxExecutionPolicy::new(mode, root.to_path_buf(), None)
 }
 
 fn bash(cmd: &str) -> Vec<String> {

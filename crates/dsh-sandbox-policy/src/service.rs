@@ -8,7 +8,8 @@ use dsh_core::home::absolutize;
 use dsh_core::services::SystemPrompt;
 use dsh_core::{Agent, ConfigError, Handles, Plugin, PluginError, PluginScope, Session};
 use dsh_sandbox::{
-    SANDBOX_POLICY, SandboxExecutionPolicy, SandboxMode, SandboxPolicyService, StandingPolicy,
+    HostPattern, NetworkMode, NetworkPolicy, SANDBOX_POLICY, SandboxExecutionPolicy, SandboxMode,
+    SandboxPolicyService, StandingPolicy,
 };
 use schemars::JsonSchema;
 use serde::Deserialize;
@@ -27,9 +28,19 @@ pub struct SandboxPolicyConfig {
     pub mode: Option<String>,
     /// Root for agent-less or cwd-less calls; default the harness cwd.
     pub workspace_root: Option<String>,
+    /// Further directories `workspace-write` may write under, besides the workspace root (a
+    /// tool's cache such as `~/.npm`, a second checkout). Each must be an existing directory;
+    /// each is canonicalized and pinned like the workspace root.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub writable_roots: Vec<String>,
+    /// The network axis: `allow` (default), `deny` or `ask`.
+    pub network: Option<String>,
+    /// Hosts confined commands reach under `deny` and `ask`: `host`, `host:port`, `*.suffix`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allow_hosts: Vec<String>,
 }
 
-/// A checked [`SandboxPolicyConfig`]: the default mode parsed, the root as configured.
+/// A checked [`SandboxPolicyConfig`]: the default mode parsed, the roots as configured.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SandboxPolicySettings {
     /// The deployment default mode.
@@ -37,6 +48,10 @@ pub struct SandboxPolicySettings {
     /// Root for agent-less or cwd-less calls; default the harness cwd (read when the service
     /// is built).
     pub workspace_root: Option<String>,
+    /// Further writable roots (`workspace-write`), each an existing directory when checked.
+    pub writable_roots: Vec<String>,
+    /// The network axis and its allowlist.
+    pub network: NetworkPolicy,
 }
 
 impl SandboxPolicyConfig {
@@ -50,7 +65,37 @@ impl SandboxPolicyConfig {
                 )
             })?,
         };
-        Ok(SandboxPolicySettings { default_mode, workspace_root: self.workspace_root.clone() })
+        let mut writable_roots = Vec::with_capacity(self.writable_roots.len());
+        for root in &self.writable_roots {
+            // `~` and `~/…` are the harness's home.
+            let expanded = match root.strip_prefix('~') {
+                Some(rest) if rest.is_empty() || rest.starts_with('/') => {
+                    format!("{}{rest}", dsh_core::home::user_home().display())
+                }
+                _ => root.clone(),
+            };
+            if !Path::new(&expanded).is_dir() {
+                return Err(format!("sandbox-policy: writableRoots: {root} is not an existing directory"));
+            }
+            writable_roots.push(expanded);
+        }
+        let mode = match self.network.as_deref() {
+            None => NetworkMode::Allow,
+            Some(m) => NetworkMode::parse(m).ok_or_else(|| {
+                format!("sandbox-policy: network must be one of \"allow\", \"deny\", \"ask\" (got \"{m}\")")
+            })?,
+        };
+        let allow = self
+            .allow_hosts
+            .iter()
+            .map(|p| HostPattern::parse(p).map_err(|e| format!("sandbox-policy: allowHosts: {e}")))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(SandboxPolicySettings {
+            default_mode,
+            workspace_root: self.workspace_root.clone(),
+            writable_roots,
+            network: NetworkPolicy { mode, allow },
+        })
     }
 }
 
@@ -73,6 +118,10 @@ pub struct LocalSandboxPolicy {
     configured: Mutex<PinnedRoot>,
     /// Per session id: the root pinned from its header cwd.
     sessions: Mutex<HashMap<String, PinnedRoot>>,
+    /// The further writable roots, pinned when the service is built.
+    extra: Mutex<Vec<PinnedRoot>>,
+    /// The network axis of every call.
+    network: NetworkPolicy,
 }
 
 impl LocalSandboxPolicy {
@@ -90,7 +139,36 @@ impl LocalSandboxPolicy {
         };
         let root = canonical_root(&spelling);
         let configured = Mutex::new(PinnedRoot::new(&spelling));
-        Self { default_mode, root, configured, sessions: Mutex::new(HashMap::new()) }
+        let extra = settings.writable_roots.iter().map(|r| PinnedRoot::new(Path::new(r))).collect();
+        Self {
+            default_mode,
+            root,
+            configured,
+            sessions: Mutex::new(HashMap::new()),
+            extra: Mutex::new(extra),
+            network: settings.network.clone(),
+        }
+    }
+
+    /// The further writable roots now, canonical and de-duplicated; one that moved or was
+    /// replaced since the service was built resolves to an unusable root (no write is granted
+    /// under it).
+    fn extra_roots(&self) -> Vec<PathBuf> {
+        let mut pins = self.extra.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut roots: Vec<PathBuf> = Vec::with_capacity(pins.len());
+        for pin in pins.iter_mut() {
+            let root = pin.check().unwrap_or_else(|moved| {
+                tracing::warn!(
+                    pinned = %pin.canonical().display(),
+                    "a writable root moved or was replaced since the harness started; refusing it"
+                );
+                moved
+            });
+            if !roots.contains(&root) {
+                roots.push(root);
+            }
+        }
+        roots
     }
 
     /// The workspace root of a call now: the session's pinned root if it has a cwd, else the
@@ -138,10 +216,22 @@ impl LocalSandboxPolicy {
     /// The `sandbox:policy` runtime context text for a standing mode.
     pub fn context_text(standing: &StandingPolicy) -> String {
         match SandboxMode::parse(&standing.mode_label) {
-            Some(SandboxMode::WorkspaceWrite) => format!(
-                "Current DSH file policy: workspace-write. Any available operation enforced by the DSH file sandbox may modify files under the session workspace: {}. Some platform temporary areas may also be writable.",
-                json!(standing.policy.workspace_root.to_string_lossy())
-            ),
+            Some(SandboxMode::WorkspaceWrite) => {
+                let extra: Vec<String> = standing
+                    .policy
+                    .extra_roots
+                    .iter()
+                    .map(|r| json!(r.to_string_lossy()).to_string())
+                    .collect();
+                let extra = match extra.is_empty() {
+                    true => String::new(),
+                    false => format!(", and under these further writable roots: {}", extra.join(", ")),
+                };
+                format!(
+                    "Current DSH file policy: workspace-write. Any available operation enforced by the DSH file sandbox may modify files under the session workspace: {}{extra}. Some platform temporary areas may also be writable.",
+                    json!(standing.policy.workspace_root.to_string_lossy())
+                )
+            }
             Some(SandboxMode::DangerFullAccess) => "Current DSH file policy: danger-full-access. The DSH file sandbox does not restrict file modifications by available operations.".to_owned(),
             _ => "Current DSH file policy: read-only. Any available operation enforced by the DSH file sandbox cannot modify files in the standing mode. Do not refuse a required modification from this policy alone: try an available tool normally and follow any denial and escalation guidance it returns.".to_owned(),
         }
@@ -153,6 +243,10 @@ impl SandboxPolicyService for LocalSandboxPolicy {
         self.default_mode
     }
 
+    fn network_mode(&self) -> NetworkMode {
+        self.network.mode
+    }
+
     fn resolve(&self, session: Option<&Session>, approved: Option<SandboxMode>) -> StandingPolicy {
         let mode_label = approved
             .map(|m| m.as_str().to_owned())
@@ -160,14 +254,11 @@ impl SandboxPolicyService for LocalSandboxPolicy {
             .unwrap_or_else(|| self.default_mode.as_str().to_owned());
         let mode = SandboxMode::parse(&mode_label).unwrap_or(SandboxMode::ReadOnly);
         let workspace_root = self.workspace_root(session);
-        StandingPolicy {
-            mode_label,
-            policy: SandboxExecutionPolicy {
-                mode,
-                workspace_root,
-                session_id: session.map(|s| s.id().to_owned()),
-            },
-        }
+        let mut policy =
+            SandboxExecutionPolicy::new(mode, workspace_root, session.map(|s| s.id().to_owned()));
+        policy.extra_roots = self.extra_roots();
+        policy.network = self.network.clone();
+        StandingPolicy { mode_label, policy }
     }
 
     fn set_sandbox_mode(&self, session: &Session, mode: SandboxMode) -> Result<(), String> {
@@ -175,6 +266,26 @@ impl SandboxPolicyService for LocalSandboxPolicy {
             .append(SANDBOX_MODE_EVENT, json!({ "mode": mode.as_str() }))
             .map(|_| ())
             .map_err(|e| e.to_string())
+    }
+}
+
+/// The `sandbox:network` runtime context: only for a policy that isolates (with `allow` the
+/// prompt stays as it was).
+pub fn network_context_text(network: &NetworkPolicy) -> Option<String> {
+    let hosts: Vec<String> = network.allow.iter().map(ToString::to_string).collect();
+    let listed = match hosts.is_empty() {
+        true => "no host is listed".to_owned(),
+        false => format!("the listed hosts are {}", hosts.join(", ")),
+    };
+    let how = "Sandboxed commands reach them only through the HTTP proxy named by HTTP_PROXY and HTTPS_PROXY (most tools use it; a program that ignores those variables cannot connect), and names are resolved by the harness: there is no DNS inside the sandbox.";
+    match network.mode {
+        NetworkMode::Allow => None,
+        NetworkMode::Deny => Some(format!(
+            "Current DSH network policy: deny. Sandboxed commands can reach only listed hosts; {listed}. {how} A refused destination is reported as [network: access to host:port denied]; it cannot be approved from here."
+        )),
+        NetworkMode::Ask => Some(format!(
+            "Current DSH network policy: ask. Sandboxed commands can reach listed hosts; {listed}. {how} Connecting to any other host:port asks the user once per call, while the command waits; a refusal is reported as [network: access to host:port denied]. Background jobs cannot ask."
+        )),
     }
 }
 
@@ -210,6 +321,17 @@ impl Plugin for SandboxPolicyPlugin {
             }),
         )?;
         scope.add(context);
+        if let Some(text) = network_context_text(&settings.network) {
+            let context = prompt.register_context(
+                "sandbox:network",
+                111.0,
+                Arc::new(move |agent: Option<&Arc<Agent>>| match agent {
+                    None => String::new(),
+                    Some(_) => text.clone(),
+                }),
+            )?;
+            scope.add(context);
+        }
         let service: Arc<dyn SandboxPolicyService> = service;
         scope.provide(SANDBOX_POLICY, service)
     }
@@ -231,26 +353,27 @@ mod tests {
         assert_eq!(standing.mode_label, "read-only");
         assert_eq!(
             standing.policy,
-            SandboxExecutionPolicy {
-                mode: SandboxMode::ReadOnly,
-                workspace_root: canonical_root(&std::env::current_dir().expect("cwd")),
-                session_id: None
-            }
+            SandboxExecutionPolicy::new(
+                SandboxMode::ReadOnly,
+                canonical_root(&std::env::current_dir().expect("cwd")),
+                None
+            )
         );
 
         let p = LocalSandboxPolicy::new(&SandboxPolicyConfig {
             mode: Some("workspace-write".into()),
             workspace_root: Some("/fallback".into()),
+            ..Default::default()
         })
         .expect("ok");
         let s1 = session("s1", Some("/projects/a"));
         assert_eq!(
             p.resolve(Some(&s1), None).policy,
-            SandboxExecutionPolicy {
-                mode: SandboxMode::WorkspaceWrite,
-                workspace_root: PathBuf::from("/projects/a"),
-                session_id: Some("s1".into())
-            }
+            SandboxExecutionPolicy::new(
+                SandboxMode::WorkspaceWrite,
+                PathBuf::from("/projects/a"),
+                Some("s1".into())
+            )
         );
         let no_cwd = session("s2", None);
         assert_eq!(p.resolve(Some(&no_cwd), None).policy.workspace_root, PathBuf::from("/fallback"));
@@ -273,7 +396,7 @@ mod tests {
 
         let err = LocalSandboxPolicy::new(&SandboxPolicyConfig {
             mode: Some("bogus".into()),
-            workspace_root: None,
+            ..Default::default()
         })
         .expect_err("bogus mode");
         assert!(err.contains("bogus"), "{err}");
@@ -301,6 +424,7 @@ mod tests {
         let p = LocalSandboxPolicy::new(&SandboxPolicyConfig {
             mode: Some("workspace-write".into()),
             workspace_root: Some(d.join("configured").to_str().expect("utf8").into()),
+            ..Default::default()
         })
         .expect("ok");
         let s = session("s", Some(d.join("t1/ws").to_str().expect("utf8")));
@@ -331,9 +455,11 @@ mod tests {
 
     #[test]
     fn a5_context_texts() {
-        let p =
-            LocalSandboxPolicy::new(&SandboxPolicyConfig { mode: None, workspace_root: Some("/ws".into()) })
-                .expect("ok");
+        let p = LocalSandboxPolicy::new(&SandboxPolicyConfig {
+            workspace_root: Some("/ws".into()),
+            ..Default::default()
+        })
+        .expect("ok");
         let s = session("s", None);
         assert!(
             LocalSandboxPolicy::context_text(&p.resolve(Some(&s), None))
@@ -344,5 +470,95 @@ mod tests {
             LocalSandboxPolicy::context_text(&ww),
             "Current DSH file policy: workspace-write. Any available operation enforced by the DSH file sandbox may modify files under the session workspace: \"/ws\". Some platform temporary areas may also be writable."
         );
+    }
+
+    #[test]
+    fn writable_roots_are_checked_pinned_and_named_in_the_context() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let d = std::fs::canonicalize(tmp.path()).expect("canon");
+        std::fs::create_dir_all(d.join("cache")).expect("mkdir");
+        std::fs::create_dir_all(d.join("real/second")).expect("mkdir");
+        std::os::unix::fs::symlink(d.join("real"), d.join("link")).expect("link");
+        let text = |p: &Path| p.to_str().expect("utf8").to_owned();
+        let missing = d.join("missing");
+        let err = LocalSandboxPolicy::new(&SandboxPolicyConfig {
+            writable_roots: vec![text(&d.join("cache")), text(&missing)],
+            ..Default::default()
+        })
+        .expect_err("missing root");
+        assert_eq!(
+            err,
+            format!("sandbox-policy: writableRoots: {} is not an existing directory", missing.display())
+        );
+        std::fs::write(d.join("file"), "x").expect("write");
+        assert!(
+            LocalSandboxPolicy::new(&SandboxPolicyConfig {
+                writable_roots: vec![text(&d.join("file"))],
+                ..Default::default()
+            })
+            .is_err(),
+            "a file is not a root"
+        );
+
+        let p = LocalSandboxPolicy::new(&SandboxPolicyConfig {
+            workspace_root: Some("/ws".into()),
+            writable_roots: vec![
+                text(&d.join("cache")),
+                text(&d.join("link/second")),
+                text(&d.join("cache")),
+            ],
+            ..Default::default()
+        })
+        .expect("ok");
+        let s = session("s", None);
+        let ww = p.resolve(Some(&s), Some(SandboxMode::WorkspaceWrite));
+        assert_eq!(ww.policy.extra_roots, [d.join("cache"), d.join("real/second")]);
+        assert_eq!(
+            LocalSandboxPolicy::context_text(&ww),
+            format!(
+                "Current DSH file policy: workspace-write. Any available operation enforced by the DSH file sandbox may modify files under the session workspace: \"/ws\", and under these further writable roots: {}, {}. Some platform temporary areas may also be writable.",
+                json!(text(&d.join("cache"))),
+                json!(text(&d.join("real/second")))
+            )
+        );
+        // Read-only keeps them in the policy (an escalation to workspace-write uses them).
+        assert_eq!(p.resolve(Some(&s), None).policy.extra_roots.len(), 2);
+
+        // A root replaced after the service was built is refused, not followed.
+        std::fs::rename(d.join("cache"), d.join("cache_old")).expect("mv");
+        std::fs::create_dir(d.join("cache")).expect("mkdir");
+        let moved = p.resolve(Some(&s), Some(SandboxMode::WorkspaceWrite)).policy.extra_roots;
+        assert_eq!(moved, [crate::moved_root(&d.join("cache")), d.join("real/second")]);
+    }
+
+    #[test]
+    fn the_network_axis_is_parsed_resolved_and_described() {
+        let config = |network: Option<&str>, hosts: &[&str]| SandboxPolicyConfig {
+            network: network.map(str::to_owned),
+            allow_hosts: hosts.iter().map(|h| (*h).to_owned()).collect(),
+            ..SandboxPolicyConfig::default()
+        };
+        assert_eq!(
+            config(Some("block"), &[]).checked().unwrap_err(),
+            "sandbox-policy: network must be one of \"allow\", \"deny\", \"ask\" (got \"block\")"
+        );
+        assert_eq!(
+            config(Some("deny"), &["a:0"]).checked().unwrap_err(),
+            "sandbox-policy: allowHosts: network pattern \"a:0\": the port must be 1-65535"
+        );
+        let default = LocalSandboxPolicy::new(&config(None, &[])).expect("ok");
+        assert_eq!(default.network_mode(), NetworkMode::Allow);
+        assert_eq!(default.resolve(None, None).policy.network, NetworkPolicy::default());
+        assert_eq!(network_context_text(&NetworkPolicy::default()), None, "allow adds nothing to the prompt");
+        let deny =
+            LocalSandboxPolicy::new(&config(Some("deny"), &["*.github.com", "localhost:8080"])).expect("ok");
+        assert_eq!(deny.network_mode(), NetworkMode::Deny);
+        let network = deny.resolve(None, None).policy.network;
+        assert_eq!(network.allow.len(), 2);
+        let text = network_context_text(&network).expect("a context");
+        assert!(text.starts_with("Current DSH network policy: deny. Sandboxed commands can reach only listed hosts; the listed hosts are *.github.com, localhost:8080."), "{text}");
+        let ask = network_context_text(&NetworkPolicy { mode: NetworkMode::Ask, allow: vec![] })
+            .expect("a context");
+        assert!(ask.contains("no host is listed") && ask.contains("asks the user once per call"), "{ask}");
     }
 }

@@ -85,6 +85,40 @@ pub struct ConfinedCommand {
     /// The program whose failed `exec` means "the runner is missing" (`None` when no runner
     /// program is exec'd).
     pub runner: Option<String>,
+    /// The harness-side proxy listener of the command's own network namespace (network
+    /// policy `deny` or `ask`), when the provider made one; the executor serves it.
+    pub proxy: Option<Arc<ProxyListener>>,
+}
+
+/// A listening TCP socket inside a confined command's network namespace (on its loopback),
+/// served by the harness: the command's only way out. Made by the provider; the socket keeps
+/// its namespace alive as long as it is open.
+#[derive(Debug)]
+pub struct ProxyListener {
+    fd: std::os::fd::OwnedFd,
+    port: u16,
+}
+
+impl ProxyListener {
+    /// Wraps a listening socket bound to `127.0.0.1:port` inside the namespace.
+    pub fn new(fd: std::os::fd::OwnedFd, port: u16) -> Self {
+        Self { fd, port }
+    }
+
+    /// The port the command reaches the proxy on (`127.0.0.1:port` in its namespace).
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The proxy address as the command's proxy variables spell it.
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// A second handle on the same listening socket, for the serving task.
+    pub fn listener(&self) -> std::io::Result<std::net::TcpListener> {
+        Ok(std::net::TcpListener::from(self.fd.try_clone()?))
+    }
 }
 
 impl ConfinedCommand {
@@ -177,6 +211,7 @@ mod tests {
             denial_signatures: vec!["permission denied".into()],
             runner_failure_rules: vec![],
             runner: runner.map(str::to_owned),
+            proxy: None,
         }
     }
 

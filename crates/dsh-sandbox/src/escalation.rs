@@ -41,15 +41,17 @@ pub fn escalation_reason(requested: SandboxMode, justification: &str) -> String 
 }
 
 /// The roots a `workspace-write` policy may write: canonical, de-duplicated
-/// `[workspaceRoot, /tmp, os temp dir]`; empty for any other mode. Canonical means the real
-/// path when it exists, else the path as spelled.
+/// `[workspaceRoot, extraRoots…, /tmp, os temp dir]`; empty for any other mode. Canonical
+/// means the real path when it exists, else the path as spelled.
 pub fn writable_roots(policy: &SandboxExecutionPolicy) -> Vec<PathBuf> {
     if policy.mode != SandboxMode::WorkspaceWrite {
         return Vec::new();
     }
     let temp = std::env::temp_dir();
-    let spellings = [policy.workspace_root.as_path(), Path::new("/tmp"), temp.as_path()];
-    let mut roots: Vec<PathBuf> = Vec::with_capacity(3);
+    let mut spellings = vec![policy.workspace_root.as_path()];
+    spellings.extend(policy.extra_roots.iter().map(PathBuf::as_path));
+    spellings.extend([Path::new("/tmp"), temp.as_path()]);
+    let mut roots: Vec<PathBuf> = Vec::with_capacity(spellings.len());
     for (i, root) in spellings.iter().enumerate() {
         if spellings[..i].contains(root) {
             continue;
@@ -60,6 +62,88 @@ pub fn writable_roots(policy: &SandboxExecutionPolicy) -> Vec<PathBuf> {
         }
     }
     roots
+}
+
+/// A path a confined command was refused, as its stderr names it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RefusedPath {
+    /// The absolute path, as the message spells it.
+    pub path: PathBuf,
+    /// The message was `Read-only file system` (`EROFS`: a refused write); else it was
+    /// `Permission denied` (`EACCES`: a refused read or write).
+    pub write: bool,
+}
+
+/// The first absolute path that stderr names in a `Read-only file system` / `EROFS` or
+/// `Permission denied` / `EACCES` line, when one can be told: quoted (`mkdir: cannot create
+/// directory '/x'`, Node's `EROFS: read-only file system, mkdir '/x'`, Python's
+/// `[Errno 30] Read-only file system: '/x'`) or between colons (`bash: /x: Read-only file
+/// system`). Relative paths are never named (the command's working directory is not known
+/// here).
+pub fn refused_path(stderr: &str) -> Option<RefusedPath> {
+    stderr.lines().find_map(|line| {
+        let lower = line.to_lowercase();
+        let write = lower.contains("read-only file system") || lower.contains("erofs");
+        if !write && !lower.contains("permission denied") && !lower.contains("eacces") {
+            return None;
+        }
+        let path = quoted_path(line).or_else(|| colon_path(line))?;
+        Some(RefusedPath { path, write })
+    })
+}
+
+/// The line naming the refused path of a denied result under `mode`, shown right before the
+/// denial marker; `None` when stderr names no path ([`refused_path`]). A refused write under
+/// `workspace-write` names the directory `--add-dir` would open (the path's parent), unless
+/// that is `/` or `home` (the harness's `$HOME`: too broad to suggest):
+/// `[sandbox: write to /root/.npm/_cacache refused; start the harness with --add-dir /root/.npm to allow it]`.
+pub fn refused_path_line(mode: SandboxMode, stderr: &str, home: &Path) -> Option<String> {
+    let refused = refused_path(stderr)?;
+    let path = refused.path.display();
+    if !refused.write {
+        return Some(format!("[sandbox: access to {path} refused]"));
+    }
+    let parent = refused.path.parent().filter(|p| *p != Path::new("/") && *p != home);
+    Some(match parent {
+        Some(parent) if mode == SandboxMode::WorkspaceWrite => format!(
+            "[sandbox: write to {path} refused; start the harness with --add-dir {} to allow it]",
+            parent.display()
+        ),
+        _ => format!("[sandbox: write to {path} refused]"),
+    })
+}
+
+/// An absolute path in quotes (`'…'`, `"…"`, `‘…’`, `` `…' ``) on `line`.
+fn quoted_path(line: &str) -> Option<PathBuf> {
+    for (start, open) in line.char_indices() {
+        let close: &[char] = match open {
+            '\'' | '`' => &['\''],
+            '"' => &['"'],
+            '‘' => &['’'],
+            _ => continue,
+        };
+        let rest = &line[start + open.len_utf8()..];
+        if !rest.starts_with('/') {
+            continue;
+        }
+        if let Some(end) = rest.find(close) {
+            return plausible(&rest[..end]);
+        }
+    }
+    None
+}
+
+/// An absolute path between `: ` separators (or starting the line) on `line`.
+fn colon_path(line: &str) -> Option<PathBuf> {
+    line.split(": ").map(str::trim).find(|part| part.starts_with('/')).and_then(plausible)
+}
+
+fn plausible(text: &str) -> Option<PathBuf> {
+    if text.len() > 4096 || text.chars().any(char::is_control) {
+        return None;
+    }
+    // Components drop a trailing `/` and repeated separators.
+    Some(Path::new(text).components().collect())
 }
 
 /// Why an escalation did not grant a wider mode (each is a tool error with this exact message).
@@ -225,17 +309,69 @@ mod tests {
     }
 
     #[test]
+    fn refused_paths_are_named_only_when_stderr_spells_an_absolute_one() {
+        let line = |mode, stderr: &str| refused_path_line(mode, stderr, Path::new("/home/u"));
+        assert_eq!(
+            line(WorkspaceWrite, "npm error rofs EROFS: read-only file system, mkdir '/root/.npm/_cacache'\n"),
+            Some("[sandbox: write to /root/.npm/_cacache refused; start the harness with --add-dir /root/.npm to allow it]".into())
+        );
+        assert_eq!(
+            line(WorkspaceWrite, "bash: /x/y: Read-only file system"),
+            Some("[sandbox: write to /x/y refused; start the harness with --add-dir /x to allow it]".into())
+        );
+        assert_eq!(
+            line(ReadOnly, "mkdir: cannot create directory '/w/d/': Read-only file system"),
+            Some("[sandbox: write to /w/d refused]".into())
+        );
+        assert_eq!(
+            line(WorkspaceWrite, "touch: cannot touch '/top': Read-only file system"),
+            Some("[sandbox: write to /top refused]".into()),
+            "no --add-dir /"
+        );
+        assert_eq!(
+            line(WorkspaceWrite, "touch: cannot touch '/home/u/outside': Read-only file system"),
+            Some("[sandbox: write to /home/u/outside refused]".into()),
+            "no --add-dir $HOME"
+        );
+        assert_eq!(
+            line(WorkspaceWrite, "cat: /h/.ssh/id_ed25519: Permission denied\n"),
+            Some("[sandbox: access to /h/.ssh/id_ed25519 refused]".into())
+        );
+        assert_eq!(
+            line(ReadOnly, "PermissionError: [Errno 13] Permission denied: '/h/.ssh/id'"),
+            Some("[sandbox: access to /h/.ssh/id refused]".into())
+        );
+        assert_eq!(
+            line(ReadOnly, "tar: /h/.ssh: Cannot open: Permission denied"),
+            Some("[sandbox: access to /h/.ssh refused]".into())
+        );
+        assert_eq!(
+            refused_path("x\nOSError: [Errno 30] Read-only file system: \"/a b/c\"\n"),
+            Some(RefusedPath { path: PathBuf::from("/a b/c"), write: true })
+        );
+        assert_eq!(
+            refused_path("touch: cannot touch ‘/q/r’: Read-only file system"),
+            Some(RefusedPath { path: PathBuf::from("/q/r"), write: true })
+        );
+        for none in [
+            "",
+            "denied",
+            "touch: cannot touch 'made-here': Read-only file system",
+            "bash: line 1: x: Read-only file system",
+            "cp: cannot stat '/a': No such file or directory",
+        ] {
+            assert_eq!(line(WorkspaceWrite, none), None, "{none:?}");
+        }
+    }
+
+    #[test]
     fn writable_roots_are_canonical_and_deduplicated() {
         let dir = tempfile::tempdir().unwrap();
         let real = dir.path().join("real");
         std::fs::create_dir(&real).unwrap();
         let link = dir.path().join("link");
         std::os::unix::fs::symlink(&real, &link).unwrap();
-        let policy = |mode, root: &Path| SandboxExecutionPolicy {
-            mode,
-            workspace_root: root.to_path_buf(),
-            session_id: None,
-        };
+        let policy = |mode, root: &Path| SandboxExecutionPolicy::new(mode, root.to_path_buf(), None);
         assert!(writable_roots(&policy(ReadOnly, &link)).is_empty());
         assert!(writable_roots(&policy(DangerFullAccess, &link)).is_empty());
 
@@ -247,6 +383,16 @@ mod tests {
             expected.push(os_tmp);
         }
         assert_eq!(roots, expected);
+
+        let extra = dir.path().join("extra");
+        std::fs::create_dir(&extra).unwrap();
+        let mut with_extra = policy(WorkspaceWrite, &link);
+        with_extra.extra_roots = vec![extra.clone(), real.clone()];
+        let mut expected_extra = vec![expected[0].clone(), std::fs::canonicalize(&extra).unwrap()];
+        expected_extra.extend(expected[1..].iter().cloned());
+        assert_eq!(writable_roots(&with_extra), expected_extra);
+        with_extra.mode = ReadOnly;
+        assert!(writable_roots(&with_extra).is_empty());
 
         let missing = dir.path().join("missing/../x");
         assert_eq!(writable_roots(&policy(WorkspaceWrite, &missing))[0], missing);

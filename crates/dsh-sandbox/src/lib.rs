@@ -12,6 +12,7 @@ mod classify;
 mod confined;
 mod escalation;
 mod mode;
+mod network;
 mod policy;
 mod report;
 pub mod services;
@@ -19,14 +20,20 @@ pub mod services;
 pub use attribution::{SpawnFailure, SpawnStage, is_runner_spawn_failure};
 pub use classify::{classify_runner_failure, matches_signature};
 pub use confined::{
-    ChildConfinement, ConfinedCommand, RunnerFailureRule, SANDBOX, SANDBOX_SERVICE, SandboxProvider,
+    ChildConfinement, ConfinedCommand, ProxyListener, RunnerFailureRule, SANDBOX, SANDBOX_SERVICE,
+    SandboxProvider,
 };
 pub use escalation::{
-    ESCALATION_HINT, ESCALATION_TARGETS, EscalationError, EscalationOutcome, check_widening, denial_marker,
-    escalation_reason, map_escalation_outcome, parse_escalation_outcome, runner_failed_marker, wider_modes,
-    writable_roots,
+    ESCALATION_HINT, ESCALATION_TARGETS, EscalationError, EscalationOutcome, RefusedPath, check_widening,
+    denial_marker, escalation_reason, map_escalation_outcome, parse_escalation_outcome, refused_path,
+    refused_path_line, runner_failed_marker, wider_modes, writable_roots,
 };
 pub use mode::{SandboxEnforcement, SandboxExecutionPolicy, SandboxMode, SandboxUnavailableError};
+pub use network::{
+    HostAdmission, HostMatch, HostPattern, NetworkApproval, NetworkApprovalFuture, NetworkApprover,
+    NetworkFacts, NetworkMode, NetworkPolicy, host_port, is_private_destination, network_denied_line,
+    network_reason, normalize_host,
+};
 pub use policy::{
     MOVED_ROOT_PREFIX, SANDBOX_POLICY, SandboxPolicyService, StandingPolicy, moved_root, pinned_root_of_moved,
 };

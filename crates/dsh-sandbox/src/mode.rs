@@ -63,7 +63,8 @@ impl SandboxEnforcement {
     }
 }
 
-/// The complete per-call policy: mode, canonical workspace root, and the session it serves.
+/// The complete per-call policy: mode, canonical workspace root, the session it serves, the
+/// further writable roots and the network axis.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SandboxExecutionPolicy {
@@ -74,6 +75,26 @@ pub struct SandboxExecutionPolicy {
     /// The id of the session the call belongs to, when there is one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub session_id: Option<String>,
+    /// Further roots `workspace-write` may write under (canonical, pinned like the workspace
+    /// root): tool caches, a second checkout.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub extra_roots: Vec<PathBuf>,
+    /// The network axis (`allow` by default).
+    #[serde(default)]
+    pub network: crate::network::NetworkPolicy,
+}
+
+impl SandboxExecutionPolicy {
+    /// A policy with no further roots and the default network axis (`allow`).
+    pub fn new(mode: SandboxMode, workspace_root: PathBuf, session_id: Option<String>) -> Self {
+        Self {
+            mode,
+            workspace_root,
+            session_id,
+            extra_roots: Vec::new(),
+            network: crate::network::NetworkPolicy::default(),
+        }
+    }
 }
 
 /// No sandbox backend can confine the command; the command never runs unconfined.

@@ -21,6 +21,11 @@ pub struct StandingPolicy {
 pub trait SandboxPolicyService: Send + Sync {
     /// The deployment default mode (the sandboxing executor's `sandboxMode`).
     fn default_mode(&self) -> SandboxMode;
+    /// The deployment's network mode (`allow` unless configured): with `deny` or `ask`, results
+    /// may carry network facts.
+    fn network_mode(&self) -> crate::NetworkMode {
+        crate::NetworkMode::Allow
+    }
     /// `mode` = `approved` ?? the session's last `sandbox/mode` event ?? default; the root is the
     /// canonical session cwd, else the configured root; `sessionId` when a session is given.
     fn resolve(&self, session: Option<&Session>, approved: Option<SandboxMode>) -> StandingPolicy;

@@ -7,7 +7,10 @@ use std::time::Duration;
 
 use dsh_core::tools::OutputProbeSlot;
 use dsh_core::{AbortSignal, ErrorInfo, ToolError};
-use dsh_sandbox::{SandboxEnforcement, SandboxExecutionPolicy, SandboxMode, SandboxUnavailableError};
+use dsh_sandbox::{
+    NetworkApprover, NetworkFacts, SandboxEnforcement, SandboxExecutionPolicy, SandboxMode,
+    SandboxUnavailableError,
+};
 use futures::future::BoxFuture;
 use serde::{Serialize, Serializer};
 
@@ -42,6 +45,19 @@ pub struct ShellExecRequest {
     /// started (removed when the run ends); `None` when nobody observes. Background starts
     /// ignore it.
     pub output_probe: Option<OutputProbeSlot>,
+    /// Who answers the call's network `ask`s (the approval service, for this call's agent);
+    /// `None`: the call cannot ask, and an unlisted host is refused.
+    pub network_approver: Option<NetworkApproverSlot>,
+}
+
+/// A shared [`NetworkApprover`], carried by requests and specs.
+#[derive(Clone)]
+pub struct NetworkApproverSlot(pub Arc<dyn NetworkApprover>);
+
+impl std::fmt::Debug for NetworkApproverSlot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("NetworkApproverSlot")
+    }
 }
 
 /// A resolved request: defaults and caps applied.
@@ -67,6 +83,8 @@ pub struct ShellExecSpec {
     pub sandbox_policy: Option<SandboxExecutionPolicy>,
     /// See [`ShellExecRequest::output_probe`]; carried verbatim by `resolve`.
     pub output_probe: Option<OutputProbeSlot>,
+    /// See [`ShellExecRequest::network_approver`]; carried verbatim by `resolve`.
+    pub network_approver: Option<NetworkApproverSlot>,
 }
 
 /// A resolved foreground timeout: the [`Duration`] the mechanics arm, and the same bound in
@@ -142,6 +160,9 @@ pub struct ShellSandboxInfo {
     /// `Some(true)` when a background process failed because the sandbox runner itself failed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub runner_failed: Option<bool>,
+    /// Background processes: each `host:port` the network policy refused while it ran.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub network_denied: Vec<String>,
 }
 
 /// Exit facts of a foreground run.
@@ -169,6 +190,9 @@ pub struct ShellRunResult {
     /// Sandbox facts, present iff a sandboxing executor ran the command.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sandbox: Option<ShellSandboxInfo>,
+    /// Network facts, present iff the command ran in its own network namespace.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub network: Option<NetworkFacts>,
 }
 
 /// Lifecycle of a background process: `Running` then exactly one terminal state.

@@ -24,8 +24,9 @@ pub use env_plugin::{
     ShellEnvPlugin, session_persistence_contributor,
 };
 pub use exec::{
-    CollectedOutput, ProcessStatus, SHELL, SHELL_SERVICE, ShellError, ShellExecRequest, ShellExecSpec,
-    ShellExecutor, ShellProcess, ShellProcessRead, ShellRunResult, ShellSandboxInfo, ShellTimeout,
+    CollectedOutput, NetworkApproverSlot, ProcessStatus, SHELL, SHELL_SERVICE, ShellError, ShellExecRequest,
+    ShellExecSpec, ShellExecutor, ShellProcess, ShellProcessRead, ShellRunResult, ShellSandboxInfo,
+    ShellTimeout,
 };
 pub use exit_status::{ExitStatus, parse_exit_status};
 

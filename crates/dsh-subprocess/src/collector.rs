@@ -7,17 +7,24 @@
 //! the file is deleted and never reopened, so a spill path is only ever reported for a
 //! complete stream. At settlement the file is sealed; a failing close withholds the path.
 //!
+//! With a [`Redactor`], every chunk passes through the stream's redaction state before any
+//! of this: the tail, the spill file, reads, peeks and the totals only ever see redacted
+//! bytes (a suffix that could still become a secret is held back until the next chunk or the
+//! end of the stream decides it). Without one, chunks are taken as they come, uncopied.
+//!
 //! Reads are non-consuming and take a caller-owned offset. While the stream is open, an
 //! incomplete trailing UTF-8 sequence is held back for the next read, and a window whose head
 //! was cut starts on the next character boundary.
 
 use std::collections::VecDeque;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::Mutex;
 use tokio::sync::watch;
 
+use crate::redact::{RedactStream, Redactor};
 use crate::spill::{SpillFactory, SpillSink};
 use crate::utf8::{cut_head_len, incomplete_tail_len};
 
@@ -105,14 +112,28 @@ pub struct OutputCollector {
     state: Mutex<State>,
     /// Ticks when output arrives or the stream finishes, for waiters.
     progress: watch::Sender<()>,
+    /// The stream's redaction state, when there are values to redact. Only the pump (and
+    /// settlement) take this lock, always before `state`'s.
+    redact: Option<Mutex<RedactStream>>,
 }
 
 impl OutputCollector {
+    #[cfg(test)]
     pub(crate) fn new(limits: CaptureLimits, factory: Option<SpillFactory>) -> Self {
+        Self::with_redactor(limits, factory, None)
+    }
+
+    /// A collector whose chunks are redacted by `redactor` first (an empty one is ignored).
+    pub(crate) fn with_redactor(
+        limits: CaptureLimits,
+        factory: Option<SpillFactory>,
+        redactor: Option<&Arc<Redactor>>,
+    ) -> Self {
         let spill =
             if limits.spill_cap.is_some() && factory.is_some() { Spill::Idle } else { Spill::Abandoned };
         let state = State { tail: VecDeque::new(), total: 0, written_at: 0, spill, finished: false };
-        Self { limits, factory, state: Mutex::new(state), progress: watch::Sender::new(()) }
+        let redact = redactor.filter(|r| !r.is_empty()).map(|r| Mutex::new(r.stream()));
+        Self { limits, factory, state: Mutex::new(state), progress: watch::Sender::new(()), redact }
     }
 
     /// The caps this collector applies.
@@ -120,12 +141,25 @@ impl OutputCollector {
         &self.limits
     }
 
-    /// Total bytes received so far.
+    /// Total bytes collected so far (after redaction: bytes held back by it are not counted
+    /// yet, and a replaced value counts as its marker).
     pub fn total(&self) -> u64 {
         self.state.lock().total
     }
 
     pub(crate) fn push(&self, chunk: &[u8]) {
+        match &self.redact {
+            None => self.collect(chunk),
+            Some(stream) => {
+                let mut stream = stream.lock();
+                let redacted = stream.feed(chunk);
+                self.collect(redacted);
+            }
+        }
+    }
+
+    /// Takes in bytes that are final (redacted when there is a redactor).
+    fn collect(&self, chunk: &[u8]) {
         if chunk.is_empty() {
             return;
         }
@@ -199,6 +233,14 @@ impl OutputCollector {
 
     /// Marks the stream complete and seals the spill file (no more bytes will arrive).
     pub(crate) fn finish(&self) {
+        if let Some(stream) = &self.redact {
+            let mut stream = stream.lock();
+            if !self.state.lock().finished {
+                // Whatever the redaction held back is decided now: nothing more will come.
+                let rest = stream.finish();
+                self.collect(rest);
+            }
+        }
         let mut state = self.state.lock();
         if state.finished {
             return;

@@ -25,7 +25,7 @@ impl AmbientEnv {
         AmbientEnv::Fixed(Arc::new(vars.into_iter().map(|(k, v)| (k.into(), v.into())).collect()))
     }
 
-    fn vars(&self) -> Vec<(OsString, OsString)> {
+    pub(crate) fn vars(&self) -> Vec<(OsString, OsString)> {
         match self {
             AmbientEnv::Process => std::env::vars_os().collect(),
             AmbientEnv::Fixed(vars) => vars.as_ref().clone(),
@@ -64,13 +64,20 @@ const CREDENTIAL_SUFFIXES: [&[u8]; 3] = [b"_PAT", b"_AUTH", b"_PASS"];
 /// in `_PAT`, `_AUTH` or `_PASS` (all case-insensitively); or its value holds a URL with a
 /// password (`scheme://user:password@host`, as in `DATABASE_URL` or `HTTPS_PROXY`).
 pub fn is_scrubbed(name: &OsStr, value: &OsStr) -> bool {
+    name.as_bytes().get(..4).is_some_and(|prefix| prefix.eq_ignore_ascii_case(b"DSH_"))
+        || is_credential(name, value)
+}
+
+/// True when an ambient variable looks like a credential: [`is_scrubbed`] without the `DSH_`
+/// rule (a stale managed value is scrubbed, but it is not a secret). These are the values a
+/// harness redacts from output (see [`crate::Redactor::from_env`]).
+pub fn is_credential(name: &OsStr, value: &OsStr) -> bool {
     let name = name.as_bytes();
     let contains = |word: &&[u8]| name.windows(word.len()).any(|w| w.eq_ignore_ascii_case(word));
     let ends_with = |suffix: &&[u8]| {
         name.len() >= suffix.len() && name[name.len() - suffix.len()..].eq_ignore_ascii_case(suffix)
     };
-    name.get(..4).is_some_and(|prefix| prefix.eq_ignore_ascii_case(b"DSH_"))
-        || CREDENTIAL_WORDS.iter().any(contains)
+    CREDENTIAL_WORDS.iter().any(contains)
         || CREDENTIAL_SUFFIXES.iter().any(ends_with)
         || has_url_password(value.as_bytes())
 }

@@ -5,7 +5,8 @@
 //! inherited, collects each output stream into a bounded tail with an optional spill file
 //! ([`OutputCollector`]; a running process's latest output line can be peeked at cheaply
 //! with [`ProcessHandle::latest_output_line`]), scrubs credentials and stale `DSH_*` values
-//! from the inherited environment, terminates process trees with `SIGTERM` → grace →
+//! from the inherited environment (and, with a [`Redactor`], replaces their values in collected
+//! output by `[redacted:NAME]`), terminates process trees with `SIGTERM` → grace →
 //! `SIGKILL`, and owns every tree until it is gone. With [`Containment::Subreaper`] (the
 //! default, Linux) nothing a tree starts outlives it: what is left of a group dies with its
 //! leader, and `setsid`/double-forked strays are adopted and killed (opt out with
@@ -31,6 +32,7 @@ pub mod plugin;
 #[cfg(feature = "plugin")]
 mod plugin_key;
 mod program;
+mod redact;
 mod service;
 mod signal_name;
 mod spawn;
@@ -40,7 +42,7 @@ mod utf8;
 
 pub use collector::{CaptureLimits, CollectedStream, OutputCollector, StreamRead, TailPeek};
 pub use containment::{Containment, ContainmentStatus, DETACH_ENV};
-pub use env::{AmbientEnv, EnvEntry, is_scrubbed};
+pub use env::{AmbientEnv, EnvEntry, is_credential, is_scrubbed};
 pub use error::{OsSpawnError, SpawnError, SpawnStage};
 pub use grouped::GroupedChild;
 pub use handle::{ProcessHandle, ProcessOutcome};
@@ -50,6 +52,7 @@ pub use nix::errno::Errno;
 pub use plugin::{SubprocessConfig, SubprocessPlugin};
 #[cfg(feature = "plugin")]
 pub use plugin_key::{SUBPROCESS, SUBPROCESS_SERVICE};
+pub use redact::{REDACT_MIN_LEN, RedactStream, Redactor, RedactorError, redaction_marker};
 pub use service::{ServiceOptions, SubprocessService};
 pub use signal_name::{signal_name, signal_number};
 pub use spawn::{MAX_GRACE, PreExecHook, SpawnSpec};

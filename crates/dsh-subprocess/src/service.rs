@@ -12,6 +12,7 @@ use crate::containment::{Containment, ContainmentStatus, Reaper};
 use crate::env::AmbientEnv;
 use crate::error::SpawnError;
 use crate::handle::ProcessHandle;
+use crate::redact::Redactor;
 use crate::spawn::{SpawnSpec, spawn_process};
 use crate::spill::{DefaultSpillNamer, SpillLocation, SpillNamer};
 
@@ -27,6 +28,10 @@ pub struct ServiceOptions {
     pub spill_namer: Arc<dyn SpillNamer>,
     /// Whether stray descendants are contained (default: [`Containment::Subreaper`]).
     pub containment: Containment,
+    /// Secret values replaced by `[redacted:NAME]` in every collected stream (tails, spill
+    /// files, reads, peeks); `None` (the default) or an empty redactor leaves output as is.
+    /// A harness builds it with [`Redactor::from_env`].
+    pub redactor: Option<Arc<Redactor>>,
 }
 
 impl Default for ServiceOptions {
@@ -36,6 +41,7 @@ impl Default for ServiceOptions {
             ambient_env: AmbientEnv::Process,
             spill_namer: Arc::new(DefaultSpillNamer),
             containment: Containment::Subreaper,
+            redactor: None,
         }
     }
 }
@@ -75,6 +81,8 @@ pub struct SubprocessService {
     pub(crate) containment: ContainmentStatus,
     /// Present when containment is active.
     pub(crate) reaper: Option<Arc<Reaper>>,
+    /// Present when there are values to redact.
+    pub(crate) redactor: Option<Arc<Redactor>>,
     next_id: AtomicU64,
 }
 
@@ -99,6 +107,7 @@ impl SubprocessService {
             live: Arc::new(LiveSet::default()),
             containment,
             reaper,
+            redactor: options.redactor.filter(|r| !r.is_empty()),
             next_id: AtomicU64::new(1),
         })
     }
@@ -134,6 +143,11 @@ impl SubprocessService {
     /// injected); never creates it.
     pub fn existing_spill_dir(&self) -> Option<PathBuf> {
         self.spill.existing_dir()
+    }
+
+    /// The redactor applied to collected output, if it has values to redact.
+    pub fn redactor(&self) -> Option<&Arc<Redactor>> {
+        self.redactor.as_ref()
     }
 
     /// How many process trees the service still tracks.

@@ -302,9 +302,14 @@ pub(crate) fn spawn_process(
     };
 
     let factory = Some(service.spill.factory());
+    let redactor = service.redactor.as_ref();
     let streams = (
-        OutputCollector::new(spec.stdout.clone(), spec.stdout.spill_cap.and(factory.clone())),
-        OutputCollector::new(spec.stderr.clone(), spec.stderr.spill_cap.and(factory)),
+        OutputCollector::with_redactor(
+            spec.stdout.clone(),
+            spec.stdout.spill_cap.and(factory.clone()),
+            redactor,
+        ),
+        OutputCollector::with_redactor(spec.stderr.clone(), spec.stderr.spill_cap.and(factory), redactor),
     );
     let reaper = service.reaper.clone();
     if let Some(reaper) = &reaper {

@@ -56,6 +56,7 @@ impl SandboxProvider for FakeProvider {
             denial_signatures: vec!["read-only file system".into(), "permission denied".into()],
             runner_failure_rules: vec![RunnerFailureRule::fatal(&["fake-runner: "])],
             runner: self.runner.clone(),
+            proxy: None,
         })
     }
 

@@ -62,3 +62,47 @@ pub(crate) fn offered_to(ctx: &WeakContext, agent: Option<&Agent>) -> bool {
     }
     approval_service(ctx).is_none_or(|approval| approval.can_answer(agent))
 }
+
+/// Asks the approval service whether the call may reach a host (network policy `ask`).
+struct CallNetworkApprover {
+    approval: Arc<dyn ApprovalService>,
+    agent: Arc<Agent>,
+    call_id: String,
+    signal: dsh_core::AbortSignal,
+}
+
+impl dsh_sandbox::NetworkApprover for CallNetworkApprover {
+    fn approve(&self, host_port: String) -> dsh_sandbox::NetworkApprovalFuture {
+        let request = ApprovalRequest {
+            agent: self.agent.clone(),
+            tool_name: "bash".to_owned(),
+            call_id: Some(self.call_id.clone()),
+            reason: Some(dsh_sandbox::network_reason(&host_port)),
+            signal: Some(self.signal.clone()),
+        };
+        let approval = Arc::clone(&self.approval);
+        Box::pin(async move {
+            use dsh_core::ApprovalOutcome;
+            use dsh_sandbox::NetworkApproval::{AllowedOnce, Refused};
+            match approval.request(request).await {
+                Ok(ApprovalOutcome::AllowedOnce) => AllowedOnce,
+                Ok(ApprovalOutcome::Rejected) => Refused("the user rejected it".to_owned()),
+                Ok(ApprovalOutcome::Cancelled) => Refused("the approval was cancelled".to_owned()),
+                Ok(ApprovalOutcome::Unavailable) | Err(_) => Refused("no approval is available".to_owned()),
+            }
+        })
+    }
+}
+
+/// The network approver of a foreground call: present when an approval service is composed
+/// and the call has an agent to ask for.
+pub(crate) fn network_approver(ctx: &WeakContext, exec: &ToolExec) -> Option<dsh_shell::NetworkApproverSlot> {
+    let approval = approval_service(ctx)?;
+    let agent = exec.agent.clone()?;
+    Some(dsh_shell::NetworkApproverSlot(Arc::new(CallNetworkApprover {
+        approval,
+        agent,
+        call_id: exec.call_id.clone(),
+        signal: exec.signal.clone(),
+    })))
+}

@@ -2,7 +2,7 @@
 //! background outcome.
 
 use dsh_core::json::js_number_text;
-use dsh_sandbox::{ESCALATION_HINT, SandboxMode, denial_marker, runner_failed_marker};
+use dsh_sandbox::{ESCALATION_HINT, SandboxMode, denial_marker, refused_path_line, runner_failed_marker};
 use dsh_shell::{ShellProcessRead, ShellSandboxInfo};
 
 use crate::value::{ForegroundView, StreamView};
@@ -45,10 +45,20 @@ pub(crate) fn render_result(value: &ForegroundView, escalation: bool) -> String 
     }
     let mut markers = Vec::new();
     if let Some(sandbox) = value.sandbox.as_ref().filter(|s| s.denied) {
+        // The refused path, when stderr names one, comes first: the denial marker, the hint
+        // and the exit marker keep their order at the end.
+        if let Some(line) = SandboxMode::parse(&sandbox.mode)
+            .and_then(|m| refused_path_line(m, &value.stderr.text, &dsh_core::home::user_home()))
+        {
+            markers.push(line);
+        }
         markers.push(denial_line(&sandbox.mode));
         if escalation {
             markers.push(ESCALATION_HINT.to_owned());
         }
+    }
+    if let Some(network) = &value.network {
+        markers.extend(network.denied.iter().map(|hp| dsh_sandbox::network_denied_line(hp)));
     }
     if value.timed_out {
         markers.push(format!("[timed out after {}ms]", js_number_text(value.timeout_ms)));
@@ -90,6 +100,7 @@ pub(crate) fn render_process_read(
         notices.push(format!("[some output was dropped from memory; full output: {paths}]"));
     }
     if let Some(sandbox) = sandbox {
+        notices.extend(sandbox.network_denied.iter().map(|hp| dsh_sandbox::network_denied_line(hp)));
         if sandbox.runner_failed == Some(true) {
             notices.push(runner_failed_marker(sandbox.mode));
         } else if sandbox.denied {
@@ -126,7 +137,21 @@ mod tests {
             stdout: stream(stdout),
             stderr: stream(stderr),
             sandbox: None,
+            network: None,
         }
+    }
+
+    #[test]
+    fn network_denials_come_before_the_exit_marker() {
+        let mut v = view("", "curl: (56) CONNECT tunnel failed, response 403\n", Some(56), None);
+        v.network = Some(crate::value::NetworkView {
+            policy: "deny".into(),
+            denied: vec!["example.com:443".into(), "[::1]:80".into()],
+        });
+        assert_eq!(
+            render_result(&v, false),
+            "[stderr]\ncurl: (56) CONNECT tunnel failed, response 403\n[network: access to example.com:443 denied]\n[network: access to [::1]:80 denied]\n[exit code: 56]"
+        );
     }
 
     #[test]
@@ -179,6 +204,22 @@ mod tests {
         assert!(!render_result(&v, true).contains("[sandbox:"));
     }
 
+    #[test]
+    fn a_refused_path_named_in_stderr_is_named_before_the_denial_marker() {
+        let stderr = "npm error rofs EROFS: read-only file system, mkdir '/root/.npm/_cacache'\n";
+        let mut v = view("", stderr, Some(1), None);
+        v.sandbox = Some(SandboxView { mode: "workspace-write".into(), denied: true, runner_failed: None });
+        assert_eq!(
+            render_result(&v, true),
+            format!(
+                "[stderr]\n{stderr}[sandbox: write to /root/.npm/_cacache refused; start the harness with --add-dir /root/.npm to allow it]\n[sandbox: file access denied under workspace-write mode]\n{ESCALATION_HINT}\n[exit code: 1]"
+            )
+        );
+        // Not denied: no line, whatever stderr says.
+        v.sandbox = Some(SandboxView { mode: "workspace-write".into(), denied: false, runner_failed: None });
+        assert_eq!(render_result(&v, true), format!("[stderr]\n{stderr}[exit code: 1]"));
+    }
+
     fn read(delta: &str, lossy: bool, out: Option<&str>, err: Option<&str>) -> ShellProcessRead {
         ShellProcessRead {
             delta: delta.into(),
@@ -194,6 +235,7 @@ mod tests {
             denied,
             enforcement: Some(dsh_sandbox::SandboxEnforcement::Full),
             runner_failed,
+            network_denied: Vec::new(),
         }
     }
 

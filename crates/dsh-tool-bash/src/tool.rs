@@ -64,12 +64,13 @@ impl BashTool {
         background_enabled: bool,
     ) -> Self {
         let escalation = policy.is_some();
+        let network = policy.as_ref().is_some_and(|p| p.network_mode().isolates());
         Self {
             spec: ToolSpec::new(
                 "bash",
                 texts::description(background_enabled, escalation),
                 parameters(background_enabled, escalation),
-                output_schema(),
+                output_schema(network),
             ),
             shell,
             env,
@@ -126,6 +127,7 @@ impl BashTool {
         request.signal = Some(exec.signal.clone());
         // The host may watch the command's latest output line while it runs.
         request.output_probe = Some(exec.output_probe.clone());
+        request.network_approver = crate::escalation::network_approver(self.ctx(), exec);
         let spec = self.shell.resolve(request)?;
         let result = self.shell.run(spec).await?;
         if result.aborted {

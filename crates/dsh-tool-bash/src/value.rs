@@ -3,7 +3,7 @@
 
 use dsh_core::Schema;
 use dsh_core::json::js_number;
-use dsh_sandbox::SandboxMode;
+use dsh_sandbox::{NetworkMode, SandboxMode};
 use dsh_shell::{CollectedOutput, ShellRunResult, ShellSandboxInfo};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
@@ -46,6 +46,9 @@ pub(crate) fn foreground_value(result: &ShellRunResult) -> Value {
     if let Some(sandbox) = &result.sandbox {
         m.insert("sandbox".into(), sandbox_value(sandbox));
     }
+    if let Some(network) = &result.network {
+        m.insert("network".into(), json!({ "policy": network.policy.as_str(), "denied": network.denied }));
+    }
     Value::Object(m)
 }
 
@@ -65,8 +68,9 @@ fn stream_schema() -> Schema {
     )
 }
 
-/// Output schema: exactly one of the background and foreground shapes, both closed.
-pub(crate) fn output_schema() -> Schema {
+/// Output schema: exactly one of the background and foreground shapes, both closed. With
+/// `network` (a network policy that isolates), the foreground shape may carry `network`.
+pub(crate) fn output_schema(network: bool) -> Schema {
     let modes: Vec<Value> = SandboxMode::ALL.iter().map(|m| json!(m.as_str())).collect();
     let background = Schema::object(
         vec![
@@ -84,20 +88,29 @@ pub(crate) fn output_schema() -> Schema {
         ],
         false,
     );
-    let foreground = Schema::object(
-        vec![
-            ("kind", Schema::string().constant(json!("foreground")), true),
-            ("exitCode", Schema::integer().or_null(), true),
-            ("signal", Schema::string().or_null(), true),
-            ("timedOut", Schema::boolean(), true),
-            ("aborted", Schema::boolean(), true),
-            ("timeoutMs", Schema::number(), true),
-            ("stdout", stream_schema(), true),
-            ("stderr", stream_schema(), true),
-            ("sandbox", sandbox, false),
-        ],
-        false,
-    );
+    let mut fields = vec![
+        ("kind", Schema::string().constant(json!("foreground")), true),
+        ("exitCode", Schema::integer().or_null(), true),
+        ("signal", Schema::string().or_null(), true),
+        ("timedOut", Schema::boolean(), true),
+        ("aborted", Schema::boolean(), true),
+        ("timeoutMs", Schema::number(), true),
+        ("stdout", stream_schema(), true),
+        ("stderr", stream_schema(), true),
+        ("sandbox", sandbox, false),
+    ];
+    if network {
+        let policies: Vec<Value> = NetworkMode::ALL.iter().map(|m| json!(m.as_str())).collect();
+        let network = Schema::object(
+            vec![
+                ("policy", Schema::string().enumerated(policies), true),
+                ("denied", Schema::array(Schema::string()), true),
+            ],
+            false,
+        );
+        fields.push(("network", network, false));
+    }
+    let foreground = Schema::object(fields, false);
     Schema::one_of(vec![background, foreground])
 }
 
@@ -133,6 +146,16 @@ pub(crate) struct ForegroundView {
     pub stderr: StreamView,
     #[serde(default)]
     pub sandbox: Option<SandboxView>,
+    #[serde(default)]
+    pub network: Option<NetworkView>,
+}
+
+/// Network facts as logged.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+pub(crate) struct NetworkView {
+    #[allow(dead_code, reason = "read back for completeness; the text names the hosts only")]
+    pub policy: String,
+    pub denied: Vec<String>,
 }
 
 /// A canonical value read back: which shape it is.
@@ -171,12 +194,13 @@ mod tests {
             stdout: CollectedOutput { text: "hello\n".into(), truncated: false, spill_path: None },
             stderr: CollectedOutput::default(),
             sandbox: None,
+            network: None,
         }
     }
 
     fn valid(value: &Value) -> Vec<String> {
         let mut out = Vec::new();
-        validate_value(&output_schema(), value, "output", &mut out);
+        validate_value(&output_schema(true), value, "output", &mut out);
         out
     }
 
@@ -203,6 +227,7 @@ mod tests {
             denied: true,
             enforcement: Some(SandboxEnforcement::Partial),
             runner_failed: Some(false),
+            network_denied: Vec::new(),
         });
         let v = foreground_value(&r);
         assert_eq!(
@@ -215,6 +240,7 @@ mod tests {
             denied: false,
             enforcement: None,
             runner_failed: None,
+            network_denied: Vec::new(),
         });
         assert_eq!(foreground_value(&r)["sandbox"], json!({"mode": "read-only", "denied": false}));
     }
@@ -242,5 +268,25 @@ mod tests {
         let mut v = foreground_value(&result());
         v["stdout"]["extra"] = json!(true);
         assert_eq!(valid(&v), vec!["\"output\" must match exactly one oneOf branch (matched 0)"]);
+    }
+
+    #[test]
+    fn network_facts_are_in_the_value_and_the_schema_only_when_the_policy_isolates() {
+        let mut r = result();
+        let plain = foreground_value(&r);
+        assert!(plain.get("network").is_none());
+        assert!(!output_schema(false).to_json().to_string().contains("\"network\""));
+        r.network = Some(dsh_sandbox::NetworkFacts {
+            policy: NetworkMode::Ask,
+            denied: vec!["example.com:443".into()],
+        });
+        let value = foreground_value(&r);
+        assert_eq!(value["network"], json!({"policy": "ask", "denied": ["example.com:443"]}));
+        let mut out = Vec::new();
+        validate_value(&output_schema(true), &value, "output", &mut out);
+        assert!(out.is_empty(), "{out:?}");
+        let mut out = Vec::new();
+        validate_value(&output_schema(false), &value, "output", &mut out);
+        assert!(!out.is_empty(), "a closed schema without network refuses the key");
     }
 }

@@ -29,6 +29,7 @@ fn denied_facts() -> ShellSandboxInfo {
         denied: true,
         enforcement: Some(SandboxEnforcement::Full),
         runner_failed: None,
+        network_denied: Vec::new(),
     }
 }
 
@@ -53,6 +54,7 @@ impl ShellExecutor for DenyingExecutor {
             dsh_env: request.dsh_env,
             sandbox_policy: request.sandbox_policy,
             output_probe: request.output_probe,
+            network_approver: request.network_approver,
         })
     }
 

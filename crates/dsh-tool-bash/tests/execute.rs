@@ -292,6 +292,7 @@ async fn bf_15_denial_markers_through_the_tool() {
             denied: true,
             enforcement: Some(SandboxEnforcement::Full),
             runner_failed: None,
+            network_denied: Vec::new(),
         });
         r
     };
@@ -320,6 +321,7 @@ async fn sb_08_optional_facts_omitted() {
         denied: false,
         enforcement: None,
         runner_failed: None,
+        network_denied: Vec::new(),
     });
     fake.push_result(Ok(r));
     let h = Harness::with(fake);

@@ -71,6 +71,7 @@ fn rich_result(spec: &ShellExecSpec) -> ShellRunResult {
         },
         stderr: CollectedOutput { text: "err\n".into(), truncated: false, spill_path: None },
         sandbox: None,
+        network: None,
     }
 }
 
@@ -89,7 +90,9 @@ fn denied_result(spec: &ShellExecSpec) -> ShellRunResult {
             denied: true,
             enforcement: Some(SandboxEnforcement::Full),
             runner_failed: None,
+            network_denied: Vec::new(),
         }),
+        network: None,
     }
 }
 

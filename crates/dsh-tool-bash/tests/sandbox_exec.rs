@@ -137,7 +137,7 @@ async fn sb_13_background_denial_repeats_after_settlement() {
 #[tokio::test]
 async fn sb_20_workdir_from_policy_root_and_unavailable_through_the_tool() {
     let s = Sbx::new(
-        SandboxPolicyConfig { mode: None, workspace_root: Some("/tmp".into()) },
+        SandboxPolicyConfig { workspace_root: Some("/tmp".into()), ..Default::default() },
         LocalBashConfig { cwd: Some("/".into()), grace_ms: 200.0, ..LocalBashConfig::default() },
         false,
     );

@@ -14,6 +14,7 @@ mod harness_writes_workspace;
 mod mcp;
 mod messages;
 mod progress;
+mod redaction;
 mod sandbox;
 mod schema;
 mod security_env;

@@ -285,3 +285,37 @@ fn a_confined_command_cannot_take_the_bearer_token() {
     server.stop();
     assert!(leaks.is_empty(), "a confined command read the token through {leaks:#?}");
 }
+
+#[test]
+fn under_network_deny_a_command_cannot_reach_the_server_that_runs_it() {
+    if !confining_host() {
+        return;
+    }
+    let sandbox = Sandbox::outside_tmp();
+    let args = ["--http", "0", "--sandbox", "workspace-write", "--network", "deny"];
+    let (server, line) = start_server(&sandbox, &args, Some(TOKEN));
+    let authority = authority(&line);
+    let session = open_session(&authority);
+    let (host, port) = authority.rsplit_once(':').expect("host:port");
+    let direct = format!(
+        "curl -sS -m 5 --noproxy '*' -o /dev/null -w 'HTTP %{{http_code}}\\n' http://{host}:{port}/mcp; \
+         (exec 3<>/dev/tcp/{host}/{port}) 2>/dev/null && echo DEV-TCP-REACHED; echo ran"
+    );
+    let text = call_bash(&authority, &session, &direct);
+    assert!(text.contains("ran\n"), "{text}");
+    assert!(
+        !text.contains("DEV-TCP-REACHED") && !text.contains("HTTP 4") && !text.contains("HTTP 2"),
+        "{text}"
+    );
+    // Through the proxy: refused by the policy (loopback is never listed by default).
+    let proxied =
+        call_bash(&authority, &session, &format!("curl -sS -m 5 http://{host}:{port}/mcp; echo ran"));
+    assert!(
+        proxied.contains(&format!(
+            "dsh-bash network policy: access to {host}:{port} denied: not in the allowlist"
+        )),
+        "{proxied}"
+    );
+    assert!(proxied.contains(&format!("[network: access to {host}:{port} denied]")), "{proxied}");
+    server.stop();
+}

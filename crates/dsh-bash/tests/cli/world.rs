@@ -17,5 +17,7 @@ mod harness;
 mod host;
 mod ipc;
 mod matrix;
+mod network;
 mod privileges;
 mod processes;
+mod secrets;

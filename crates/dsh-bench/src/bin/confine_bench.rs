@@ -95,11 +95,7 @@ fn main() {
     let iterations: usize = std::env::args().nth(1).and_then(|n| n.parse().ok()).unwrap_or(300);
     let dir = tempfile::Builder::new().prefix("dsh-sbx-bench-").tempdir_in("/var/tmp").expect("scratch dir");
     let root = std::fs::canonicalize(dir.path()).expect("canonical scratch dir");
-    let policy = SandboxExecutionPolicy {
-        mode: SandboxMode::WorkspaceWrite,
-        workspace_root: root.clone(),
-        session_id: None,
-    };
+    let policy = SandboxExecutionPolicy::new(SandboxMode::WorkspaceWrite, root.clone(), None);
 
     let (r1, r2) = (root.clone(), root.clone());
     let mut variants: Vec<Variant> = vec![

@@ -22,6 +22,7 @@ struct Key {
     roots: Vec<(PathBuf, Option<(u64, u64)>)>,
     world: Option<WorldSpec>,
     mount_namespace: bool,
+    network: bool,
     euid: u32,
     egid: u32,
 }
@@ -48,6 +49,7 @@ impl PreparedCache {
         writable: &[PathBuf],
         world: Option<&WorldSpec>,
         mount_namespace: bool,
+        network: bool,
     ) -> Result<Arc<Prepared>, String> {
         // SAFETY: plain id getters.
         let (euid, egid) = unsafe { (libc::geteuid(), libc::getegid()) };
@@ -55,7 +57,7 @@ impl PreparedCache {
             .iter()
             .map(|p| (p.clone(), std::fs::metadata(p).ok().map(|m| (m.dev(), m.ino()))))
             .collect();
-        let key = Key { roots, world: world.cloned(), mount_namespace, euid, egid };
+        let key = Key { roots, world: world.cloned(), mount_namespace, network, euid, egid };
         let generation = {
             let mut state = self.lock();
             state.forget_if_mounts_changed();
@@ -66,7 +68,7 @@ impl PreparedCache {
         };
         // Built without the lock: building forks and waits for a namespace helper, and other
         // spawns must not wait behind it. Two spawns that race here both build; one is kept.
-        let prepared = Arc::new(Prepared::build(writable, world, mount_namespace, true)?);
+        let prepared = Arc::new(Prepared::build(writable, world, mount_namespace, true, network)?);
         let mut state = self.lock();
         state.forget_if_mounts_changed();
         if let Some((_, existing)) = state.entries.iter().find(|(k, _)| *k == key) {
@@ -115,7 +117,7 @@ mod tests {
     use super::*;
 
     fn usable() -> bool {
-        crate::inprocess::Prepared::build(&[], None, true, false).is_ok()
+        crate::inprocess::Prepared::build(&[], None, true, false, false).is_ok()
             && matches!(
                 crate::probe::SystemProber.probe_for_tests(),
                 crate::runner::ProbeOutcome::Usable(ref c) if c.mount_namespace
@@ -133,15 +135,15 @@ mod tests {
         std::fs::create_dir(&ws).unwrap();
         let cache = PreparedCache::default();
         let roots = vec![ws.clone()];
-        let first = cache.get(&roots, None, true).unwrap();
+        let first = cache.get(&roots, None, true, false).unwrap();
         assert!(first.template.is_some(), "{:?}", first.template_error);
-        assert!(Arc::ptr_eq(&first, &cache.get(&roots, None, true).unwrap()));
-        assert!(!Arc::ptr_eq(&first, &cache.get(&roots, None, false).unwrap()));
+        assert!(Arc::ptr_eq(&first, &cache.get(&roots, None, true, false).unwrap()));
+        assert!(!Arc::ptr_eq(&first, &cache.get(&roots, None, false, false).unwrap()));
 
         std::fs::remove_dir(&ws).unwrap();
         std::fs::create_dir(&ws).unwrap();
-        let replaced = cache.get(&roots, None, true).unwrap();
+        let replaced = cache.get(&roots, None, true, false).unwrap();
         assert!(!Arc::ptr_eq(&first, &replaced));
-        assert!(Arc::ptr_eq(&replaced, &cache.get(&roots, None, true).unwrap()));
+        assert!(Arc::ptr_eq(&replaced, &cache.get(&roots, None, true, false).unwrap()));
     }
 }

@@ -53,6 +53,8 @@ pub(crate) struct MountPlan {
     pub writable: Vec<CString>,
     /// The command's own world inside the namespace.
     pub world: Option<WorldPlan>,
+    /// The command also gets a network namespace of its own, with only loopback (up).
+    pub network: bool,
 }
 
 /// What the child needs besides the mount plan, all prepared by the parent.
@@ -116,6 +118,10 @@ pub(crate) struct Template {
     /// The namespace's own `devpts` (an `O_PATH` fd), for the Landlock rule that lets the
     /// command use terminals it opens there.
     pub pts: Option<OwnedFd>,
+    /// The shared network namespace, when the plan isolates the network.
+    pub netns: Option<OwnedFd>,
+    /// The proxy's listening socket on the namespace's loopback.
+    pub proxy: Option<std::sync::Arc<dsh_sandbox::ProxyListener>>,
 }
 
 /// Runs the whole sequence. Must stay async-signal-safe. Returns only in the process that is
@@ -515,6 +521,12 @@ fn join(template: &Template) -> Result<(), i32> {
             return Err(errno());
         }
     }
+    if let Some(netns) = &template.netns {
+        // SAFETY: as above.
+        if unsafe { libc::setns(netns.as_raw_fd(), libc::CLONE_NEWNET) } < 0 {
+            return Err(errno());
+        }
+    }
     // SAFETY: as above.
     if unsafe { libc::setns(template.mntns.as_raw_fd(), libc::CLONE_NEWNS) } < 0 {
         return Err(errno());
@@ -535,7 +547,10 @@ pub(crate) fn build_namespace(plan: &MountPlan) -> Result<bool, StepError> {
     let admin = has_effective_cap(CAP_SYS_ADMIN);
     // SAFETY: plain id getters.
     let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
-    let flags = if admin { libc::CLONE_NEWNS } else { libc::CLONE_NEWUSER | libc::CLONE_NEWNS };
+    let mut flags = if admin { libc::CLONE_NEWNS } else { libc::CLONE_NEWUSER | libc::CLONE_NEWNS };
+    if plan.network {
+        flags |= libc::CLONE_NEWNET;
+    }
     if !admin {
         // A child whose credentials changed since fork (a spawn with another uid) is not
         // dumpable until exec, which leaves its /proc/self files owned by root and the id maps
@@ -553,6 +568,9 @@ pub(crate) fn build_namespace(plan: &MountPlan) -> Result<bool, StepError> {
         write_file(c"/proc/self/uid_map", &buf[..len]).map_err(|e| (Step::IdMap, 1, e))?;
         let len = id_map_line(&mut buf, gid);
         write_file(c"/proc/self/gid_map", &buf[..len]).map_err(|e| (Step::IdMap, 2, e))?;
+    }
+    if plan.network {
+        loopback_up()?;
     }
     // Private first, so nothing below propagates back to the host's mounts.
     // SAFETY: constant NUL-terminated strings and null optional arguments.
@@ -590,6 +608,76 @@ pub(crate) fn build_namespace(plan: &MountPlan) -> Result<bool, StepError> {
         world::build(world)?;
     }
     Ok(!admin)
+}
+
+/// Enters a new network namespace (inside a new user namespace when the caller lacks
+/// `CAP_SYS_ADMIN`) with its loopback up. Returns whether a user namespace was created.
+pub(crate) fn enter_network_namespace() -> Result<bool, StepError> {
+    let admin = has_effective_cap(CAP_SYS_ADMIN);
+    // SAFETY: plain id getters.
+    let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+    if admin {
+        // SAFETY: unshare with a constant flag; the child is single-threaded after fork.
+        check(unsafe { libc::unshare(libc::CLONE_NEWNET) }.into(), Step::Unshare, 0)?;
+    } else {
+        // SAFETY: prctl with integer arguments only.
+        check(unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 1, 0, 0, 0) }.into(), Step::Dumpable, 0)?;
+        // SAFETY: unshare with constant flags; the child is single-threaded after fork.
+        check(unsafe { libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNET) }.into(), Step::Unshare, 1)?;
+        write_file(c"/proc/self/setgroups", b"deny").map_err(|e| (Step::IdMap, 0, e))?;
+        let mut buf = [0u8; 40];
+        let len = id_map_line(&mut buf, uid);
+        write_file(c"/proc/self/uid_map", &buf[..len]).map_err(|e| (Step::IdMap, 1, e))?;
+        let len = id_map_line(&mut buf, gid);
+        write_file(c"/proc/self/gid_map", &buf[..len]).map_err(|e| (Step::IdMap, 2, e))?;
+    }
+    loopback_up()?;
+    Ok(!admin)
+}
+
+/// Brings the new network namespace's loopback interface up (it starts down).
+fn loopback_up() -> Result<(), StepError> {
+    // SAFETY: socket with constant arguments.
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    check(fd.into(), Step::Network, 0)?;
+    // SAFETY: `ifreq` is plain old data; all zeroes is a valid value.
+    let mut request: libc::ifreq = unsafe { std::mem::zeroed() };
+    request.ifr_name[0] = b'l' as libc::c_char;
+    request.ifr_name[1] = b'o' as libc::c_char;
+    request.ifr_ifru.ifru_flags = (libc::IFF_UP | libc::IFF_RUNNING) as libc::c_short;
+    // SAFETY: SIOCSIFFLAGS reads the live, correctly sized `ifreq` on the stack.
+    let ret = unsafe { libc::ioctl(fd, libc::SIOCSIFFLAGS, &request) };
+    let error = errno();
+    // SAFETY: closing the socket made above.
+    unsafe { libc::close(fd) };
+    if ret < 0 { Err((Step::Network, 1, error)) } else { Ok(()) }
+}
+
+/// Makes the proxy's listening socket on `127.0.0.1` (an ephemeral port) in the current
+/// network namespace; returns it and its port.
+pub(crate) fn proxy_listener() -> Result<(RawFd, u16), StepError> {
+    // SAFETY: socket with constant arguments.
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
+    check(fd.into(), Step::Network, 2)?;
+    // SAFETY: `sockaddr_in` is plain old data; all zeroes is a valid value.
+    let mut addr: libc::sockaddr_in = unsafe { std::mem::zeroed() };
+    addr.sin_family = libc::AF_INET as libc::sa_family_t;
+    addr.sin_addr.s_addr = u32::from_ne_bytes([127, 0, 0, 1]);
+    let mut len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+    // SAFETY: bind, listen and getsockname on the socket made above with a live, correctly
+    // sized address on the stack.
+    let ok = unsafe {
+        libc::bind(fd, (&raw const addr).cast(), len) == 0
+            && libc::listen(fd, 128) == 0
+            && libc::getsockname(fd, (&raw mut addr).cast(), &mut len) == 0
+    };
+    if !ok {
+        let error = errno();
+        // SAFETY: closing the socket made above.
+        unsafe { libc::close(fd) };
+        return Err((Step::Network, 3, error));
+    }
+    Ok((fd, u16::from_be(addr.sin_port)))
 }
 
 pub(crate) fn mount_setattr(path: &CStr, flags: libc::c_uint, attr: &MountAttr) -> libc::c_long {

@@ -29,6 +29,7 @@ use dsh_sandbox::ChildConfinement;
 
 pub(crate) use cache::PreparedCache;
 pub(crate) use ruleset::landlock_abi;
+pub(crate) use template::{NetworkHolder, create_network};
 
 use crate::runner::LANDLOCK_FATAL_SIGNATURE;
 use child::{ChildPlan, MountPlan, Template};
@@ -99,6 +100,7 @@ impl Prepared {
         world: Option<&WorldSpec>,
         mount_namespace: bool,
         template: bool,
+        network: bool,
     ) -> Result<Self, String> {
         let existing: Vec<PathBuf> = writable.iter().filter(|p| p.exists()).cloned().collect();
         if !mount_namespace {
@@ -118,6 +120,7 @@ impl Prepared {
             binds: existing.iter().map(|p| c_path(p)).collect::<Result<_, _>>().map_err(fatal)?,
             writable: writable_paths.iter().map(|p| c_path(p)).collect::<Result<_, _>>().map_err(fatal)?,
             world: world.map(|w| world_plan(w, &existing)).transpose().map_err(fatal)?,
+            network,
         };
         let (template, template_error) =
             match template.then(|| template::create(&plan, world.and(alive_fd().ok()))) {
@@ -202,6 +205,17 @@ fn describe_step(bind_paths: &[PathBuf], writable_paths: &[PathBuf], step: Step,
         Step::Seccomp => "installing the seccomp filter".to_owned(),
         Step::NewSession => "setsid".to_owned(),
         Step::Exec => "exec".to_owned(),
+        Step::Network => [
+            "opening a socket in the network namespace",
+            "bringing its loopback up",
+            "making the proxy socket",
+            "binding the proxy socket to 127.0.0.1",
+            "handing the proxy socket to the harness",
+        ]
+        .get(index)
+        .copied()
+        .unwrap_or("building the network namespace")
+        .to_owned(),
     }
 }
 
@@ -226,7 +240,7 @@ impl InProcessConfinement {
     /// caching or a pre-built namespace. With `mount_namespace` false, Landlock alone confines
     /// (partial enforcement). The error is a fatal line (`landlock-run: …`).
     pub fn prepare(writable: &[PathBuf], mount_namespace: bool) -> Result<Self, String> {
-        Self::from_prepared(Arc::new(Prepared::build(writable, None, mount_namespace, false)?))
+        Self::from_prepared(Arc::new(Prepared::build(writable, None, mount_namespace, false, false)?))
     }
 
     pub(crate) fn from_prepared(prepared: Arc<Prepared>) -> Result<Self, String> {
@@ -244,6 +258,11 @@ impl InProcessConfinement {
             seccomp,
             stack_top: clone_stack_top(),
         })
+    }
+
+    /// The proxy listener of the pre-built network namespace, when there is one.
+    pub fn proxy(&self) -> Option<Arc<dsh_sandbox::ProxyListener>> {
+        self.prepared.template.as_ref().and_then(|t| t.proxy.clone())
     }
 
     /// Whether the child also enters a read-only mount namespace.

@@ -38,6 +38,8 @@ pub(crate) enum Step {
     Exec = 16,
     /// `prctl(PR_SET_DUMPABLE, 1)` before writing the id maps of a new user namespace.
     Dumpable = 17,
+    /// The network namespace: bringing its loopback up, making the proxy listener.
+    Network = 18,
 }
 
 impl Step {
@@ -61,6 +63,7 @@ impl Step {
             NewSession,
             Exec,
             Dumpable,
+            Network,
         ]
         .into_iter()
         .find(|s| *s as u8 == v)
@@ -272,7 +275,7 @@ mod tests {
 
     #[test]
     fn every_step_round_trips_and_unknown_steps_are_none() {
-        for v in 1..=17u8 {
+        for v in 1..=18u8 {
             let step = Step::from_u8(v).expect("a step");
             assert_eq!(step as u8, v);
             assert_eq!(
@@ -281,8 +284,9 @@ mod tests {
             );
         }
         assert_eq!(Step::from_u8(17), Some(Step::Dumpable), "a failed PR_SET_DUMPABLE is not an unshare");
-        assert_eq!(Step::from_u8(18), None);
-        assert_eq!(unpack(u64::from(18u8) << 56), None);
+        assert_eq!(Step::from_u8(18), Some(Step::Network));
+        assert_eq!(Step::from_u8(19), None);
+        assert_eq!(unpack(u64::from(19u8) << 56), None);
     }
 
     #[test]

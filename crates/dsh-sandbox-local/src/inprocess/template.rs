@@ -28,6 +28,7 @@ use super::record::{self, Step};
 pub(crate) fn create(plan: &MountPlan, alive: Option<RawFd>) -> Result<Template, TemplateError> {
     let (ready_read, ready_write) = pipe()?;
     let (release_read, release_write) = pipe()?;
+    let (proxy_read, proxy_write) = socketpair()?;
     // SAFETY: the child below only runs async-signal-safe code (syscalls on data prepared by
     // the parent) and leaves with `_exit`.
     let pid = unsafe { libc::fork() };
@@ -36,9 +37,10 @@ pub(crate) fn create(plan: &MountPlan, alive: Option<RawFd>) -> Result<Template,
     }
     if pid == 0 {
         drop(release_write);
-        helper(plan, alive, ready_write.as_raw_fd(), release_read.as_raw_fd());
+        helper(plan, alive, ready_write.as_raw_fd(), release_read.as_raw_fd(), proxy_write.as_raw_fd());
     }
     drop(ready_write);
+    drop(proxy_write);
     let result = (|| {
         let mut bytes = [0u8; 12];
         File::from(ready_read).read_exact(&mut bytes).map_err(TemplateError::Io)?;
@@ -58,6 +60,14 @@ pub(crate) fn create(plan: &MountPlan, alive: Option<RawFd>) -> Result<Template,
         let mntns = OwnedFd::from(open("mnt")?);
         let userns = if packed & 2 != 0 { Some(OwnedFd::from(open("user")?)) } else { None };
         let pidns = if init > 0 { Some(OwnedFd::from(open("pid")?)) } else { None };
+        let (netns, proxy) = match plan.network {
+            true => {
+                let (listener, port) = receive_listener(&proxy_read).map_err(TemplateError::Io)?;
+                let proxy = dsh_sandbox::ProxyListener::new(listener, port);
+                (Some(OwnedFd::from(open("net")?)), Some(std::sync::Arc::new(proxy)))
+            }
+            false => (None, None),
+        };
         let pts = match plan.world {
             Some(_) => Some(OwnedFd::from(
                 std::fs::OpenOptions::new()
@@ -68,11 +78,11 @@ pub(crate) fn create(plan: &MountPlan, alive: Option<RawFd>) -> Result<Template,
             )),
             None => None,
         };
-        Ok((userns, mntns, pidns, pts))
+        Ok((userns, mntns, pidns, pts, netns, proxy))
     })();
     drop(release_read);
     // On failure `release_write` is dropped here, which ends the helper (or the init).
-    let result = result.and_then(|(userns, mntns, pidns, pts)| {
+    let result = result.and_then(|(userns, mntns, pidns, pts, netns, proxy)| {
         let release = match pidns {
             Some(_) => {
                 // Done with /proc/<init>: the init may now become non-dumpable.
@@ -82,7 +92,7 @@ pub(crate) fn create(plan: &MountPlan, alive: Option<RawFd>) -> Result<Template,
             }
             None => None,
         };
-        Ok(Template { userns, mntns, pidns, pts, release })
+        Ok(Template { userns, mntns, pidns, pts, release, netns, proxy })
     });
     let mut status = 0;
     // SAFETY: reaping the helper forked above (it exits at once with a PID namespace, else
@@ -92,7 +102,7 @@ pub(crate) fn create(plan: &MountPlan, alive: Option<RawFd>) -> Result<Template,
 }
 
 /// The helper: builds the mount namespace and, with a world, the PID namespace and its init.
-fn helper(plan: &MountPlan, alive: Option<RawFd>, ready: RawFd, release: RawFd) -> ! {
+fn helper(plan: &MountPlan, alive: Option<RawFd>, ready: RawFd, release: RawFd, proxy: RawFd) -> ! {
     let send = |packed: u64, init: i32| {
         let mut bytes = [0u8; 12];
         bytes[..8].copy_from_slice(&packed.to_ne_bytes());
@@ -108,6 +118,21 @@ fn helper(plan: &MountPlan, alive: Option<RawFd>, ready: RawFd, release: RawFd) 
             unsafe { libc::_exit(1) }
         }
     };
+    if plan.network {
+        // The proxy's listener, made inside the new network namespace and handed to the
+        // parent, which serves it from the host's.
+        let sent = child::proxy_listener().and_then(|(fd, port)| {
+            let sent = send_listener(proxy, fd, port);
+            // SAFETY: the parent holds its own copy now (or the send failed).
+            unsafe { libc::close(fd) };
+            sent.map_err(|e| (Step::Network, 4, e))
+        });
+        if let Err((step, index, errno)) = sent {
+            send(record::pack(step, index, errno), 0);
+            // SAFETY: leaving the helper.
+            unsafe { libc::_exit(1) }
+        }
+    }
     let built = 1 | (u64::from(userns) << 1);
     match (plan.world.is_some(), alive) {
         (true, Some(alive)) => match start_init(alive, release) {
@@ -162,11 +187,167 @@ fn start_init(alive: RawFd, release: RawFd) -> Result<i32, StepError> {
     }
 }
 
+/// A network namespace (and, for an unprivileged harness, the user namespace that owns it)
+/// with its loopback up and the proxy's listener on it: what a bubblewrap launch joins before
+/// it execs bubblewrap.
+#[derive(Debug)]
+pub(crate) struct NetworkHolder {
+    pub userns: Option<OwnedFd>,
+    pub netns: OwnedFd,
+    pub proxy: std::sync::Arc<dsh_sandbox::ProxyListener>,
+}
+
+/// Builds a [`NetworkHolder`] in a short-lived forked helper.
+pub(crate) fn create_network() -> Result<NetworkHolder, String> {
+    let io = |e: TemplateError| match e {
+        TemplateError::Io(e) => e.to_string(),
+        TemplateError::Step(failure) => format!("{failure:?}"),
+    };
+    let (ready_read, ready_write) = pipe().map_err(io)?;
+    let (release_read, release_write) = pipe().map_err(io)?;
+    let (proxy_read, proxy_write) = socketpair().map_err(io)?;
+    // SAFETY: the child below only runs async-signal-safe code (raw syscalls on stack data)
+    // and leaves with `_exit`.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err(format!("fork: {}", std::io::Error::last_os_error()));
+    }
+    if pid == 0 {
+        drop(release_write);
+        let result = child::enter_network_namespace().and_then(|userns| {
+            let (fd, port) = child::proxy_listener()?;
+            let sent = send_listener(proxy_write.as_raw_fd(), fd, port);
+            // SAFETY: the parent holds its own copy now (or the send failed).
+            unsafe { libc::close(fd) };
+            sent.map(|()| userns).map_err(|e| (Step::Network, 4, e))
+        });
+        let packed: u64 = match result {
+            Ok(userns) => 1 | (u64::from(userns) << 1),
+            Err((step, index, errno)) => record::pack(step, index, errno),
+        };
+        let bytes = packed.to_ne_bytes();
+        let mut byte = 0u8;
+        // SAFETY: writing a stack buffer to a pipe this process owns, then waiting (reading a
+        // stack byte) until the parent holds its fds and closes the release pipe.
+        unsafe {
+            libc::write(ready_write.as_raw_fd(), bytes.as_ptr().cast(), bytes.len());
+            libc::read(release_read.as_raw_fd(), (&mut byte as *mut u8).cast(), 1);
+            libc::_exit(0)
+        }
+    }
+    drop(ready_write);
+    drop(proxy_write);
+    drop(release_read);
+    let result = (|| {
+        let mut bytes = [0u8; 8];
+        File::from(ready_read).read_exact(&mut bytes).map_err(|e| e.to_string())?;
+        let packed = u64::from_ne_bytes(bytes);
+        if packed >> 56 != 0 {
+            return Err(match record::unpack(packed) {
+                Some(f) => format!(
+                    "building the network namespace failed at {:?} (item {}): {}",
+                    f.step,
+                    f.index,
+                    std::io::Error::from_raw_os_error(f.errno)
+                ),
+                None => "the network namespace helper failed".to_owned(),
+            });
+        }
+        let (listener, port) = receive_listener(&proxy_read).map_err(|e| e.to_string())?;
+        let open = |what: &str| {
+            File::open(format!("/proc/{pid}/ns/{what}")).map(OwnedFd::from).map_err(|e| e.to_string())
+        };
+        let netns = open("net")?;
+        let userns = if packed & 2 != 0 { Some(open("user")?) } else { None };
+        let proxy = std::sync::Arc::new(dsh_sandbox::ProxyListener::new(listener, port));
+        Ok(NetworkHolder { userns, netns, proxy })
+    })();
+    drop(release_write);
+    let mut status = 0;
+    // SAFETY: reaping the helper forked above (it exits once `release_write` is closed).
+    unsafe { libc::waitpid(pid, &mut status, 0) };
+    result
+}
+
 /// Why a template could not be built.
 #[derive(Debug)]
 pub(crate) enum TemplateError {
     Step(StepError),
     Io(std::io::Error),
+}
+
+/// A connected pair of datagram-ordered Unix sockets (close-on-exec).
+fn socketpair() -> Result<(OwnedFd, OwnedFd), TemplateError> {
+    let mut fds = [0; 2];
+    // SAFETY: socketpair fills the two-element array on success.
+    if unsafe {
+        libc::socketpair(libc::AF_UNIX, libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC, 0, fds.as_mut_ptr())
+    } < 0
+    {
+        return Err(TemplateError::Io(std::io::Error::last_os_error()));
+    }
+    // SAFETY: both fds were just created and are owned here.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// Room for one `SCM_RIGHTS` control message carrying one descriptor, suitably aligned.
+#[repr(C, align(8))]
+struct ControlBuffer([u8; 32]);
+
+/// Sends `fd` and `port` over `socket` (in the forked helper: stack buffers, raw syscalls).
+fn send_listener(socket: RawFd, fd: RawFd, port: u16) -> Result<(), i32> {
+    let mut payload = port.to_ne_bytes();
+    let mut iov = libc::iovec { iov_base: payload.as_mut_ptr().cast(), iov_len: payload.len() };
+    let mut control = ControlBuffer([0; 32]);
+    // SAFETY: `msghdr` is plain old data; all zeroes is a valid value.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.0.as_mut_ptr().cast();
+    // SAFETY: CMSG_SPACE is a pure size computation.
+    msg.msg_controllen = unsafe { libc::CMSG_SPACE(std::mem::size_of::<RawFd>() as u32) } as usize;
+    // SAFETY: the control buffer is large enough for one descriptor (CMSG_SPACE(4) <= 32), so
+    // CMSG_FIRSTHDR is non-null and CMSG_DATA points inside it.
+    unsafe {
+        let header = libc::CMSG_FIRSTHDR(&msg);
+        (*header).cmsg_level = libc::SOL_SOCKET;
+        (*header).cmsg_type = libc::SCM_RIGHTS;
+        (*header).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<RawFd>() as u32) as usize;
+        std::ptr::write_unaligned(libc::CMSG_DATA(header).cast::<RawFd>(), fd);
+    }
+    // SAFETY: sendmsg on a socket this process owns, with the live message above.
+    if unsafe { libc::sendmsg(socket, &msg, 0) } < 0 { Err(child::errno()) } else { Ok(()) }
+}
+
+/// Receives the listener the helper sent (in the parent).
+fn receive_listener(socket: &OwnedFd) -> std::io::Result<(OwnedFd, u16)> {
+    let mut payload = [0u8; 2];
+    let mut iov = libc::iovec { iov_base: payload.as_mut_ptr().cast(), iov_len: payload.len() };
+    let mut control = ControlBuffer([0; 32]);
+    // SAFETY: `msghdr` is plain old data; all zeroes is a valid value.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.0.as_mut_ptr().cast();
+    msg.msg_controllen = control.0.len();
+    // SAFETY: recvmsg into the live buffers above; close-on-exec for the received descriptor.
+    let received = unsafe { libc::recvmsg(socket.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC) };
+    if received < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: the kernel filled `msg`; CMSG_FIRSTHDR checks the length it reported.
+    let header = unsafe { libc::CMSG_FIRSTHDR(&msg) };
+    // SAFETY: a non-null header lies inside the control buffer the kernel filled.
+    let valid = !header.is_null()
+        && received == 2
+        && unsafe { (*header).cmsg_level == libc::SOL_SOCKET && (*header).cmsg_type == libc::SCM_RIGHTS };
+    if !valid {
+        return Err(std::io::Error::other("the namespace helper sent no proxy listener"));
+    }
+    // SAFETY: an SCM_RIGHTS message carries one descriptor, now owned by this process.
+    let fd =
+        unsafe { OwnedFd::from_raw_fd(std::ptr::read_unaligned(libc::CMSG_DATA(header).cast::<RawFd>())) };
+    Ok((fd, u16::from_ne_bytes(payload)))
 }
 
 fn pipe() -> Result<(OwnedFd, OwnedFd), TemplateError> {

@@ -206,3 +206,46 @@ fn peek_tail_copies_only_the_end_and_stamps_writes() {
     assert_eq!(out.total(), 11, "a peek consumes nothing");
     assert_eq!(out.read_from(0).text, "defghijk");
 }
+
+fn redacting(cap: usize, dir: &Path) -> OutputCollector {
+    let redactor = Arc::new(Redactor::new([("GITHUB_TOKEN", "ghp_secretvalue123")]).expect("redactor"));
+    OutputCollector::with_redactor(
+        CaptureLimits::new("stdout", cap, Some(1 << 20)),
+        Some(factory(dir)),
+        Some(&redactor),
+    )
+}
+
+#[test]
+fn redaction_reaches_the_tail_the_spill_file_reads_and_peeks() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let c = redacting(16, dir.path());
+    c.push(b"first line\nthe token is ghp_sec");
+    // The possible start of the value waits; everything before it is collected.
+    assert_eq!(c.read_from(0).text, "ne\nthe token is ", "the tail keeps the last 16 bytes");
+    assert_eq!(c.total(), 24);
+    assert_eq!(c.peek_tail(100).bytes, b"ne\nthe token is ");
+    c.push(b"retvalue123 done\nghp_");
+    let peek = c.peek_tail(100);
+    assert_eq!(peek.bytes, b"HUB_TOKEN] done\n", "the peek sees the marker only");
+    c.finish();
+    let out = c.collected();
+    assert_eq!(out.text, "TOKEN] done\nghp_", "an unfinished value is released at the end");
+    let spill = std::fs::read_to_string(out.spill_path.expect("spill path")).expect("spill file");
+    assert_eq!(spill, "first line\nthe token is [redacted:GITHUB_TOKEN] done\nghp_");
+    assert_eq!(c.total(), spill.len() as u64);
+}
+
+#[test]
+fn without_values_to_redact_the_collector_is_unchanged() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let empty = Arc::new(Redactor::empty());
+    let c = OutputCollector::with_redactor(
+        CaptureLimits::new("stdout", 64, None),
+        Some(factory(dir.path())),
+        Some(&empty),
+    );
+    assert!(c.redact.is_none());
+    c.push(b"ghp_");
+    assert_eq!(c.read_from(0).text, "ghp_");
+}

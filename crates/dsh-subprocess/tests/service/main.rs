@@ -2,6 +2,7 @@
 //! signals, real files.
 
 mod env;
+mod redaction;
 mod spawn;
 mod spill;
 mod termination;

@@ -162,7 +162,9 @@ pub fn ok_result(spec: &ShellExecSpec) -> ShellRunResult {
             denied: false,
             enforcement: Some(SandboxEnforcement::Full),
             runner_failed: Some(false),
+            network_denied: Vec::new(),
         }),
+        network: None,
     }
 }
 
@@ -177,6 +179,7 @@ pub fn result(stdout: &str, stderr: &str, exit_code: Option<i32>, signal: Option
         stdout: CollectedOutput { text: stdout.into(), truncated: false, spill_path: None },
         stderr: CollectedOutput { text: stderr.into(), truncated: false, spill_path: None },
         sandbox: None,
+        network: None,
     }
 }
 
@@ -199,6 +202,7 @@ impl ShellExecutor for FakeExecutor {
             dsh_env: request.dsh_env,
             sandbox_policy: request.sandbox_policy,
             output_probe: request.output_probe,
+            network_approver: request.network_approver,
         })
     }
 

@@ -174,6 +174,11 @@ impl World {
         world
     }
 
+    /// The world's `DSH_HOME` (sessions, logs).
+    pub fn dsh_home(&self) -> &Path {
+        &self.home
+    }
+
     /// Hands `path` (recursively) to the cell's user.
     pub fn give(&self, path: &Path) {
         let (uid, gid) = self.cell.user.ids();
@@ -202,12 +207,28 @@ impl World {
     /// `dsh-bash --config <runner> --workspace-root <ws> ARGS`, run as the cell's user, in
     /// the workspace, with a private `DSH_HOME`; stdin is `/dev/null`, stdout and stderr piped.
     pub fn dsh(&self, args: &[String]) -> Command {
+        self.dsh_with_home(args, None)
+    }
+
+    /// [`World::dsh`] with `dsh-bash`'s own `HOME` set to `home` when given (`runuser` resets
+    /// `HOME`, so for `nobody` it is set through `env`).
+    pub fn dsh_with_home(&self, args: &[String], home: Option<&Path>) -> Command {
         let binary = host::binary_for(self.cell.user);
         let mut command = match self.cell.user {
-            User::Root => Command::new(binary),
+            User::Root => {
+                let mut c = Command::new(binary);
+                if let Some(home) = home {
+                    c.env("HOME", home);
+                }
+                c
+            }
             User::Nobody => {
                 let mut c = Command::new(host::runuser().expect("runuser (checked before the cell runs)"));
-                c.args(["-u", "nobody", "--"]).arg(binary);
+                c.args(["-u", "nobody", "--"]);
+                if let Some(home) = home {
+                    c.arg("env").arg(format!("HOME={}", home.display()));
+                }
+                c.arg(binary);
                 c
             }
         };

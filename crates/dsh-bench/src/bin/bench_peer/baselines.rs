@@ -158,6 +158,7 @@ fn confined_executor(
     service: &Arc<SubprocessService>,
     runner: RunnerKind,
     root: &Path,
+    network: Option<&str>,
 ) -> anyhow::Result<SandboxBashExecutor> {
     let local = LocalBashExecutor::new(LocalBashConfig::default(), Arc::clone(service))?;
     let provider = LocalSandboxProvider::new(LocalSandboxConfig {
@@ -167,6 +168,8 @@ fn confined_executor(
     let policy = LocalSandboxPolicy::new(&SandboxPolicyConfig {
         mode: Some("workspace-write".into()),
         workspace_root: Some(root.to_string_lossy().into_owned()),
+        network: network.map(str::to_owned),
+        ..Default::default()
     })
     .map_err(anyhow::Error::msg)?;
     Ok(SandboxBashExecutor::new(local, Arc::new(provider), Arc::new(policy)))
@@ -185,8 +188,14 @@ pub(crate) async fn confined(c: &Composed, args: &Args) -> anyhow::Result<Outcom
     };
     let mut variants: Vec<(&str, Arc<dyn ShellExecutor>)> = vec![("unconfined", c.executor.clone())];
     let mut skipped = Map::new();
-    for (name, runner) in [("landlock", RunnerKind::Landlock), ("bwrap", RunnerKind::Bwrap)] {
-        let executor: Arc<dyn ShellExecutor> = Arc::new(confined_executor(&c.service, runner, &root)?);
+    for (name, runner, network) in [
+        ("landlock", RunnerKind::Landlock, None),
+        ("bwrap", RunnerKind::Bwrap, None),
+        ("landlock_netdeny", RunnerKind::Landlock, Some("deny")),
+        ("bwrap_netdeny", RunnerKind::Bwrap, Some("deny")),
+    ] {
+        let executor: Arc<dyn ShellExecutor> =
+            Arc::new(confined_executor(&c.service, runner, &root, network)?);
         match run_with(executor.as_ref(), request()).await {
             Ok(r) if r.exit_code == Some(0) => variants.push((name, executor)),
             Ok(r) => {
@@ -222,6 +231,90 @@ pub(crate) async fn confined(c: &Composed, args: &Args) -> anyhow::Result<Outcom
     Ok(Outcome {
         params: json!({"n": n, "warmup": warmup, "command": "true", "mode": "workspace-write", "interleaved": true}),
         results: Value::Object(results),
+        shape: Value::Null,
+    })
+}
+
+/// One CONNECT round trip through the network proxy versus a direct loopback connect: each
+/// sample connects, (through the proxy: sends `CONNECT`, reads the `200`), writes one byte and
+/// reads the echo.
+pub(crate) async fn proxy(args: &Args) -> anyhow::Result<Outcome> {
+    use dsh_netproxy::NetworkGate;
+    use dsh_sandbox::{HostPattern, NetworkMode, NetworkPolicy, ProxyListener};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::{TcpListener, TcpStream};
+
+    let n = args.int_at(1, "N")?;
+    let warmup = args.int_flag("warmup", 20)?;
+    let echo = TcpListener::bind("127.0.0.1:0").await?;
+    let echo_port = echo.local_addr()?.port();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = echo.accept().await {
+            tokio::spawn(async move {
+                let _ = stream.set_nodelay(true);
+                let mut buf = [0u8; 256];
+                while let Ok(n) = stream.read(&mut buf).await {
+                    if n == 0 || stream.write_all(&buf[..n]).await.is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+    });
+    let std_listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    let proxy_port = std_listener.local_addr()?.port();
+    let proxy = Arc::new(ProxyListener::new(std::os::fd::OwnedFd::from(std_listener), proxy_port));
+    let target = format!("127.0.0.1:{echo_port}");
+    let policy = NetworkPolicy {
+        mode: NetworkMode::Deny,
+        allow: vec![HostPattern::parse(&target).map_err(anyhow::Error::msg)?],
+    };
+    let gate = NetworkGate::new(policy);
+    let _call = gate.enter(None);
+    dsh_netproxy::serve(&proxy, gate)?;
+    let direct = || async {
+        let mut s = TcpStream::connect(("127.0.0.1", echo_port)).await?;
+        s.set_nodelay(true)?;
+        s.write_all(b"x").await?;
+        let mut b = [0u8; 1];
+        s.read_exact(&mut b).await?;
+        anyhow::Ok(())
+    };
+    let through = || async {
+        let mut s = TcpStream::connect(("127.0.0.1", proxy_port)).await?;
+        s.set_nodelay(true)?;
+        s.write_all(format!("CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n").as_bytes()).await?;
+        let mut head = Vec::new();
+        let mut b = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") {
+            s.read_exact(&mut b).await?;
+            head.push(b[0]);
+        }
+        anyhow::ensure!(
+            head.starts_with(b"HTTP/1.1 200"),
+            "proxy answered {:?}",
+            String::from_utf8_lossy(&head)
+        );
+        s.write_all(b"x").await?;
+        s.read_exact(&mut b).await?;
+        anyhow::Ok(())
+    };
+    for _ in 0..warmup {
+        direct().await?;
+        through().await?;
+    }
+    let (mut d, mut p) = (Vec::with_capacity(n as usize), Vec::with_capacity(n as usize));
+    for _ in 0..n {
+        let t = Instant::now();
+        direct().await?;
+        d.push(ms(t.elapsed()));
+        let t = Instant::now();
+        through().await?;
+        p.push(ms(t.elapsed()));
+    }
+    Ok(Outcome {
+        params: json!({"n": n, "warmup": warmup, "interleaved": true}),
+        results: json!({"direct": Value::Object(stats(&d)), "proxy": Value::Object(stats(&p))}),
         shape: Value::Null,
     })
 }

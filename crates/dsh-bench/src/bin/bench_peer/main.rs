@@ -24,15 +24,22 @@
 //! bench_peer batch N [--bin DSH_BASH] [--warmup W]   `dsh-bash batch`: per-line cost and round trip
 //! bench_peer mcp N [--bin DSH_BASH] [--warmup W]     `dsh-bash mcp` over stdio: tools/call round trip
 //! bench_peer confined N        run("true") unconfined vs under Landlock vs under bubblewrap
+//!                               (each also with network deny)
+//! bench_peer proxy N           a CONNECT round trip through the network proxy vs a direct
+//!                               loopback connect (1-byte echo each)
+//! bench_peer redact SECRETS BYTES [--corpus text|a]   the output redactor alone, in process (GB/s)
 //! bench_peer report FILE...    the comparison table of collected JSON lines
 //! ```
 //!
 //! `--plain` drops `| tr '\0' a` from the throughput command, leaving `head -c BYTES /dev/zero`.
+//! `--secrets N` (any executor benchmark) gives the service a redactor of N token-shaped values
+//! that the output does not contain (see `redact.rs`).
 
 mod baselines;
 mod hosts;
 mod measure;
 mod peer;
+mod redact;
 mod report;
 
 use std::collections::BTreeMap;
@@ -42,7 +49,7 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use anyhow::{Context as _, bail};
 use dsh_bash_local::{LocalBashConfig, LocalBashExecutor};
 use dsh_shell::{ShellExecRequest, ShellExecutor, ShellRunResult};
-use dsh_subprocess::{ServiceOptions, SubprocessService};
+use dsh_subprocess::{Redactor, ServiceOptions, SubprocessService};
 use serde_json::{Map, Value, json};
 
 use crate::measure::{js, ms, round};
@@ -155,14 +162,16 @@ struct Composed {
     _spill: tempfile::TempDir,
 }
 
-fn compose(config_json: Option<&str>) -> anyhow::Result<Composed> {
+fn compose(config_json: Option<&str>, secrets: u64) -> anyhow::Result<Composed> {
     let config: LocalBashConfig = match config_json {
         Some(text) => serde_json::from_str(text).context("--config")?,
         None => LocalBashConfig::default(),
     };
     let spill = tempfile::Builder::new().prefix("dsh-bench-peer-").tempdir()?;
+    let redactor = (secrets > 0).then(|| Redactor::new(redact::secrets(secrets))).transpose()?;
     let service = SubprocessService::with_options(ServiceOptions {
         spill_dir: Some(spill.path().to_path_buf()),
+        redactor: redactor.map(Arc::new),
         ..ServiceOptions::default()
     });
     let executor = LocalBashExecutor::new(config, Arc::clone(&service))?;
@@ -198,12 +207,24 @@ struct Outcome {
     shape: Value,
 }
 
-const USAGE: &str = "usage: bench_peer <latency|throughput|concurrent|background|timeout|overhead|pipe|raw-concurrent|batch|mcp|confined> ARG [--config JSON] [--warmup W] [--timeout-ms MS] [--command CMD] | bench_peer report FILE...";
+const USAGE: &str = "usage: bench_peer <latency|throughput|concurrent|background|timeout|overhead|pipe|raw-concurrent|batch|mcp|confined|proxy|redact> ARG [--config JSON] [--secrets N] [--warmup W] [--timeout-ms MS] [--command CMD] | bench_peer report FILE...";
 
 fn main() -> std::process::ExitCode {
     let argv: Vec<String> = std::env::args().skip(1).collect();
     let args = Args::parse(&argv);
     let name = args.positional.first().cloned().unwrap_or_default();
+    if name == "redact" {
+        return match redact::redact(&args) {
+            Ok(line) => {
+                println!("{line}");
+                std::process::ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("bench failed: {e:#}");
+                std::process::ExitCode::FAILURE
+            }
+        };
+    }
     if name == "report" {
         return match report::print(&args.positional[1..]) {
             Ok(()) => std::process::ExitCode::SUCCESS,
@@ -225,6 +246,7 @@ fn main() -> std::process::ExitCode {
         "batch",
         "mcp",
         "confined",
+        "proxy",
     ];
     if !known.contains(&name.as_str()) {
         eprintln!("{USAGE}");
@@ -245,7 +267,7 @@ fn main() -> std::process::ExitCode {
 fn bench(name: &str, args: &Args) -> anyhow::Result<Value> {
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     let t_compose = Instant::now();
-    let composed = compose(args.flag("config"))?;
+    let composed = compose(args.flag("config"), args.int_flag("secrets", 0)?)?;
     let compose_ms = ms(t_compose.elapsed());
     let composed = Arc::new(composed);
     let in_task = Arc::clone(&composed);
@@ -269,6 +291,7 @@ fn bench(name: &str, args: &Args) -> anyhow::Result<Value> {
                     "timeout" => peer::timeout(c, &args).await,
                     "overhead" => baselines::overhead(c, &args).await,
                     "confined" => baselines::confined(c, &args).await,
+                    "proxy" => baselines::proxy(&args).await,
                     other => bail!("unknown benchmark {other}"),
                 }
             })

@@ -84,11 +84,17 @@ pub(crate) async fn throughput(c: &Composed, args: &Args) -> anyhow::Result<Outc
     let tail = &r.stdout.text;
     let fill = if plain { '\0' } else { 'a' };
     let config = c.executor.config();
+    let mut params = json!({
+        "bytes": bytes, "command": command,
+        "stdoutMaxBytes": js(config.max_output_bytes), "maxSpillBytes": js(config.max_spill_bytes),
+    });
+    // Only a redacting run carries the key, so the plain rows keep their parameters.
+    let secrets = args.int_flag("secrets", 0)?;
+    if secrets > 0 {
+        params["secrets"] = json!(secrets);
+    }
     Ok(Outcome {
-        params: json!({
-            "bytes": bytes, "command": command,
-            "stdoutMaxBytes": js(config.max_output_bytes), "maxSpillBytes": js(config.max_spill_bytes),
-        }),
+        params,
         results: json!({
             "wall_s": round(wall_s, 4),
             "mb_per_s": round(bytes as f64 / 1e6 / wall_s, 1),

@@ -44,11 +44,11 @@ impl Lines {
     }
 
     /// Median over reps of `path` in the lines of `peer` and `bench` whose `params.<key>` are
-    /// the given values.
+    /// the given values (`null`: the line has no such key).
     fn med(&self, peer: &str, bench: &str, params: &[(&str, Value)], path: &str) -> Option<f64> {
         let xs = self
             .of(peer, bench)
-            .filter(|l| params.iter().all(|(k, v)| l["params"].get(k) == Some(v)))
+            .filter(|l| params.iter().all(|(k, v)| l["params"].get(k).unwrap_or(&Value::Null) == v))
             .filter_map(|l| get(l, path).and_then(Value::as_f64))
             .collect();
         median(xs)
@@ -70,6 +70,7 @@ impl Lines {
 enum Unit {
     Ms,
     MbPerS,
+    GbPerS,
     Mib,
     PerS,
 }
@@ -79,6 +80,7 @@ fn fmt(x: Option<f64>, unit: Unit) -> String {
         (None, _) => "—".into(),
         (Some(x), Unit::Ms) => format!("{x:.3} ms"),
         (Some(x), Unit::MbPerS) => format!("{x:.1} MB/s"),
+        (Some(x), Unit::GbPerS) => format!("{x:.2} GB/s"),
         (Some(x), Unit::Mib) => format!("{x:.1} MiB"),
         (Some(x), Unit::PerS) => format!("{x:.1}/s"),
     }
@@ -171,6 +173,8 @@ pub(crate) fn print(files: &[String]) -> anyhow::Result<()> {
     capture(&d, &mut t, has_ts);
     concurrency(&d, &mut t, has_ts);
     confinement(&d, &mut t);
+    network_proxy(&d, &mut t);
+    redaction(&d, &mut t);
     t.section("timeout 500 ms of `sleep 30`: overshoot (wall - timeout)");
     let p = [("timeoutMs", json!(500)), ("command", json!("sleep 30"))];
     for (peer, label) in [("rust", "Rust peer"), ("ts", "reference")] {
@@ -250,7 +254,11 @@ fn latency(d: &Lines, t: &mut Table, has_ts: bool) {
 fn capture(d: &Lines, t: &mut Table, has_ts: bool) {
     t.section("stdout capture of `head -c BYTES /dev/zero | tr '\\0' a`, default caps, fresh process each");
     let params = |bytes: u64, plain: bool| {
-        [("bytes", json!(bytes)), ("command", json!(throughput_command(bytes, plain)))]
+        [
+            ("bytes", json!(bytes)),
+            ("command", json!(throughput_command(bytes, plain))),
+            ("secrets", Value::Null),
+        ]
     };
     for (bytes, label) in [(1_000_000u64, "1 MB"), (100_000_000, "100 MB"), (1_000_000_000, "1 GB")] {
         let p = params(bytes, false);
@@ -322,8 +330,12 @@ fn confinement(d: &Lines, t: &mut Table) {
     t.section("confined `true`: run() through the sandboxing executor, workspace-write (p50)");
     let unconfined = d.med("rust", "confined", &[], "results.unconfined.p50_ms");
     t.info("unconfined LocalBashExecutor::run", Unit::Ms, unconfined, None);
-    for (runner, label) in [("landlock", "Landlock in-process (+ mount namespace)"), ("bwrap", "bubblewrap")]
-    {
+    for (runner, label) in [
+        ("landlock", "Landlock in-process (+ mount namespace)"),
+        ("bwrap", "bubblewrap"),
+        ("landlock_netdeny", "Landlock, network deny (target <= 1.3x)"),
+        ("bwrap_netdeny", "bubblewrap, network deny"),
+    ] {
         match d.med("rust", "confined", &[], &format!("results.{runner}.p50_ms")) {
             Some(x) => t.info(label, Unit::Ms, Some(x), unconfined),
             None => {
@@ -331,5 +343,46 @@ fn confinement(d: &Lines, t: &mut Table) {
                 t.info(&format!("{label}: skipped ({why})"), Unit::Ms, None, None);
             }
         }
+    }
+}
+
+fn network_proxy(d: &Lines, t: &mut Table) {
+    t.section("network proxy: connect + 1-byte echo on loopback (p50)");
+    let direct = d.med("rust", "proxy", &[], "results.direct.p50_ms");
+    t.info("direct loopback connect", Unit::Ms, direct, None);
+    t.info(
+        "through the proxy (CONNECT)",
+        Unit::Ms,
+        d.med("rust", "proxy", &[], "results.proxy.p50_ms"),
+        direct,
+    );
+}
+
+fn redaction(d: &Lines, t: &mut Table) {
+    t.section("output redaction: 1 GB with no secret in it, 256 KiB chunks, in process");
+    for (secrets, corpus, label) in [
+        (0u64, "text", "redaction throughput, 0 secrets"),
+        (100, "text", "redaction throughput, 100 secrets"),
+        (100, "a", "redaction throughput, 100 secrets, `tr '\\0' a` stream"),
+    ] {
+        let p = [("secrets", json!(secrets)), ("bytes", json!(1_000_000_000u64)), ("corpus", json!(corpus))];
+        let x = d.med("rust", "redact", &p, "results.gb_per_s");
+        t.add(label, Unit::GbPerS, x, None, Target::ValueAtLeast(1.0, ">= 1 GB/s"));
+    }
+    let bytes = 1_000_000_000u64;
+    for (plain, label) in [
+        (false, "1 GB capture with 100 secrets to redact vs none"),
+        (true, "1 GB without `tr`: capture with 100 secrets vs none"),
+    ] {
+        let p = |secrets: Value| {
+            [
+                ("bytes", json!(bytes)),
+                ("command", json!(throughput_command(bytes, plain))),
+                ("secrets", secrets),
+            ]
+        };
+        let none = d.med("rust", "throughput", &p(Value::Null), "results.mb_per_s");
+        let redacting = d.med("rust", "throughput", &p(json!(100)), "results.mb_per_s");
+        t.info(label, Unit::MbPerS, redacting, none);
     }
 }

@@ -1,0 +1,528 @@
+//! The harness-side network proxy of confined commands.
+//!
+//! Under network policy `deny` or `ask` a confined command runs in a network namespace of its
+//! own with only loopback. The provider makes a listening socket on that loopback; this crate
+//! serves it from the harness, in the host's network namespace: HTTP `CONNECT` tunnels and
+//! plain-HTTP requests in absolute form, to the destinations the [`NetworkGate`] admits.
+//!
+//! * **Names are resolved here, never in the namespace**, and only after the destination was
+//!   admitted by name: a refused name is never looked up (no DNS exfiltration).
+//! * A wildcard entry (`*.example.com`) never reaches a private or loopback address; an exact
+//!   entry (`localhost:8080`, `10.0.0.5`) does.
+//! * Under `ask`, an unlisted `host:port` goes to the approval of a call running in the
+//!   session; `allowed-once` grants it for the rest of that call.
+//! * Every refusal answers `403` with one line saying why, and is recorded for the calls
+//!   running at that moment ([`CallGuard::finish`]).
+//!
+//! One namespace (and one gate) serves a session: calls of a session that run at the same
+//! time share it. A refusal is then reported to each of them, and an approval is asked
+//! through the most recently started call that can ask.
+
+#![deny(missing_docs)]
+#![forbid(unsafe_code)]
+
+use std::collections::HashSet;
+use std::net::SocketAddr;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use dsh_sandbox::{
+    HostAdmission, NetworkApproval, NetworkApprover, NetworkMode, NetworkPolicy, ProxyListener, host_port,
+    is_private_destination, normalize_host,
+};
+use parking_lot::Mutex;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+/// The largest request head the proxy reads.
+const MAX_HEAD: usize = 16 * 1024;
+/// How long a client may take to send its request head.
+const HEAD_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long connecting to a destination may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
+/// How often an idle accept loop checks that its namespace is still in use.
+const LIVENESS_POLL: Duration = Duration::from_secs(5);
+
+/// Why a destination was refused (the text after `denied: ` in the proxy's answer).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Refusal(pub String);
+
+/// The policy of one namespace, and the calls running in it.
+#[derive(Debug)]
+pub struct NetworkGate {
+    policy: NetworkPolicy,
+    calls: Mutex<Calls>,
+    /// Asks are made one at a time, so two connections to one host prompt once.
+    ask: tokio::sync::Mutex<()>,
+}
+
+#[derive(Default)]
+struct Calls {
+    next: u64,
+    active: Vec<ActiveCall>,
+}
+
+impl std::fmt::Debug for Calls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Calls").field("active", &self.active.len()).finish()
+    }
+}
+
+struct ActiveCall {
+    id: u64,
+    approver: Option<Arc<dyn NetworkApprover>>,
+    grants: HashSet<String>,
+    denied: Vec<String>,
+}
+
+/// A call registered with a gate; [`CallGuard::finish`] ends it and returns its refusals.
+/// Dropping it ends it too (its refusals are then lost).
+#[derive(Debug)]
+pub struct CallGuard {
+    gate: Arc<NetworkGate>,
+    id: u64,
+}
+
+impl CallGuard {
+    /// Ends the call: its `allowed-once` grants lapse; returns each `host:port` refused while
+    /// it ran, in first-refusal order.
+    pub fn finish(self) -> Vec<String> {
+        let mut calls = self.gate.calls.lock();
+        let at = calls.active.iter().position(|c| c.id == self.id);
+        at.map(|i| calls.active.remove(i).denied).unwrap_or_default()
+    }
+
+    /// The refusals so far, without ending the call.
+    pub fn denied(&self) -> Vec<String> {
+        let calls = self.gate.calls.lock();
+        calls.active.iter().find(|c| c.id == self.id).map(|c| c.denied.clone()).unwrap_or_default()
+    }
+}
+
+impl Drop for CallGuard {
+    fn drop(&mut self) {
+        let mut calls = self.gate.calls.lock();
+        calls.active.retain(|c| c.id != self.id);
+    }
+}
+
+/// A destination the gate admitted: where to connect.
+#[derive(Debug)]
+struct Admitted {
+    addrs: Vec<SocketAddr>,
+}
+
+impl NetworkGate {
+    /// A gate enforcing `policy`.
+    pub fn new(policy: NetworkPolicy) -> Arc<Self> {
+        Arc::new(Self { policy, calls: Mutex::new(Calls::default()), ask: tokio::sync::Mutex::new(()) })
+    }
+
+    /// The policy this gate enforces.
+    pub fn policy(&self) -> &NetworkPolicy {
+        &self.policy
+    }
+
+    /// Registers a running call; `approver` answers its `ask`s (`None`: it cannot ask).
+    pub fn enter(self: &Arc<Self>, approver: Option<Arc<dyn NetworkApprover>>) -> CallGuard {
+        let mut calls = self.calls.lock();
+        calls.next += 1;
+        let id = calls.next;
+        calls.active.push(ActiveCall { id, approver, grants: HashSet::new(), denied: Vec::new() });
+        CallGuard { gate: Arc::clone(self), id }
+    }
+
+    fn granted(&self, hp: &str) -> bool {
+        self.calls.lock().active.iter().any(|c| c.grants.contains(hp))
+    }
+
+    fn record_refusal(&self, hp: &str) {
+        let mut calls = self.calls.lock();
+        for call in &mut calls.active {
+            if !call.denied.iter().any(|d| d == hp) {
+                call.denied.push(hp.to_owned());
+            }
+        }
+    }
+
+    /// Decides `host:port`; on admission, the addresses to connect to.
+    async fn decide(&self, host: &str, port: u16) -> Result<Admitted, Refusal> {
+        let hp = host_port(host, port);
+        let result = self.decide_inner(host, port, &hp).await;
+        if result.is_err() {
+            self.record_refusal(&hp);
+        }
+        result
+    }
+
+    async fn decide_inner(&self, host: &str, port: u16, hp: &str) -> Result<Admitted, Refusal> {
+        match self.policy.admission(host, port) {
+            HostAdmission::Explicit => return resolve(host, port, false).await,
+            HostAdmission::Wildcard => match resolve(host, port, true).await {
+                Ok(admitted) => return Ok(admitted),
+                Err(refusal) if self.policy.mode != NetworkMode::Ask => return Err(refusal),
+                Err(_) => {}
+            },
+            HostAdmission::No => {}
+        }
+        if self.granted(hp) {
+            return resolve(host, port, false).await;
+        }
+        if self.policy.mode != NetworkMode::Ask {
+            return Err(Refusal("not in the allowlist".to_owned()));
+        }
+        let _one_at_a_time = self.ask.lock().await;
+        if self.granted(hp) {
+            return resolve(host, port, false).await;
+        }
+        // Asked and refused once in a running call: not asked again while it runs.
+        if self.calls.lock().active.iter().any(|c| c.denied.iter().any(|d| d == hp)) {
+            return Err(Refusal("refused earlier in this call".to_owned()));
+        }
+        let asking = {
+            let calls = self.calls.lock();
+            calls.active.iter().rev().find_map(|c| c.approver.clone().map(|a| (c.id, a)))
+        };
+        let Some((id, approver)) = asking else {
+            return Err(Refusal("no approval is available".to_owned()));
+        };
+        match approver.approve(hp.to_owned()).await {
+            NetworkApproval::AllowedOnce => {
+                {
+                    let mut calls = self.calls.lock();
+                    if let Some(call) = calls.active.iter_mut().find(|c| c.id == id) {
+                        call.grants.insert(hp.to_owned());
+                    }
+                }
+                resolve(host, port, false).await
+            }
+            NetworkApproval::Refused(why) => Err(Refusal(why)),
+        }
+    }
+}
+
+/// Resolves `host` here, in the host's namespace; with `public_only`, private and loopback
+/// addresses are dropped (a wildcard admission).
+async fn resolve(host: &str, port: u16, public_only: bool) -> Result<Admitted, Refusal> {
+    let name = normalize_host(host);
+    let addrs: Vec<SocketAddr> = match tokio::net::lookup_host((name.as_str(), port)).await {
+        Ok(addrs) => addrs.collect(),
+        Err(e) => return Err(Refusal(format!("cannot resolve {name}: {e}"))),
+    };
+    let addrs: Vec<SocketAddr> =
+        addrs.into_iter().filter(|a| !public_only || !is_private_destination(a.ip())).collect();
+    if addrs.is_empty() {
+        return Err(Refusal(match public_only {
+            true => "a wildcard entry never reaches a private or loopback address".to_owned(),
+            false => format!("{name} resolves to no address"),
+        }));
+    }
+    Ok(Admitted { addrs })
+}
+
+/// Serves `proxy` with `gate` on the current tokio runtime until the provider drops the
+/// listener (checked every few seconds while idle).
+pub fn serve(proxy: &Arc<ProxyListener>, gate: Arc<NetworkGate>) -> std::io::Result<()> {
+    let std_listener = proxy.listener()?;
+    std_listener.set_nonblocking(true)?;
+    let listener = TcpListener::from_std(std_listener)?;
+    let alive: Weak<ProxyListener> = Arc::downgrade(proxy);
+    tokio::spawn(async move {
+        loop {
+            match tokio::time::timeout(LIVENESS_POLL, listener.accept()).await {
+                Ok(Ok((stream, _))) => {
+                    let gate = Arc::clone(&gate);
+                    tokio::spawn(async move {
+                        if let Err(e) = handle(stream, &gate).await {
+                            tracing::debug!(error = %e, "network proxy connection ended");
+                        }
+                    });
+                }
+                Ok(Err(e)) => {
+                    tracing::warn!(error = %e, "network proxy accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                Err(_) => {}
+            }
+            if alive.strong_count() == 0 {
+                break;
+            }
+        }
+    });
+    Ok(())
+}
+
+/// A parsed request head.
+#[derive(Debug, PartialEq, Eq)]
+enum Request {
+    /// `CONNECT host:port`.
+    Connect { host: String, port: u16 },
+    /// A plain-HTTP request in absolute form, re-written to origin form for the destination.
+    Forward { host: String, port: u16, head: Vec<u8> },
+}
+
+/// Why a head could not be used: the status line and a message.
+#[derive(Debug, PartialEq, Eq)]
+struct BadRequest(&'static str, String);
+
+fn parse_head(head: &[u8]) -> Result<Request, BadRequest> {
+    let bad = |msg: String| BadRequest("400 Bad Request", msg);
+    let text = std::str::from_utf8(head).map_err(|_| bad("the request head is not UTF-8".into()))?;
+    let mut lines = text.split("\r\n");
+    let request_line = lines.next().unwrap_or_default();
+    let mut parts = request_line.split(' ');
+    let (Some(method), Some(target), Some(version), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return Err(bad(format!("malformed request line {request_line:?}")));
+    };
+    if method.eq_ignore_ascii_case("CONNECT") {
+        let (host, port) =
+            split_authority(target, None).ok_or_else(|| bad(format!("bad CONNECT target {target:?}")))?;
+        return Ok(Request::Connect { host, port });
+    }
+    let Some(rest) = target
+        .strip_prefix("http://")
+        .or_else(|| target.get(..7).filter(|p| p.eq_ignore_ascii_case("http://")).map(|_| &target[7..]))
+    else {
+        return Err(bad(format!(
+            "only CONNECT and absolute http:// requests are proxied (got {method} {target})"
+        )));
+    };
+    let (authority, path) = match rest.find(['/', '?']) {
+        Some(i) if rest.as_bytes()[i] == b'/' => (&rest[..i], &rest[i..]),
+        Some(i) => (&rest[..i], &rest[i..]),
+        None => (rest, "/"),
+    };
+    let path = if path.starts_with('?') { format!("/{path}") } else { path.to_owned() };
+    let authority = authority.rsplit_once('@').map_or(authority, |(_, a)| a);
+    let (host, port) =
+        split_authority(authority, Some(80)).ok_or_else(|| bad(format!("bad target {target:?}")))?;
+    let mut out = format!("{method} {path} {version}\r\n").into_bytes();
+    for line in lines {
+        let name = line.split(':').next().unwrap_or_default().trim();
+        if name.eq_ignore_ascii_case("proxy-connection") || name.eq_ignore_ascii_case("proxy-authorization") {
+            continue;
+        }
+        out.extend_from_slice(line.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    // `lines` ended with the two empty strings of the final CRLFCRLF: the head is whole.
+    while out.ends_with(b"\r\n\r\n\r\n") {
+        out.truncate(out.len() - 2);
+    }
+    Ok(Request::Forward { host, port, head: out })
+}
+
+/// `host:port`, `[v6]:port`, or `host` with `default` port.
+fn split_authority(authority: &str, default: Option<u16>) -> Option<(String, u16)> {
+    let (host, port) = if let Some(rest) = authority.strip_prefix('[') {
+        let (host, after) = rest.split_once(']')?;
+        (host, after.strip_prefix(':'))
+    } else {
+        match authority.rsplit_once(':') {
+            Some((h, p)) if !h.contains(':') => (h, Some(p)),
+            Some(_) => return None,
+            None => (authority, None),
+        }
+    };
+    let port = match port {
+        Some(p) => p.parse::<u16>().ok().filter(|p| *p != 0)?,
+        None => default?,
+    };
+    (!host.is_empty()).then(|| (host.to_owned(), port))
+}
+
+/// The proxy's answer to a refused destination.
+pub fn refusal_response(hp: &str, why: &str) -> String {
+    let body = format!("dsh-bash network policy: access to {hp} denied: {why}\n");
+    format!(
+        "HTTP/1.1 403 Forbidden\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+}
+
+fn error_response(status: &str, message: &str) -> String {
+    let body = format!("dsh-bash network proxy: {message}\n");
+    format!(
+        "HTTP/1.1 {status}\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+}
+
+async fn read_head(stream: &mut TcpStream) -> std::io::Result<Option<(Vec<u8>, Vec<u8>)>> {
+    let mut buf = Vec::with_capacity(1024);
+    let mut chunk = [0u8; 4096];
+    loop {
+        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            let rest = buf.split_off(end + 4);
+            return Ok(Some((buf, rest)));
+        }
+        if buf.len() > MAX_HEAD {
+            return Ok(None);
+        }
+        let n = stream.read(&mut chunk).await?;
+        if n == 0 {
+            return Ok(None);
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+}
+
+async fn handle(mut client: TcpStream, gate: &NetworkGate) -> std::io::Result<()> {
+    let _ = client.set_nodelay(true);
+    let head = match tokio::time::timeout(HEAD_TIMEOUT, read_head(&mut client)).await {
+        Ok(result) => result?,
+        Err(_) => None,
+    };
+    let Some((head, rest)) = head else {
+        let response = error_response("400 Bad Request", "no complete request head");
+        return client.write_all(response.as_bytes()).await;
+    };
+    let request = match parse_head(&head) {
+        Ok(request) => request,
+        Err(BadRequest(status, message)) => {
+            return client.write_all(error_response(status, &message).as_bytes()).await;
+        }
+    };
+    let (host, port) = match &request {
+        Request::Connect { host, port } | Request::Forward { host, port, .. } => (host.clone(), *port),
+    };
+    let hp = host_port(&host, port);
+    let admitted = match gate.decide(&host, port).await {
+        Ok(admitted) => admitted,
+        Err(Refusal(why)) => return client.write_all(refusal_response(&hp, &why).as_bytes()).await,
+    };
+    let mut upstream = match connect(&admitted.addrs).await {
+        Ok(stream) => stream,
+        Err(e) => {
+            let message = format!("cannot connect to {hp}: {e}");
+            return client.write_all(error_response("502 Bad Gateway", &message).as_bytes()).await;
+        }
+    };
+    let _ = upstream.set_nodelay(true);
+    match request {
+        Request::Connect { .. } => {
+            client.write_all(b"HTTP/1.1 200 Connection established\r\n\r\n").await?;
+        }
+        Request::Forward { head, .. } => upstream.write_all(&head).await?,
+    }
+    if !rest.is_empty() {
+        upstream.write_all(&rest).await?;
+    }
+    tokio::io::copy_bidirectional(&mut client, &mut upstream).await.map(|_| ())
+}
+
+async fn connect(addrs: &[SocketAddr]) -> std::io::Result<TcpStream> {
+    let mut last = std::io::Error::other("no address");
+    for addr in addrs {
+        match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr)).await {
+            Ok(Ok(stream)) => return Ok(stream),
+            Ok(Err(e)) => last = e,
+            Err(_) => last = std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out"),
+        }
+    }
+    Err(last)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dsh_sandbox::{HostPattern, NetworkApprovalFuture};
+
+    #[test]
+    fn parses_connect_and_absolute_requests() {
+        assert_eq!(
+            parse_head(b"CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n"),
+            Ok(Request::Connect { host: "example.com".into(), port: 443 })
+        );
+        assert_eq!(
+            parse_head(b"CONNECT [::1]:8443 HTTP/1.1\r\n\r\n"),
+            Ok(Request::Connect { host: "::1".into(), port: 8443 })
+        );
+        let Ok(Request::Forward { host, port, head }) = parse_head(
+            b"GET http://localhost:8080/a/b?c=1 HTTP/1.1\r\nHost: localhost:8080\r\nProxy-Connection: keep-alive\r\nAccept: */*\r\n\r\n",
+        ) else {
+            panic!("not a forward");
+        };
+        assert_eq!((host.as_str(), port), ("localhost", 8080));
+        assert_eq!(
+            String::from_utf8(head).unwrap(),
+            "GET /a/b?c=1 HTTP/1.1\r\nHost: localhost:8080\r\nAccept: */*\r\n\r\n"
+        );
+        let Ok(Request::Forward { port, head, .. }) = parse_head(b"GET http://h?x HTTP/1.0\r\n\r\n") else {
+            panic!("not a forward");
+        };
+        assert_eq!(port, 80);
+        assert!(head.starts_with(b"GET /?x HTTP/1.0\r\n"));
+        assert!(parse_head(b"GET /relative HTTP/1.1\r\n\r\n").is_err());
+        assert!(parse_head(b"CONNECT host HTTP/1.1\r\n\r\n").is_err());
+        assert!(parse_head(b"CONNECT a:b:c HTTP/1.1\r\n\r\n").is_err());
+    }
+
+    struct Scripted(NetworkApproval, Arc<Mutex<Vec<String>>>);
+    impl NetworkApprover for Scripted {
+        fn approve(&self, host_port: String) -> NetworkApprovalFuture {
+            self.1.lock().push(host_port);
+            let answer = self.0.clone();
+            Box::pin(async move { answer })
+        }
+    }
+
+    fn policy(mode: NetworkMode, allow: &[&str]) -> NetworkPolicy {
+        NetworkPolicy { mode, allow: allow.iter().map(|p| HostPattern::parse(p).unwrap()).collect() }
+    }
+
+    #[tokio::test]
+    async fn deny_refuses_unlisted_hosts_without_resolving_them_and_records_each_once() {
+        let gate = NetworkGate::new(policy(NetworkMode::Deny, &["localhost:8080"]));
+        let call = gate.enter(None);
+        assert!(gate.decide("localhost", 8080).await.is_ok());
+        // A name that cannot resolve is refused for the policy, not for the lookup.
+        let refusal = gate.decide("secret.exfil.invalid", 443).await.unwrap_err();
+        assert_eq!(refusal.0, "not in the allowlist");
+        gate.decide("secret.exfil.invalid", 443).await.unwrap_err();
+        gate.decide("localhost", 8081).await.unwrap_err();
+        assert_eq!(call.finish(), vec!["secret.exfil.invalid:443".to_owned(), "localhost:8081".to_owned()]);
+    }
+
+    #[tokio::test]
+    async fn wildcards_never_reach_loopback() {
+        let gate = NetworkGate::new(policy(NetworkMode::Deny, &["*.localhost"]));
+        let call = gate.enter(None);
+        // `*.localhost` names resolve to loopback (where the resolver knows them) or not at
+        // all: refused either way.
+        assert!(gate.decide("a.localhost", 80).await.is_err());
+        assert_eq!(call.finish(), vec!["a.localhost:80".to_owned()]);
+    }
+
+    #[tokio::test]
+    async fn ask_grants_once_per_call_and_refusals_carry_the_reason() {
+        let gate = NetworkGate::new(policy(NetworkMode::Ask, &[]));
+        let asked = Arc::new(Mutex::new(Vec::new()));
+        let call = gate.enter(Some(Arc::new(Scripted(NetworkApproval::AllowedOnce, Arc::clone(&asked)))));
+        assert!(gate.decide("127.0.0.1", 9).await.is_ok());
+        assert!(gate.decide("127.0.0.1", 9).await.is_ok());
+        assert_eq!(*asked.lock(), vec!["127.0.0.1:9".to_owned()]);
+        assert!(call.finish().is_empty());
+        let rejecting = gate.enter(Some(Arc::new(Scripted(
+            NetworkApproval::Refused("the user rejected it".into()),
+            Arc::clone(&asked),
+        ))));
+        assert_eq!(gate.decide("127.0.0.1", 9).await.unwrap_err().0, "the user rejected it");
+        assert_eq!(gate.decide("127.0.0.1", 9).await.unwrap_err().0, "refused earlier in this call");
+        assert_eq!(asked.lock().len(), 2, "a refusal is not asked again within the call");
+        assert_eq!(rejecting.finish(), vec!["127.0.0.1:9".to_owned()]);
+        let silent = gate.enter(None);
+        assert_eq!(gate.decide("127.0.0.1", 9).await.unwrap_err().0, "no approval is available");
+        drop(silent);
+    }
+
+    #[test]
+    fn refusal_response_is_exact() {
+        assert_eq!(
+            refusal_response("example.com:443", "not in the allowlist"),
+            "HTTP/1.1 403 Forbidden\r\nContent-Type: text/plain\r\nContent-Length: 80\r\nConnection: close\r\n\r\ndsh-bash network policy: access to example.com:443 denied: not in the allowlist\n"
+        );
+    }
+}
