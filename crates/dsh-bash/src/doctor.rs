@@ -30,6 +30,7 @@ pub async fn run(composition: &CompositionArgs) -> anyhow::Result<u8> {
         Some(policy) => policy.resolve(None, None).policy.extra_roots,
         None => composition.add_dir.iter().map(|d| dsh_core::home::absolutize(d)).collect(),
     };
+    let network = comp.ctx().get(SANDBOX_POLICY).map(|policy| policy.resolve(None, None).policy.network);
     comp.dispose().await;
     // Probing runs runner programs synchronously.
     let runners = tokio::task::spawn_blocking(move || sandbox_runners(provider))
@@ -46,6 +47,7 @@ pub async fn run(composition: &CompositionArgs) -> anyhow::Result<u8> {
     report.push(format!("spill directory: {}", spill_directory(spill_dir.as_deref())));
     report.push(format!("containment: {}", containment.as_deref().unwrap_or("none (no subprocess service)")));
     report.extend(writable_roots(composition, extra_roots));
+    report.push(network_line(network.as_ref()));
     report.extend(runners.lines().map(str::to_owned));
     report.push("available plugins:".to_owned());
     for factory in Catalog::builtin().entries() {
@@ -92,6 +94,28 @@ fn writable_roots(composition: &CompositionArgs, extra_roots: Vec<PathBuf>) -> V
             .to_owned(),
         "  danger-full-access: not confined (wherever the user may write)".to_owned(),
     ]
+}
+
+/// The network policy of confined commands.
+fn network_line(network: Option<&dsh_sandbox::NetworkPolicy>) -> String {
+    use dsh_sandbox::NetworkMode;
+    let Some(network) = network else {
+        return "network: not confined (no sandbox)".to_owned();
+    };
+    let hosts: Vec<String> = network.allow.iter().map(ToString::to_string).collect();
+    let listed = match hosts.is_empty() {
+        true => "no host listed".to_owned(),
+        false => format!("allowed hosts: {}", hosts.join(", ")),
+    };
+    match network.mode {
+        NetworkMode::Allow => "network: allow (confined commands use the host's network)".to_owned(),
+        NetworkMode::Deny => format!(
+            "network: deny (confined commands get the session's own network namespace; {listed}, through the harness's proxy)"
+        ),
+        NetworkMode::Ask => format!(
+            "network: ask (confined commands get the session's own network namespace; {listed}, through the harness's proxy; any other host:port is asked for per call)"
+        ),
+    }
 }
 
 /// The first executable `name` on `$PATH`.

@@ -2,7 +2,7 @@
 //! `dsh-bash mcp` does; the end-to-end tests drive it with an independent MCP client.
 //!
 //! ```text
-//! mcp_stdio [--sandbox MODE] [--workspace-root DIR] [--no-elicitation] [--fakes] [--http ADDR]
+//! mcp_stdio [--sandbox MODE [--network POLICY]] [--workspace-root DIR] [--no-elicitation] [--fakes] [--http ADDR]
 //! ```
 //!
 //! `--sandbox MODE` swaps the local executor for the sandboxing one (local provider, policy
@@ -33,6 +33,7 @@ use dsh_tool_jobs::ToolJobsPlugin;
 #[derive(Default)]
 struct Args {
     sandbox: Option<String>,
+    network: Option<String>,
     workspace_root: Option<PathBuf>,
     fakes: bool,
     http: Option<SocketAddr>,
@@ -46,6 +47,7 @@ fn parse_args() -> anyhow::Result<Args> {
         let mut value = |name: &str| it.next().with_context(|| format!("{name} needs a value"));
         match arg.as_str() {
             "--sandbox" => args.sandbox = Some(value("--sandbox")?),
+            "--network" => args.network = Some(value("--network")?),
             "--workspace-root" => args.workspace_root = Some(PathBuf::from(value("--workspace-root")?)),
             "--fakes" => args.fakes = true,
             "--http" => args.http = Some(value("--http")?.parse().context("--http ADDR")?),
@@ -74,6 +76,7 @@ fn compose(args: &Args) -> anyhow::Result<Context> {
             ctx.load::<SandboxPolicyPlugin>(SandboxPolicyConfig {
                 mode: Some(mode.clone()),
                 workspace_root: args.workspace_root.as_ref().map(|p| p.display().to_string()),
+                network: args.network.clone(),
                 ..Default::default()
             })?;
         }

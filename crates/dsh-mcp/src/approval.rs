@@ -17,6 +17,9 @@ use serde_json::Value;
 
 /// The prefix of the reason the bash tool gives when it escalates (`escalate sandbox to <M>: <J>`).
 const ESCALATION_PREFIX: &str = "escalate sandbox to ";
+/// The prefix of the reason the bash tool gives for a network destination under network
+/// policy `ask` (``network access to `host:port` ``).
+const NETWORK_PREFIX: &str = "network access to `";
 /// Longest argument dump shown in a generic question.
 const MAX_ARGS_CHARS: usize = 2000;
 
@@ -51,7 +54,23 @@ pub fn approval_message(question: &ApprovalQuestion, args: Option<&Value>) -> St
         .as_deref()
         .and_then(|r| r.strip_prefix(ESCALATION_PREFIX))
         .and_then(|rest| rest.split_once(": "));
+    let destination = question
+        .reason
+        .as_deref()
+        .and_then(|r| r.strip_prefix(NETWORK_PREFIX))
+        .and_then(|rest| rest.strip_suffix('`'));
     let mut lines = Vec::new();
+    if let Some(destination) = destination {
+        lines.push(format!("Allow this {} command to connect to {destination}?", question.tool_name));
+        lines.push(String::new());
+        if let Some(command) = command {
+            lines.push(format!("Command: {command}"));
+        }
+        lines.push(format!("Destination: {destination} (not in the network allowlist)"));
+        lines.push(String::new());
+        lines.push("Accept to allow it for the rest of this command; decline to refuse.".to_owned());
+        return lines.join("\n");
+    }
     match escalation {
         Some((mode, justification)) => {
             lines.push(format!(
@@ -179,6 +198,18 @@ mod tests {
         assert_eq!(
             approval_message(&question("bash", None), Some(&json!({"command": "rm -rf build"}))),
             "Allow tool \"bash\" to run once?\n\nCommand: rm -rf build\n\nAccept to allow it once; decline to refuse."
+        );
+    }
+
+    #[test]
+    fn network_question_names_command_and_destination() {
+        let q = question("bash", Some("network access to `pypi.org:443`"));
+        let args = json!({"command": "pip install requests", "description": "Install"});
+        assert_eq!(
+            approval_message(&q, Some(&args)),
+            "Allow this bash command to connect to pypi.org:443?\n\nCommand: pip install requests\n\
+             Destination: pypi.org:443 (not in the network allowlist)\n\n\
+             Accept to allow it for the rest of this command; decline to refuse."
         );
     }
 

@@ -1,14 +1,17 @@
 """The stdio server driven by the Python `mcp` client: tools, foreground and background bash,
 completion notices, cancellation, progress, session cwd from roots, an escalation
-approved through elicitation, and the escalation hint offered only to clients that can answer
+approved through elicitation, a network destination approved and refused through elicitation
+under `--network ask`, and the escalation hint offered only to clients that can answer
 approvals."""
 
 from __future__ import annotations
 
 import asyncio
+import http.server
 import os
 import signal
 import sys
+import threading
 from pathlib import Path
 
 from harness import (
@@ -181,6 +184,56 @@ async def test_denied_then_escalated_with_elicitation() -> None:
         assert "[sandbox: file access denied under read-only mode]" in text(again)
 
 
+class _Answer(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:  # noqa: N802 (the stdlib's name)
+        body = b"net-ok\n"
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *_args) -> None:
+        pass
+
+
+async def test_network_ask_through_elicitation() -> None:
+    workspace = tempdir()
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Answer)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    port = server.server_address[1]
+    questions: list[str] = []
+    answers = ["accept", "decline"]
+
+    async def elicit(_context, params) -> types.ElicitResult:
+        questions.append(params.message)
+        return types.ElicitResult(action=answers[len(questions) - 1])
+
+    command = f"curl -sS -m 10 http://127.0.0.1:{port}/; curl -sS -m 10 http://127.0.0.1:{port}/"
+    params = server_params("--sandbox", "workspace-write", "--network", "ask", "--workspace-root", workspace)
+    try:
+        async with Client(params, list_roots_callback=roots_callback(workspace), elicitation_callback=elicit) as client:
+            allowed = await client.call_tool("bash", bash(command))
+            if allowed.is_error and "no sandbox backend is usable" in text(allowed):
+                raise Skip(f"the host cannot confine commands: {text(allowed)}")
+            assert text(allowed) == "net-ok\nnet-ok\n", text(allowed)
+            assert len(questions) == 1, questions
+            assert questions[0] == (
+                f"Allow this bash command to connect to 127.0.0.1:{port}?\n\n"
+                f"Command: {command}\n"
+                f"Destination: 127.0.0.1:{port} (not in the network allowlist)\n\n"
+                "Accept to allow it for the rest of this command; decline to refuse."
+            ), questions[0]
+            refused = await client.call_tool("bash", bash(f"curl -sS -m 10 http://127.0.0.1:{port}/"))
+            assert len(questions) == 2, "the grant lapsed with its call"
+            assert text(refused) == (
+                f"dsh-bash network policy: access to 127.0.0.1:{port} denied: the user rejected it\n"
+                f"[network: access to 127.0.0.1:{port} denied]"
+            ), text(refused)
+            assert refused.structured_content["network"] == {"policy": "ask", "denied": [f"127.0.0.1:{port}"]}
+    finally:
+        server.shutdown()
+
+
 HINT = (
     "[sandbox: escalation available — retry this exact command once with sandbox_permissions "
     "(the narrowest wider mode that suffices) + justification; the approval prompt asks the user]"
@@ -260,6 +313,7 @@ if __name__ == "__main__":
                 test_cancellation_kills_the_running_command,
                 test_progress_notifications_while_a_command_runs,
                 test_denied_then_escalated_with_elicitation,
+                test_network_ask_through_elicitation,
                 test_escalation_hint_only_for_clients_that_can_answer_approvals,
                 test_sigterm_tears_the_composition_down,
             ]

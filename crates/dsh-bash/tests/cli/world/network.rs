@@ -222,6 +222,12 @@ fn the_network_switches_change_the_schema_and_prompt_only_when_they_isolate() {
     let deny_schema = run(&["--sandbox", "workspace-write", "--network", "deny", "schema"]);
     assert_eq!(deny_schema.stdout, plain_schema.stdout);
 
+    let doctor = run(&["--sandbox", "read-only", "--network", "deny", "--allow-host", "pypi.org", "doctor"]);
+    assert!(
+        doctor.stdout.lines().any(|l| l
+            == "network: deny (confined commands get the session's own network namespace; allowed hosts: pypi.org, through the harness's proxy)"),
+        "{doctor:?}"
+    );
     let unconfined = run(&["--network", "deny", "prompt"]);
     assert_eq!(unconfined.code, Some(2), "{unconfined:?}");
     assert!(
