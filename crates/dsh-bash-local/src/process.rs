@@ -1,5 +1,6 @@
 //! Background processes: status, consuming reads, kill, and settlement.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use dsh_core::AbortSignal;
@@ -39,17 +40,23 @@ struct State {
     spawn_note: Option<String>,
     stdout_offset: u64,
     stderr_offset: u64,
+    /// The process and its collected output, until a read reached the end of a settled
+    /// process: then nothing more can come, so the buffers go.
+    handle: Option<ProcessHandle>,
+    /// The spill files of a released process, for the reads after its release.
+    spill_paths: (Option<PathBuf>, Option<PathBuf>),
 }
 
 /// A background `bash -c` (or wrapped argv) process.
 pub struct LocalShellProcess {
-    handle: Option<ProcessHandle>,
+    pid: Option<u32>,
     state: Mutex<State>,
     done: watch::Sender<bool>,
 }
 
 impl LocalShellProcess {
     fn new(handle: Option<ProcessHandle>, status: ProcessStatus, spawn_note: Option<String>) -> Self {
+        let pid = handle.as_ref().map(ProcessHandle::pid);
         let state = State {
             status,
             exit_code: None,
@@ -58,8 +65,10 @@ impl LocalShellProcess {
             spawn_note,
             stdout_offset: 0,
             stderr_offset: 0,
+            handle,
+            spill_paths: (None, None),
         };
-        Self { handle, state: Mutex::new(state), done: watch::Sender::new(false) }
+        Self { pid, state: Mutex::new(state), done: watch::Sender::new(false) }
     }
 
     /// A running process; settles in the background when the child does.
@@ -123,7 +132,13 @@ impl LocalShellProcess {
 
     /// The direct child's pid (its process-group id), when it started.
     pub fn pid(&self) -> Option<u32> {
-        self.handle.as_ref().map(ProcessHandle::pid)
+        self.pid
+    }
+
+    /// Whether the process still holds its collected output in memory: until a read reaches
+    /// the end of the settled process (the spill files, if any, stay on disk).
+    pub fn retains_output(&self) -> bool {
+        self.state.lock().handle.is_some()
     }
 }
 
@@ -156,7 +171,7 @@ impl ShellProcess for LocalShellProcess {
         let mut state = self.state.lock();
         let mut read = ShellProcessRead::default();
         let mut stderr = state.spawn_note.take().unwrap_or_default();
-        if let Some(handle) = &self.handle {
+        if let Some(handle) = state.handle.clone() {
             let out = handle.stdout().read_from(state.stdout_offset);
             let err = handle.stderr().read_from(state.stderr_offset);
             state.stdout_offset = out.next_offset;
@@ -166,6 +181,17 @@ impl ShellProcess for LocalShellProcess {
             read.lossy = out.lossy || err.lossy;
             read.stdout_spill_path = out.spill_path;
             read.stderr_spill_path = err.spill_path;
+            // Settled (its streams are complete) and read to the end: release the output.
+            let settled = *self.done.borrow();
+            if settled
+                && out.next_offset == handle.stdout().total()
+                && err.next_offset == handle.stderr().total()
+            {
+                state.handle = None;
+                state.spill_paths = (read.stdout_spill_path.clone(), read.stderr_spill_path.clone());
+            }
+        } else {
+            (read.stdout_spill_path, read.stderr_spill_path) = state.spill_paths.clone();
         }
         if !stderr.is_empty() {
             if !read.delta.is_empty() && !read.delta.ends_with('\n') {
@@ -182,9 +208,15 @@ impl ShellProcess for LocalShellProcess {
         if state.status != ProcessStatus::Running {
             return false;
         }
-        state.status = ProcessStatus::Killed;
+        let handle = state.handle.clone();
+        // A leader that already exited ended on its own (its pipes may still drain, or a
+        // descendant hold them): the kill ends what is left, and the status stays what
+        // happened — completed with its exit code.
+        if !handle.as_ref().is_some_and(ProcessHandle::leader_exited) {
+            state.status = ProcessStatus::Killed;
+        }
         drop(state);
-        if let Some(handle) = &self.handle {
+        if let Some(handle) = handle {
             handle.terminate();
         }
         true

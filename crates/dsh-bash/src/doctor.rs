@@ -46,6 +46,12 @@ pub async fn run(composition: &CompositionArgs) -> anyhow::Result<u8> {
     }
     report.push(format!("spill directory: {}", spill_directory(spill_dir.as_deref())));
     report.push(format!("containment: {}", containment.as_deref().unwrap_or("none (no subprocess service)")));
+    report.push(
+        "if the harness is killed: a guardian process kills every command's tree within a second \
+         (a descendant that left the tree into a session of its own before that can outlive an \
+         unconfined command; nothing outlives a confined one: its PID namespace ends with the harness)"
+            .to_owned(),
+    );
     report.extend(writable_roots(composition, extra_roots));
     report.push(network_line(network.as_ref()));
     report.extend(runners.lines().map(str::to_owned));

@@ -17,7 +17,16 @@ pub struct AbortSignal {
 #[derive(Debug, Default)]
 struct Inner {
     token: CancellationToken,
-    reason: OnceLock<AbortReason>,
+    /// Decided once: fired with a reason, or sealed against firing.
+    fate: OnceLock<Fate>,
+    /// Made by [`AbortSignal::sealable`]: [`AbortSignal::seal`] takes effect.
+    sealable: bool,
+}
+
+#[derive(Debug)]
+enum Fate {
+    Aborted(AbortReason),
+    Sealed,
 }
 
 /// Why a signal fired: a free-text reason and an optional machine code (e.g. `BASH_TIMEOUT`).
@@ -46,11 +55,39 @@ impl AbortSignal {
         Self::default()
     }
 
-    /// Fires the signal with `reason`; a no-op (returning `false`) when it already fired.
+    /// A fresh signal of one call that the call's work may [seal](AbortSignal::seal) at its
+    /// point of no return. Only a host that owns the signal for that one call makes one (a
+    /// signal shared by many calls, such as a process's interrupt, must stay plain).
+    pub fn sealable() -> Self {
+        Self { inner: Arc::new(Inner { sealable: true, ..Inner::default() }) }
+    }
+
+    /// Fires the signal with `reason`; a no-op (returning `false`) when it already fired or
+    /// was [sealed](AbortSignal::seal).
     pub fn abort(&self, reason: AbortReason) -> bool {
-        let first = self.inner.reason.set(reason).is_ok();
-        self.inner.token.cancel();
+        let first = self.inner.fate.set(Fate::Aborted(reason)).is_ok();
+        if matches!(self.inner.fate.get(), Some(Fate::Aborted(_))) {
+            self.inner.token.cancel();
+        }
         first
+    }
+
+    /// Work calls this at its point of no return (e.g. right before a consuming read whose
+    /// result must reach the caller): `false` when the signal fired first, and the work must
+    /// stop there. On a [sealable](AbortSignal::sealable) signal it also seals the signal
+    /// against firing — every later `abort` is refused — so the call's result stands and its
+    /// host delivers it; on a plain signal it only checks.
+    pub fn seal(&self) -> bool {
+        if !self.inner.sealable {
+            return !self.is_aborted() && !matches!(self.inner.fate.get(), Some(Fate::Aborted(_)));
+        }
+        let _ = self.inner.fate.set(Fate::Sealed);
+        matches!(self.inner.fate.get(), Some(Fate::Sealed))
+    }
+
+    /// True once [`AbortSignal::seal`] succeeded.
+    pub fn is_sealed(&self) -> bool {
+        matches!(self.inner.fate.get(), Some(Fate::Sealed))
     }
 
     /// Fires the signal with the plain reason `aborted`.
@@ -65,7 +102,10 @@ impl AbortSignal {
 
     /// The reason of the first abort, once fired.
     pub fn reason(&self) -> Option<&AbortReason> {
-        if self.is_aborted() { self.inner.reason.get() } else { None }
+        match self.inner.fate.get() {
+            Some(Fate::Aborted(reason)) if self.is_aborted() => Some(reason),
+            _ => None,
+        }
     }
 
     /// Resolves when the signal fires (immediately if it already has).
@@ -77,30 +117,6 @@ impl AbortSignal {
     pub fn token(&self) -> &CancellationToken {
         &self.inner.token
     }
-
-    /// A signal that fires when `self` or any of `others` fires, carrying the first cause.
-    pub fn fuse(&self, others: &[&AbortSignal]) -> AbortSignal {
-        let fused = AbortSignal::new();
-        let mut sources: Vec<AbortSignal> = vec![self.clone()];
-        sources.extend(others.iter().map(|s| (*s).clone()));
-        if let Some(first) = sources.iter().find(|s| s.is_aborted()) {
-            fused.abort(first.reason().cloned().unwrap_or_else(|| AbortReason::new("aborted")));
-            return fused;
-        }
-        for source in sources {
-            let fused = fused.clone();
-            tokio::spawn(async move {
-                tokio::select! {
-                    _ = source.aborted() => {
-                        let reason = source.reason().cloned().unwrap_or_else(|| AbortReason::new("aborted"));
-                        fused.abort(reason);
-                    }
-                    _ = fused.aborted() => {}
-                }
-            });
-        }
-        fused
-    }
 }
 
 /// The largest timer delay any deadline accepts, in milliseconds.
@@ -108,11 +124,14 @@ pub const MAX_TIMER_DELAY_MS: f64 = 2_147_483_647.0;
 
 /// A fused deadline: fires when the caller signal fires or `timeout_ms` elapses, whichever is
 /// first; [`Deadline::timed_out`] tells the two apart (first cause wins).
+///
+/// One task watches both causes; dropping the deadline ends it, so a finished call keeps
+/// nothing alive (not the task, not the caller's signal, not the fused one).
 #[derive(Debug)]
 pub struct Deadline {
     signal: AbortSignal,
     code: String,
-    timer: Option<tokio::task::JoinHandle<()>>,
+    watcher: Option<tokio::task::JoinHandle<()>>,
 }
 
 /// Error for a deadline whose bound is outside `0 < ms ≤ 2147483647`.
@@ -131,30 +150,37 @@ impl Deadline {
             return Err(DeadlineRangeError);
         }
         let signal = AbortSignal::new();
-        if let Some(caller) = caller {
-            if caller.is_aborted() {
-                signal.abort(caller.reason().cloned().unwrap_or_else(|| AbortReason::new("aborted")));
-            } else {
-                let caller = caller.clone();
-                let fused = signal.clone();
-                tokio::spawn(async move {
-                    tokio::select! {
-                        _ = caller.aborted() => {
-                            let reason = caller.reason().cloned().unwrap_or_else(|| AbortReason::new("aborted"));
-                            fused.abort(reason);
-                        }
-                        _ = fused.aborted() => {}
-                    }
-                });
-            }
+        if let Some(caller) = caller.filter(|c| c.is_aborted()) {
+            signal.abort(caller.reason().cloned().unwrap_or_else(|| AbortReason::new("aborted")));
         }
-        let timer = (timeout_ms > 0.0 && !signal.is_aborted()).then(|| {
+        let timed = timeout_ms > 0.0;
+        let watcher = (!signal.is_aborted() && (timed || caller.is_some())).then(|| {
+            let caller = caller.cloned();
             let fused = signal.clone();
             let code = code.to_owned();
-            let delay = Duration::from_secs_f64(timeout_ms / 1000.0);
             tokio::spawn(async move {
+                let caller_fired = async {
+                    match &caller {
+                        Some(caller) => caller.aborted().await,
+                        None => std::future::pending().await,
+                    }
+                };
+                let timer = async {
+                    if timed {
+                        tokio::time::sleep(Duration::from_secs_f64(timeout_ms / 1000.0)).await
+                    } else {
+                        std::future::pending().await
+                    }
+                };
                 tokio::select! {
-                    _ = tokio::time::sleep(delay) => {
+                    _ = caller_fired => {
+                        let reason = caller
+                            .as_ref()
+                            .and_then(|c| c.reason().cloned())
+                            .unwrap_or_else(|| AbortReason::new("aborted"));
+                        fused.abort(reason);
+                    }
+                    _ = timer => {
                         fused.abort(AbortReason::with_code(
                             format!("timed out after {}ms", crate::json::js_number_text(timeout_ms)),
                             code,
@@ -164,7 +190,7 @@ impl Deadline {
                 }
             })
         });
-        Ok(Self { signal, code: code.to_owned(), timer })
+        Ok(Self { signal, code: code.to_owned(), watcher })
     }
 
     /// The fused signal to hand to the work.
@@ -185,8 +211,8 @@ impl Deadline {
 
 impl Drop for Deadline {
     fn drop(&mut self) {
-        if let Some(timer) = self.timer.take() {
-            timer.abort();
+        if let Some(watcher) = self.watcher.take() {
+            watcher.abort();
         }
     }
 }
@@ -219,6 +245,46 @@ mod tests {
         d.signal().aborted().await;
         assert!(d.aborted());
         assert!(!d.timed_out());
+    }
+
+    #[tokio::test]
+    async fn a_sealed_signal_refuses_every_abort_and_an_aborted_one_refuses_the_seal() {
+        let plain = AbortSignal::new();
+        assert!(plain.seal(), "a plain signal that has not fired lets the work go on");
+        assert!(plain.abort(AbortReason::new("shared")), "but it is not sealed");
+        assert!(!plain.seal());
+        let sealed = AbortSignal::sealable();
+        assert!(sealed.seal());
+        assert!(sealed.seal(), "sealing twice is still sealed");
+        assert!(!sealed.abort(AbortReason::new("late")));
+        assert!(!sealed.is_aborted() && sealed.reason().is_none() && sealed.is_sealed());
+        let aborted = AbortSignal::sealable();
+        assert!(aborted.abort(AbortReason::new("first")));
+        assert!(!aborted.seal());
+        assert!(aborted.is_aborted() && !aborted.is_sealed());
+        assert_eq!(aborted.reason().map(|r| r.message.as_str()), Some("first"));
+    }
+
+    /// A finished call's deadline keeps nothing alive: its watcher ends when it is dropped,
+    /// releasing the caller's signal and the fused one (a never-fired caller signal is the
+    /// per-call case of every MCP call).
+    #[tokio::test]
+    async fn a_dropped_deadline_releases_its_watcher_and_both_signals() {
+        let caller = AbortSignal::new();
+        let d = Deadline::new(Some(&caller), 60_000.0, "BASH_TIMEOUT").expect("in range");
+        let fused = std::sync::Arc::downgrade(&d.signal().inner);
+        let watcher = d.watcher.as_ref().map(|w| w.abort_handle()).expect("a watcher");
+        assert_eq!(std::sync::Arc::strong_count(&caller.inner), 2, "the watcher holds the caller");
+        drop(d);
+        for _ in 0..100 {
+            if watcher.is_finished() {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+        assert!(watcher.is_finished(), "the watcher ended with the deadline");
+        assert_eq!(std::sync::Arc::strong_count(&caller.inner), 1, "the caller's signal is released");
+        assert!(fused.upgrade().is_none(), "the fused signal is released");
     }
 
     #[test]

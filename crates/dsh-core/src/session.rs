@@ -1,5 +1,6 @@
 //! Sessions: an immutable header and an append-only event log, optionally persisted.
 
+use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -94,11 +95,25 @@ impl Eq for SessionError {}
 /// Observes every appended event (persistence, audits). Errors abort the append.
 pub type EventSink = Arc<dyn Fn(&SessionHeader, &SessionEvent) -> Result<(), SessionError> + Send + Sync>;
 
+/// How many of its latest events a session keeps in memory. Older ones live only in the
+/// persisted log (when a persistence backend is attached); the last event of each type is
+/// kept besides, so [`Session::last_event`] and [`Session::in_open_turn`] see the whole log.
+pub const RECENT_EVENTS: usize = 256;
+
 /// A session: header plus append-only log.
 pub struct Session {
     header: SessionHeader,
-    log: Mutex<Vec<SessionEvent>>,
+    log: Mutex<Log>,
     sinks: Mutex<Vec<EventSink>>,
+}
+
+/// The in-memory part of a log: a bounded window of the latest events and the last event of
+/// each type (the types are a small fixed vocabulary).
+#[derive(Default)]
+struct Log {
+    appended: u64,
+    recent: VecDeque<SessionEvent>,
+    last_by_kind: HashMap<String, SessionEvent>,
 }
 
 impl std::fmt::Debug for Session {
@@ -115,7 +130,7 @@ pub const TURN_END: &str = "turn/end";
 impl Session {
     /// A session with this header, an empty log and no sinks.
     pub fn new(header: SessionHeader) -> Arc<Self> {
-        Arc::new(Self { header, log: Mutex::new(Vec::new()), sinks: Mutex::new(Vec::new()) })
+        Arc::new(Self { header, log: Mutex::new(Log::default()), sinks: Mutex::new(Vec::new()) })
     }
 
     /// The immutable id and working directory.
@@ -137,32 +152,43 @@ impl Session {
     pub fn append(&self, kind: &str, data: Value) -> Result<SessionEvent, SessionError> {
         let mut log = self.log.lock();
         let at = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
-        let event = SessionEvent { seq: log.len() as u64 + 1, at, kind: kind.to_owned(), data };
+        let event = SessionEvent { seq: log.appended + 1, at, kind: kind.to_owned(), data };
         for sink in self.sinks.lock().iter() {
             sink(&self.header, &event)?;
         }
-        log.push(event.clone());
+        log.appended += 1;
+        if log.recent.len() == RECENT_EVENTS {
+            log.recent.pop_front();
+        }
+        log.recent.push_back(event.clone());
+        log.last_by_kind.insert(event.kind.clone(), event.clone());
         Ok(event)
     }
 
-    /// A snapshot of the whole log.
+    /// A snapshot of the log's latest events, oldest first: the whole log while it holds at
+    /// most [`RECENT_EVENTS`] events, else the last [`RECENT_EVENTS`] of them.
     pub fn events(&self) -> Vec<SessionEvent> {
-        self.log.lock().clone()
+        self.log.lock().recent.iter().cloned().collect()
+    }
+
+    /// How many events were ever appended (the `seq` of the last one).
+    pub fn event_count(&self) -> u64 {
+        self.log.lock().appended
     }
 
     /// The last event of `kind`, if any.
     pub fn last_event(&self, kind: &str) -> Option<SessionEvent> {
-        self.log.lock().iter().rev().find(|e| e.kind == kind).cloned()
+        self.log.lock().last_by_kind.get(kind).cloned()
     }
 
     /// True when the last turn boundary is a `turn/start`.
     pub fn in_open_turn(&self) -> bool {
-        self.log
-            .lock()
-            .iter()
-            .rev()
-            .find(|e| e.kind == TURN_START || e.kind == TURN_END)
-            .is_some_and(|e| e.kind == TURN_START)
+        let log = self.log.lock();
+        let seq = |kind: &str| log.last_by_kind.get(kind).map(|e| e.seq);
+        match (seq(TURN_START), seq(TURN_END)) {
+            (Some(start), Some(end)) => start > end,
+            (start, _) => start.is_some(),
+        }
     }
 
     /// Opens a turn (hosts do this around each call they make for a session).
@@ -199,6 +225,28 @@ mod tests {
         assert_eq!(err.to_string(), "session log /logs/s.jsonl: not a regular file owned by uid 1000");
         assert!(s.in_open_turn(), "the refused turn/end was not recorded");
         assert_eq!(s.events().len(), 1);
+    }
+
+    #[test]
+    fn the_in_memory_log_is_bounded_and_last_events_survive_the_window() {
+        let s = session();
+        s.append("sandbox/mode", serde_json::json!({"mode": "read-only"})).expect("append");
+        s.begin_turn().expect("append");
+        for _ in 0..RECENT_EVENTS * 4 {
+            s.append("approval/asked", Value::Null).expect("append");
+        }
+        let events = s.events();
+        assert_eq!(events.len(), RECENT_EVENTS, "only the latest events stay in memory");
+        let total = RECENT_EVENTS as u64 * 4 + 2;
+        assert_eq!(s.event_count(), total);
+        assert_eq!(events.last().map(|e| e.seq), Some(total));
+        assert_eq!(events.first().map(|e| e.seq), Some(total - RECENT_EVENTS as u64 + 1));
+        assert_eq!(s.last_event("sandbox/mode").map(|e| e.seq), Some(1), "older than the window");
+        assert!(s.in_open_turn(), "the turn/start left the window but still counts");
+        s.end_turn().expect("append");
+        assert!(!s.in_open_turn());
+        s.begin_turn().expect("append");
+        assert!(s.in_open_turn());
     }
 
     #[test]

@@ -43,8 +43,12 @@ struct Record {
     started_at: u64,
     finished_at: Option<u64>,
     reported: bool,
-    /// Pending `wait` calls; a settlement while any is pending counts as observed.
+    /// Pending `wait` calls. A settlement while any is pending defers the completion
+    /// listeners until the last of them ends: one that reports the end marks the job
+    /// reported first (no notice); one that was cancelled does not (the notice goes out).
     waiters: usize,
+    /// The settlement's listeners wait for the pending waiters to end.
+    listeners_deferred: bool,
     /// Carries the settled snapshot once terminal.
     settled: watch::Sender<Option<JobSnapshot>>,
 }
@@ -243,13 +247,14 @@ impl Inner {
         }
     }
 
-    /// Records the first outcome; later ones are ignored. Listeners run after the lock is released.
+    /// Records the first outcome; later ones are ignored. Listeners run after the lock is
+    /// released — at once, or when the last pending waiter ends (see `Record::waiters`).
     fn settle(&self, id: &str, outcome: Result<JobOutcome, String>) {
         let outcome = outcome.unwrap_or_else(|error| {
             tracing::warn!("jobs: job {id} producer done future failed: {error}");
             JobOutcome { status: OutcomeStatus::Failed, detail: Some(error), output: None }
         });
-        let (snapshot, owner, listeners) = {
+        let notice = {
             let mut state = self.state.lock();
             let Ok(record) = state.find_mut(id) else { return };
             if record.status.is_terminal() {
@@ -259,19 +264,31 @@ impl Inner {
             record.detail = outcome.detail;
             record.output = outcome.output;
             record.finished_at = Some(now_ms());
-            if record.waiters > 0 {
-                record.reported = true;
+            let deferred = record.waiters > 0 && !record.reported;
+            record.listeners_deferred = deferred;
+            record.settled.send_replace(Some(record.snapshot()));
+            if deferred {
+                return;
             }
-            let snapshot = record.snapshot();
-            record.settled.send_replace(Some(snapshot.clone()));
-            let owner = record.owner.clone();
-            let listeners: Vec<SettledListener> = if state.listeners_closed {
-                Vec::new()
-            } else {
-                state.listeners.iter().map(|(_, l)| Arc::clone(l)).collect()
-            };
-            (snapshot, owner, listeners)
+            Self::settlement(&state, id)
         };
+        Self::notify(notice);
+    }
+
+    /// The listeners to tell about `id`'s settlement, with what they are told.
+    fn settlement(state: &State, id: &str) -> Option<Settlement> {
+        let record = state.find(id).ok()?;
+        let listeners: Vec<SettledListener> = if state.listeners_closed {
+            Vec::new()
+        } else {
+            state.listeners.iter().map(|(_, l)| Arc::clone(l)).collect()
+        };
+        Some((record.snapshot(), record.owner.clone(), listeners))
+    }
+
+    /// Runs the settlement listeners (outside the registry lock).
+    fn notify(settlement: Option<Settlement>) {
+        let Some((snapshot, owner, listeners)) = settlement else { return };
         for listener in listeners {
             let called = std::panic::catch_unwind(AssertUnwindSafe(|| listener(&snapshot, owner.as_ref())));
             if called.is_err() {
@@ -329,7 +346,19 @@ impl Inner {
             // A closed channel means the record is gone already.
             let _ = rx.wait_for(Option::is_some).await;
         }
-        self.state.lock().records.retain(|r| !ids.contains(&r.id));
+        // Listeners a pending waiter deferred are told now: the waiter will find no record.
+        let deferred: Vec<Option<Settlement>> = {
+            let mut state = self.state.lock();
+            let deferred = state
+                .records
+                .iter()
+                .filter(|r| r.listeners_deferred && ids.contains(&r.id))
+                .map(|r| Self::settlement(&state, &r.id))
+                .collect();
+            state.records.retain(|r| !ids.contains(&r.id));
+            deferred
+        };
+        deferred.into_iter().for_each(Self::notify);
     }
 
     /// Owner teardown: every job of that exact owner.
@@ -365,20 +394,45 @@ impl Inner {
     }
 
     fn mark_reported_if_terminal(&self, id: &str) -> Option<JobSnapshot> {
-        let mut state = self.state.lock();
-        let record = state.find_mut(id).ok()?;
-        if record.status.is_terminal() {
-            record.reported = true;
-        }
-        Some(record.snapshot())
+        self.report_if_terminal(id, None).ok().flatten()
     }
 
-    fn unwait(&self, id: &str) {
-        if let Ok(record) = self.state.lock().find_mut(id) {
-            record.waiters = record.waiters.saturating_sub(1);
+    /// A waiter's report: a terminal job is marked reported — unless `signal` fired first, for
+    /// reporting the end is the waiting call's point of no return (sealed, under the lock, so
+    /// the call cannot be cancelled after it reported). `Ok(None)`: the record is gone.
+    fn report_if_terminal(
+        &self,
+        id: &str,
+        signal: Option<&AbortSignal>,
+    ) -> Result<Option<JobSnapshot>, JobError> {
+        let mut state = self.state.lock();
+        let Ok(record) = state.find_mut(id) else { return Ok(None) };
+        if record.status.is_terminal() {
+            if signal.is_some_and(|s| !s.seal()) {
+                return Err(JobError::WaitAborted);
+            }
+            record.reported = true;
         }
+        Ok(Some(record.snapshot()))
+    }
+
+    /// A waiter ends; the last one runs the listeners its settlement deferred.
+    fn unwait(&self, id: &str) {
+        let notice = {
+            let mut state = self.state.lock();
+            let Ok(record) = state.find_mut(id) else { return };
+            record.waiters = record.waiters.saturating_sub(1);
+            if record.waiters > 0 || !std::mem::take(&mut record.listeners_deferred) {
+                return;
+            }
+            Self::settlement(&state, id)
+        };
+        Self::notify(notice);
     }
 }
+
+/// A settled job's snapshot and owner, and the listeners to tell.
+type Settlement = (JobSnapshot, Option<Arc<Agent>>, Vec<SettledListener>);
 
 /// Unregisters a pending waiter however the wait ends (including being dropped).
 struct WaiterGuard<'a> {
@@ -434,6 +488,7 @@ impl JobRegistry for LocalJobRegistry {
                 finished_at: None,
                 reported: false,
                 waiters: 0,
+                listeners_deferred: false,
                 settled,
             });
             id
@@ -536,6 +591,9 @@ impl JobRegistry for LocalJobRegistry {
                     return Err(JobError::InvalidWaitTimeout(json_number_text(timeout_ms)));
                 }
                 if record.status.is_terminal() {
+                    if signal.as_ref().is_some_and(|s| !s.seal()) {
+                        return Err(JobError::WaitAborted);
+                    }
                     record.reported = true;
                     return Ok(record.snapshot());
                 }
@@ -562,8 +620,10 @@ impl JobRegistry for LocalJobRegistry {
                     return Err(JobError::WaitAborted);
                 }
             };
+            // Reported before this waiter ends, so listeners it deferred see the report.
+            let reported = self.inner.report_if_terminal(id, signal.as_ref());
             guard.release();
-            match self.inner.mark_reported_if_terminal(id) {
+            match reported? {
                 Some(snapshot) => Ok(snapshot),
                 // Torn down while we waited: report what settlement recorded.
                 None => last_known.ok_or_else(|| JobError::UnknownJob(id.to_owned())),

@@ -364,6 +364,49 @@ async fn wait_abort_rules() {
     assert!(!job.reported, "an aborted wait is unregistered and does not suppress the notice");
 }
 
+/// A wait cancelled after the job settled but before it reported (the race of a client's
+/// cancellation with the job's end) reports nothing: the call's read never runs, and the
+/// completion notice the pending wait held back goes out when the wait ends.
+#[tokio::test]
+async fn a_wait_cancelled_after_the_settlement_neither_reports_nor_suppresses_the_notice() {
+    for sealable in [true, false] {
+        let f = fixture();
+        let (mut settled, _listener) = f.settlements();
+        let p = FakeProducer::new();
+        f.jobs.start(p.spec("bash", "x", None)).expect("start");
+        let signal = if sealable { AbortSignal::sealable() } else { AbortSignal::new() };
+        let mut waiting = f.jobs.wait("bash-1", 600_000.0, None, Some(signal.clone()));
+        assert!(futures::poll!(&mut waiting).is_pending());
+        p.complete("exit code: 0");
+        while !f.jobs.get("bash-1", None).expect("get").status.is_terminal() {
+            tokio::task::yield_now().await;
+        }
+        assert!(settled.try_recv().is_err(), "the pending wait defers the listeners");
+        signal.abort_default();
+        assert_eq!(waiting.await, Err(JobError::WaitAborted));
+        let job = settled.recv().await.expect("settled");
+        assert!(!job.reported, "the notice goes out");
+        assert!(!f.jobs.get("bash-1", None).expect("get").reported);
+    }
+}
+
+/// A wait that reported its job's end seals its call's signal: the call's result stands
+/// against a later cancellation.
+#[tokio::test]
+async fn a_wait_that_reports_seals_a_sealable_signal() {
+    let f = fixture();
+    let (mut settled, _listener) = f.settlements();
+    let p = FakeProducer::new();
+    f.jobs.start(p.spec("bash", "x", None)).expect("start");
+    let signal = AbortSignal::sealable();
+    let mut waiting = f.jobs.wait("bash-1", 600_000.0, None, Some(signal.clone()));
+    assert!(futures::poll!(&mut waiting).is_pending());
+    p.complete("exit code: 0");
+    assert!(waiting.await.expect("settled").reported);
+    assert!(settled.recv().await.expect("settled").reported, "no notice");
+    assert!(!signal.abort_default(), "sealed");
+}
+
 #[tokio::test]
 async fn a_pending_wait_marks_the_settlement_reported() {
     let f = fixture();

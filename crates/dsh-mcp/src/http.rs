@@ -23,6 +23,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::options::McpOptions;
+use crate::order::OrderedSessions;
 use crate::origin::{Origin, origin_allowed};
 use crate::server::McpServer;
 use crate::session::Shared;
@@ -36,7 +37,7 @@ const DRAIN_LIMIT: usize = 64 * 1024 * 1024;
 const DRAIN: Duration = Duration::from_secs(2);
 
 type Body = BoxBody<Bytes, Infallible>;
-type McpService = StreamableHttpService<McpServer, LocalSessionManager>;
+type McpService = StreamableHttpService<McpServer, OrderedSessions<LocalSessionManager>>;
 
 /// Serves the composition over streamable HTTP at `http://<addr>/mcp` until a shutdown is
 /// requested; then ends every session and disposes the composition. Every request must carry
@@ -171,6 +172,7 @@ fn mcp_service(
         hosts.push(local.ip().to_string());
         config = config.with_allowed_hosts(hosts);
     }
+    let sessions = OrderedSessions(sessions);
     StreamableHttpService::new(move || Ok(McpServer::new(Arc::clone(&shared))), Arc::new(sessions), config)
 }
 

@@ -26,7 +26,9 @@
 //!   concurrency classifier, so they are exclusive); the agent is busy during a call and idle
 //!   between calls, and each call runs inside its own turn.
 //! * **Cancellation**: `notifications/cancelled` fires the call's abort signal (the pipeline
-//!   then yields `tool call aborted`; per MCP, a cancelled request gets no response).
+//!   then yields `tool call aborted`; per MCP, a cancelled request gets no response). A call
+//!   already past its point of no return (a consuming job read ran) ignores the
+//!   cancellation and is answered, as MCP allows, so its output is not lost.
 //! * **Progress**: with a progress token, `notifications/progress` every
 //!   [`McpOptions::progress_interval`] (never more than two per second) carrying the elapsed
 //!   seconds; the command's latest output line is not observable through the tool seam, so it
@@ -55,6 +57,7 @@
 mod approval;
 mod http;
 mod options;
+mod order;
 mod origin;
 pub mod output;
 mod roots;

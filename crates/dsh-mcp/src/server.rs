@@ -23,6 +23,7 @@ use rmcp::{ErrorData as McpError, Peer, RoleServer, ServerHandler};
 use serde_json::{Map, Value};
 use tokio::time::MissedTickBehavior;
 
+use crate::order::CallTicket;
 use crate::output::{OutputShape, advertised_output_schema, call_tool_result, output_shape};
 use crate::session::{McpSession, Shared};
 
@@ -155,7 +156,12 @@ impl ServerHandler for McpServer {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
+        // Numbered as it arrived (see `crate::order`); however this call ends, the next
+        // one's turn comes when it does.
+        let ticket = context.extensions.get::<CallTicket>().cloned();
         let session = self.session()?;
+        let ticket = ticket.unwrap_or_else(|| session.book().issue(context.id.clone()));
+        let _finish = FinishCall(&ticket);
         let registry = self
             .shared
             .ctx
@@ -166,16 +172,13 @@ impl ServerHandler for McpServer {
         let args = Value::Object(request.arguments.unwrap_or_default());
         let shape =
             registry.get(&name).map(|t| output_shape(t.output_schema())).unwrap_or(OutputShape::Object);
+        let signal = ticket.signal().clone();
+        tokio::select! {
+            () = ticket.turn() => {}
+            () = signal.aborted() => return Ok(aborted_while_queued(shape)),
+            () = context.ct.cancelled() => return Ok(aborted_while_queued(shape)),
+        }
         let call_id = session.next_call_id();
-        let signal = AbortSignal::new();
-        let _turn = tokio::select! {
-            turn = session.exclusive() => turn,
-            _ = context.ct.cancelled() => {
-                // Cancelled while queued: it never reaches the pipeline.
-                let result = ToolResult::failure(ToolError::aborted_before_dispatch());
-                return Ok(call_tool_result(&result, shape, &[]).into());
-            }
-        };
         let guard = session.enter_call(&agent, &call_id, &name, &args);
         let exec = ToolExec::new(Some(Arc::clone(&agent)), call_id).with_signal(signal.clone());
         let output = exec.output_probe.clone();
@@ -193,6 +196,21 @@ impl ServerHandler for McpServer {
         drop(guard);
         Ok(call_tool_result(&result, shape, &notices).into())
     }
+}
+
+/// Finishes a call's ticket however the handler ends.
+struct FinishCall<'a>(&'a CallTicket);
+
+impl Drop for FinishCall<'_> {
+    fn drop(&mut self) {
+        self.0.finish();
+    }
+}
+
+/// A call cancelled while queued never reaches the pipeline.
+fn aborted_while_queued(shape: OutputShape) -> CallToolResponse {
+    let result = ToolResult::failure(ToolError::aborted_before_dispatch());
+    call_tool_result(&result, shape, &[]).into()
 }
 
 /// Progress reporting for one call: elapsed time, and the latest output line while the body

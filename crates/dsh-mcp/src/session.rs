@@ -20,6 +20,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::approval::{InFlightCalls, elicitation_answerer, supports_elicitation};
 use crate::options::McpOptions;
+use crate::order::CallBook;
 use crate::roots::first_file_root;
 
 /// The level completion notices are logged at.
@@ -83,9 +84,11 @@ pub(crate) struct McpSession {
     /// The agent is made on the first call, once the client's roots can be asked.
     agent: tokio::sync::Mutex<AgentSlot>,
     calls: InFlightCalls,
-    /// Tools declare no concurrency classifier, so calls are exclusive: one
-    /// call of a session runs at a time, in the order the calls reach the server.
-    exclusive: tokio::sync::Mutex<()>,
+    /// Tools declare no concurrency classifier, so calls are exclusive: one call of a
+    /// session runs at a time, in the order the calls reach the server. Calls are numbered
+    /// by the session's transport as they arrive; this book numbers only calls that came
+    /// without a number (a transport that does not number them).
+    book: CallBook,
     in_flight: Mutex<usize>,
     next_call: AtomicU64,
     log_level: Arc<Mutex<LoggingLevel>>,
@@ -100,7 +103,7 @@ impl McpSession {
             peer,
             agent: tokio::sync::Mutex::new(AgentSlot::Empty),
             calls: InFlightCalls::default(),
-            exclusive: tokio::sync::Mutex::new(()),
+            book: CallBook::default(),
             in_flight: Mutex::new(0),
             next_call: AtomicU64::new(1),
             log_level: Arc::new(Mutex::new(LoggingLevel::Debug)),
@@ -118,9 +121,9 @@ impl McpSession {
         *self.log_level.lock() = level;
     }
 
-    /// Waits for the session's previous calls to finish (FIFO).
-    pub async fn exclusive(&self) -> tokio::sync::MutexGuard<'_, ()> {
-        self.exclusive.lock().await
+    /// The book that numbers calls which arrived without a number (see [`crate::order`]).
+    pub fn book(&self) -> &CallBook {
+        &self.book
     }
 
     /// A fresh call id for this session.

@@ -26,6 +26,7 @@ use tokio_util::sync::CancellationToken;
 use dsh_core::Context;
 
 use crate::options::McpOptions;
+use crate::order::Ordered;
 use crate::server::McpServer;
 use crate::session::Shared;
 use crate::shutdown::shutdown_requested;
@@ -56,7 +57,7 @@ where
     let shared = Arc::new(Shared::new(ctx.clone(), options.clone()));
     let server = McpServer::new(shared);
     let slot = server.session_slot();
-    let transport = LineTransport::new(read, write, options.max_message_bytes);
+    let transport = Ordered::new(LineTransport::new(read, write, options.max_message_bytes));
     let ct = CancellationToken::new();
     let shutdown = shutdown_requested(&options);
     tokio::pin!(shutdown);

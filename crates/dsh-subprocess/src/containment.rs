@@ -238,7 +238,7 @@ fn sweep_with(
         // about to wait for it. So nothing may be orphaned into that group: in-process code
         // that starts children which may leave descendants behind starts them in a group of
         // their own with [`crate::GroupedChild`], which reaps what they leave.
-        if stat.ppid != me || stat.pgrp == own_group {
+        if stat.ppid != me || stat.pgrp == own_group || crate::guardian::is_guardian(pid) {
             continue;
         }
         if stat.state == 'Z' {

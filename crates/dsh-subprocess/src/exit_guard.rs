@@ -3,7 +3,8 @@
 //! Every group is registered from spawn until its whole tree is confirmed gone (never longer,
 //! so a recycled pid is never signalled). An `atexit` hook, installed once, kills whatever is
 //! still registered when the process exits through `exit` or a return from `main`. A crash or
-//! a `SIGKILL` of the harness is not covered.
+//! a `SIGKILL` of the harness runs no hook: the [`crate::guardian`], told of every group here,
+//! covers those.
 
 use std::collections::BTreeSet;
 use std::sync::Once;
@@ -34,10 +35,13 @@ pub(crate) fn register(pgid: i32) {
         }
     });
     LIVE_GROUPS.lock().insert(pgid);
+    crate::guardian::tell(true, pgid);
 }
 
 pub(crate) fn unregister(pgid: i32) {
-    LIVE_GROUPS.lock().remove(&pgid);
+    if LIVE_GROUPS.lock().remove(&pgid) {
+        crate::guardian::tell(false, pgid);
+    }
 }
 
 /// Whether `pgid` is the group of a tree that is not confirmed gone yet.

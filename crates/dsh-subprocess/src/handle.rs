@@ -203,6 +203,28 @@ impl ProcessHandle {
         self.inner.outcome.borrow().clone()
     }
 
+    /// Whether the direct child has exited: a zombie waiting for its reap (looked at without
+    /// reaping it), or reaped already (which its supervisor records just after). Once true
+    /// it stays true. The process may still be unsettled: its pipes drain (or a descendant
+    /// holds them) for up to the grace period.
+    pub fn leader_exited(&self) -> bool {
+        if self.inner.leader_reaped.load(Ordering::SeqCst) {
+            return true;
+        }
+        // SAFETY: an all-zero `siginfo_t` is a valid value; `waitid` fills it.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        let flags = libc::WEXITED | libc::WNOHANG | libc::WNOWAIT;
+        // SAFETY: a non-blocking, non-reaping look at a child of this process.
+        let looked = unsafe { libc::waitid(libc::P_PID, self.inner.pid as libc::id_t, &mut info, flags) };
+        if looked != 0 {
+            // ECHILD: our child is no longer there to wait for, so it was reaped (the
+            // supervisor may not have recorded it yet).
+            return std::io::Error::last_os_error().raw_os_error() == Some(libc::ECHILD);
+        }
+        // SAFETY: a successful `waitid` sets `si_pid` (0 when the child is still running).
+        unsafe { info.si_pid() != 0 }
+    }
+
     /// Resolves `true` once no member of the process group is alive, or `false` if `cancel`
     /// is cancelled first.
     pub async fn wait_for_exit(&self, cancel: Option<&CancellationToken>) -> bool {

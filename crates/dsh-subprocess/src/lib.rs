@@ -25,6 +25,7 @@ mod error;
 mod exit_guard;
 mod fds;
 mod grouped;
+mod guardian;
 mod handle;
 mod latest_line;
 #[cfg(feature = "plugin")]
@@ -45,6 +46,7 @@ pub use containment::{Containment, ContainmentStatus, DETACH_ENV};
 pub use env::{AmbientEnv, EnvEntry, is_credential, is_scrubbed};
 pub use error::{OsSpawnError, SpawnError, SpawnStage};
 pub use grouped::GroupedChild;
+pub use guardian::guardian_pid;
 pub use handle::{ProcessHandle, ProcessOutcome};
 pub use latest_line::{LATEST_LINE_MAX_CHARS, LATEST_LINE_WINDOW, latest_line};
 pub use nix::errno::Errno;

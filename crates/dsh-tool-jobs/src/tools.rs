@@ -137,6 +137,12 @@ impl Tool for JobOutputTool {
             // A timed-out wait is not an error: the read below reports the live status.
             self.jobs.wait(id, timeout, caller, Some(exec.signal.clone())).await?;
         }
+        // The read consumes: it is the call's point of no return. A call cancelled before it
+        // reads nothing (the output stays for the next read); one that reads cannot be
+        // cancelled any more, so its result, and the output in it, reaches the caller.
+        if !exec.signal.seal() {
+            return Err(ToolError::aborted());
+        }
         let (text, job) = self.jobs.read(id, caller)?;
         let text = match tail {
             Some(n) => tail_lines(&text, n),

@@ -181,8 +181,9 @@ impl Job {
             self.id,
             self.received
         );
+        // A kill that lands after the job's own exit reports what happened: completed.
         let allowed: &[&str] = if self.kill_requested {
-            &["stopping", "killed"]
+            &["stopping", "killed", "completed"]
         } else if self.long {
             &["running"]
         } else {

@@ -1,7 +1,7 @@
 use std::time::{Duration, Instant};
 
 use dsh_core::AbortSignal;
-use dsh_shell::{ProcessStatus, ShellExecRequest, ShellExecutor, ShellProcessRead};
+use dsh_shell::{ProcessStatus, ShellExecRequest, ShellExecutor, ShellProcess, ShellProcessRead};
 
 use crate::{
     HUNDRED_LINES, executor_in, group_has_live_member, hundred_lines, read_until, request, resolved,
@@ -160,4 +160,37 @@ async fn utf8_is_never_split_between_background_reads() {
     assert_eq!(read_until(process.as_ref(), "a").await, "a", "the partial character is held back");
     process.done().await;
     assert_eq!(process.read_output().delta, "€\n");
+}
+
+/// A background process read to the end of its settled output lets its buffers go (a
+/// finished job keeps no output in memory once everything was read); its spill file stays
+/// reported on later reads, and a process with output left unread keeps it.
+#[tokio::test]
+async fn a_process_read_to_the_end_releases_its_output() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (executor, _service) = executor_in(dir.path(), |c| c.max_output_bytes = 100.0);
+    let start = |command: &str| {
+        let spec = resolved(&executor, command);
+        executor.start_argv(&spec, dsh_bash_local::bash_argv(&spec.command), None, None).expect("start")
+    };
+    let process = start(&format!("{HUNDRED_LINES}; echo err >&2"));
+    let unread = start("echo kept");
+    process.done().await;
+    unread.done().await;
+    assert!(process.retains_output() && unread.retains_output(), "settled, not read yet");
+    let read = process.read_output();
+    assert!(read.delta.ends_with("[stderr]\nerr\n") && read.lossy, "{read:?}");
+    let path = read.stdout_spill_path.clone().expect("stdout spill");
+    assert!(!process.retains_output(), "read to the end: released");
+    let again = process.read_output();
+    assert_eq!(
+        again,
+        ShellProcessRead { stdout_spill_path: Some(path.clone()), ..ShellProcessRead::default() },
+        "later reads still name the spill file"
+    );
+    assert_eq!(std::fs::read_to_string(path).expect("spill"), hundred_lines());
+    assert_eq!(process.exit_code(), Some(0));
+    assert!(unread.retains_output());
+    assert_eq!(unread.read_output().delta, "kept\n");
+    assert!(!unread.retains_output());
 }

@@ -132,6 +132,11 @@ impl Server {
         self.0.as_ref().expect("running").id()
     }
 
+    /// The server's process, to end some other way.
+    pub(crate) fn take(&mut self) -> std::process::Child {
+        self.0.take().expect("running")
+    }
+
     /// Ends the server with SIGTERM and asserts a clean exit.
     pub(crate) fn stop(mut self) {
         stop(self.0.take().expect("running"));

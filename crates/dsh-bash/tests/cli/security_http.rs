@@ -319,3 +319,21 @@ fn under_network_deny_a_command_cannot_reach_the_server_that_runs_it() {
     assert!(proxied.contains(&format!("[network: access to {host}:{port} denied]")), "{proxied}");
     server.stop();
 }
+
+#[test]
+fn a_killed_http_server_takes_its_sessions_jobs_along() {
+    use crate::killed_harness::{kill_and_check, marker, spreading, wait_for};
+    let sandbox = Sandbox::outside_tmp();
+    let (mut server, line) = start_server(&sandbox, &["--http", "0"], Some(TOKEN));
+    let authority = authority(&line);
+    let session = open_session(&authority);
+    let marker = marker();
+    let auth = bearer();
+    let headers = [("Authorization", auth.as_str()), ("Mcp-Session-Id", session.as_str())];
+    let body = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "bash", "arguments": {
+        "command": spreading(&marker), "description": "d", "run_in_background": true}}});
+    assert_eq!(post(&authority, &headers, &body).status, 200);
+    wait_for(&marker, 5);
+    let mut child = server.take();
+    kill_and_check(&mut child, &marker, "mcp --http");
+}
