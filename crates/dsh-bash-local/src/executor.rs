@@ -27,7 +27,12 @@ pub struct LocalBashExecutor {
 }
 
 fn collected(stream: CollectedStream) -> CollectedOutput {
-    CollectedOutput { text: stream.text, truncated: stream.truncated, spill_path: stream.spill_path }
+    CollectedOutput {
+        text: stream.text,
+        truncated: stream.truncated,
+        spill_path: stream.spill_path,
+        spill_error: stream.spill_error,
+    }
 }
 
 /// A foreground run whose future is dropped (its caller went away) must not leave the

@@ -43,16 +43,23 @@ pub(crate) fn spawn_spec(
         .into_iter()
         .flatten()
         .flat_map(|map| map.iter().map(|(k, v)| (k.clone(), EnvEntry::Set(v.clone()))));
+    // A shared file is named by its descriptor number, which is the same in the child.
+    let shared = spec.shared_file.as_ref().map(|shared| {
+        use std::os::fd::AsRawFd;
+        (shared.env.clone(), EnvEntry::Set(shared.file.as_raw_fd().to_string()))
+    });
     let mut spawn = SpawnSpec::new(argv);
     spawn.cwd = Some(spec.workdir.clone());
-    spawn.env = overrides.chain(requested).collect();
+    spawn.env = overrides.chain(requested).chain(shared).collect();
+    spawn.shared_file = spec.shared_file.as_ref().map(|shared| std::sync::Arc::clone(&shared.file));
     spawn.stdin = spec.stdin.clone();
     spawn.stdout = CaptureLimits::new("stdout", stdout_cap, spill_cap);
     spawn.stderr = CaptureLimits::new("stderr", memory_cap(config.max_output_bytes), spill_cap);
     spawn.grace = grace_duration(config.grace_ms);
-    // A confined command (the only kind with a hook) starts a session of its own: no
-    // controlling terminal to inject input into, no signals from the terminal.
-    spawn.new_session = pre_exec.is_some();
+    // Every command starts a session of its own: no controlling terminal to read from (a
+    // prompt on `/dev/tty` fails at once instead of stopping the command until its timeout)
+    // or to inject input into, no signals from the terminal.
+    spawn.new_session = true;
     spawn.with_pre_exec(pre_exec);
     spawn
 }

@@ -4,7 +4,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use dsh_core::AbortSignal;
-use dsh_shell::{ProcessStatus, ShellProcess, ShellProcessRead, ShellSandboxInfo};
+use dsh_shell::{
+    ProcessIdentity, ProcessStatus, ShellProcess, ShellProcessRead, ShellSandboxInfo, SpillObserver,
+};
 use dsh_subprocess::{OsSpawnError, ProcessHandle};
 use futures::future::BoxFuture;
 use parking_lot::Mutex;
@@ -45,11 +47,15 @@ struct State {
     handle: Option<ProcessHandle>,
     /// The spill files of a released process, for the reads after its release.
     spill_paths: (Option<PathBuf>, Option<PathBuf>),
+    /// Why the complete output could not be kept, for the reads after its release.
+    spill_error: Option<String>,
 }
 
 /// A background `bash -c` (or wrapped argv) process.
 pub struct LocalShellProcess {
     pid: Option<u32>,
+    /// The start time (`/proc/<pid>/stat` field 22), read right after the spawn.
+    start_time: Option<u64>,
     state: Mutex<State>,
     done: watch::Sender<bool>,
 }
@@ -57,6 +63,7 @@ pub struct LocalShellProcess {
 impl LocalShellProcess {
     fn new(handle: Option<ProcessHandle>, status: ProcessStatus, spawn_note: Option<String>) -> Self {
         let pid = handle.as_ref().map(ProcessHandle::pid);
+        let start_time = pid.and_then(start_time);
         let state = State {
             status,
             exit_code: None,
@@ -67,8 +74,9 @@ impl LocalShellProcess {
             stderr_offset: 0,
             handle,
             spill_paths: (None, None),
+            spill_error: None,
         };
-        Self { pid, state: Mutex::new(state), done: watch::Sender::new(false) }
+        Self { pid, start_time, state: Mutex::new(state), done: watch::Sender::new(false) }
     }
 
     /// A running process; settles in the background when the child does.
@@ -181,6 +189,7 @@ impl ShellProcess for LocalShellProcess {
             read.lossy = out.lossy || err.lossy;
             read.stdout_spill_path = out.spill_path;
             read.stderr_spill_path = err.spill_path;
+            read.spill_error = out.spill_error.or(err.spill_error);
             // Settled (its streams are complete) and read to the end: release the output.
             let settled = *self.done.borrow();
             if settled
@@ -189,9 +198,11 @@ impl ShellProcess for LocalShellProcess {
             {
                 state.handle = None;
                 state.spill_paths = (read.stdout_spill_path.clone(), read.stderr_spill_path.clone());
+                state.spill_error = read.spill_error.clone();
             }
         } else {
             (read.stdout_spill_path, read.stderr_spill_path) = state.spill_paths.clone();
+            read.spill_error = state.spill_error.clone();
         }
         if !stderr.is_empty() {
             if !read.delta.is_empty() && !read.delta.ends_with('\n') {
@@ -221,4 +232,24 @@ impl ShellProcess for LocalShellProcess {
         }
         true
     }
+
+    fn identity(&self) -> Option<ProcessIdentity> {
+        // The child leads its own process group.
+        self.pid.map(|pid| ProcessIdentity { pid, pgid: pid, start_time: self.start_time })
+    }
+
+    fn watch_spills(&self, observer: SpillObserver) {
+        let Some(handle) = self.state.lock().handle.clone() else { return };
+        handle.stdout().watch_spill(Arc::clone(&observer));
+        handle.stderr().watch_spill(observer);
+    }
+}
+
+/// A process's start time in clock ticks after boot (`/proc/<pid>/stat` field 22).
+fn start_time(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name may hold spaces and parentheses: fields restart after the last `)`.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    // `rest` starts at field 3: field 22 is at index 19.
+    rest.split_whitespace().nth(19)?.parse().ok()
 }

@@ -46,5 +46,6 @@ pub(crate) fn resolve(
         sandbox_policy: request.sandbox_policy,
         output_probe: request.output_probe,
         network_approver: request.network_approver,
+        shared_file: request.shared_file,
     })
 }

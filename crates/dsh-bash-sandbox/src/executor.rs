@@ -317,6 +317,7 @@ mod tests {
             sandbox_policy: None,
             output_probe: None,
             network_approver: None,
+            shared_file: None,
         }
     }
 

@@ -46,6 +46,10 @@ pub struct CompositionArgs {
     /// Remove `run_in_background` from the bash tool.
     #[arg(long, global = true)]
     pub no_background: bool,
+    /// Carry shell state from one call of a session to the next: `cwd` (the directory the
+    /// command ended in) or `env` (that, exported variables and functions); tool-bash `persist`.
+    #[arg(long, global = true, value_name = "WHAT", value_parser = ["none", "cwd", "env"])]
+    pub persist: Option<String>,
     /// Working directory of calls without a session cwd (and the sandbox's fallback root).
     #[arg(long, global = true, value_name = "DIR")]
     pub workspace_root: Option<PathBuf>,
@@ -133,7 +137,8 @@ pub struct McpArgs {
     /// commands cannot read this file.
     #[arg(long, value_name = "FILE", requires = "http")]
     pub token_file: Option<PathBuf>,
-    /// End an HTTP session after this many seconds without a request (its jobs are killed).
+    /// End an HTTP session after this many seconds with no call running and no request (its
+    /// jobs are killed); counted from the end of its last call or its last request.
     #[arg(long, value_name = "SECS", requires = "http", default_value_t = 3600,
           value_parser = clap::value_parser!(u64).range(1..=30 * 24 * 3600))]
     pub idle_timeout: u64,
@@ -153,6 +158,12 @@ pub struct McpArgs {
           default_value_t = dsh_mcp::DEFAULT_HTTP_MAX_CONNECTIONS as u64,
           value_parser = clap::value_parser!(u64).range(1..=65536))]
     pub max_connections: u64,
+    /// The most HTTP sessions open at once; a further `initialize` gets 503 with a JSON-RPC
+    /// error naming this cap.
+    #[arg(long, value_name = "N", requires = "http",
+          default_value_t = dsh_mcp::DEFAULT_HTTP_MAX_SESSIONS as u64,
+          value_parser = clap::value_parser!(u64).range(1..=65536))]
+    pub max_sessions: u64,
     /// Do not ask approvals through MCP elicitation.
     #[arg(long)]
     pub no_elicitation: bool,

@@ -1,5 +1,5 @@
 //! `dsh-bash mcp [--http ADDR [--token-file FILE] [--allow-remote] [--idle-timeout SECS]
-//! [--allow-origin ORIGIN]... [--header-timeout SECS] [--max-connections N]]
+//! [--allow-origin ORIGIN]... [--header-timeout SECS] [--max-connections N] [--max-sessions N]]
 //! [--no-elicitation]`: the composition's tools served over the Model Context Protocol, on
 //! stdio by default.
 //!
@@ -94,6 +94,8 @@ pub async fn run(
         http_allowed_origins: args.allow_origin,
         http_header_timeout: Duration::from_secs(args.header_timeout),
         http_max_connections: usize::try_from(args.max_connections).unwrap_or(usize::MAX),
+        http_max_sessions: usize::try_from(args.max_sessions).unwrap_or(usize::MAX),
+        http_on_no_sessions: Some(release_freed_memory),
         shutdown: interrupted.token().clone(),
         handle_signals: false,
         ..McpOptions::default()
@@ -154,6 +156,17 @@ fn start_line(local: SocketAddr, token: &Token) -> String {
         Token::Generated(token) => {
             format!("dsh-bash: serving MCP at {url} (Authorization: Bearer {token}; shown once)")
         }
+    }
+}
+
+/// Gives the pages glibc's allocator keeps after a burst of sessions back to the system
+/// (called once the last HTTP session is torn down), so the server's RSS returns to its
+/// baseline instead of staying at the burst's high-water mark.
+fn release_freed_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only returns free heap memory to the system; no pointer is involved.
+    unsafe {
+        libc::malloc_trim(0);
     }
 }
 

@@ -1,7 +1,7 @@
 //! The composition plan: which plugins load, in which order, with which config.
 //!
 //! Sources, later winning: the default plugin set or the file's `plugins` list; the file's
-//! per-plugin tables; the command-line switches (`--sandbox`, `--no-background`,
+//! per-plugin tables; the command-line switches (`--sandbox`, `--no-background`, `--persist`,
 //! `--workspace-root`, `--approve`, `--approval-policy`; `--add-dir` and `--deny-read` add to
 //! the file's `writableRoots` and `denyRead`, `--redact-env` to `[subprocess] redactValues`).
 //!
@@ -87,6 +87,8 @@ impl Plan {
         }
         plan.apply_tables(catalog, file, args.sandbox.is_some())?;
         plan.apply_switches(args)?;
+        // This host keeps the crash-safe job journal unless the file says otherwise.
+        plan.set_default("jobs", "journal", Value::Bool(true))?;
         plan.deny_moved_session_logs()?;
         Ok(plan)
     }
@@ -172,6 +174,9 @@ impl Plan {
     fn apply_switches(&mut self, args: &CompositionArgs) -> anyhow::Result<()> {
         if args.no_background {
             self.set("tool-bash", "enableRunInBackground", Value::Bool(false))?;
+        }
+        if let Some(persist) = &args.persist {
+            self.set("tool-bash", "persist", Value::String(persist.clone()))?;
         }
         if let Some(root) = &args.workspace_root {
             let root = workspace_root(root)?;
@@ -263,6 +268,16 @@ impl Plan {
             list.push(Value::String(text.to_owned()));
         }
         Ok(())
+    }
+
+    /// Sets one config key of a plugin in the plan unless its table sets it already; a plugin
+    /// not in the plan is left alone.
+    fn set_default(&mut self, short_name: &str, key: &str, value: Value) -> anyhow::Result<()> {
+        let Some(i) = self.index(short_name) else { return Ok(()) };
+        if self.rows[i].config.get(key).is_some() {
+            return Ok(());
+        }
+        self.set(short_name, key, value)
     }
 
     /// Sets one config key of a plugin in the plan; a plugin not in the plan is left alone.
@@ -360,7 +375,19 @@ mod tests {
     fn default_plan_is_the_default_composition() {
         let plan = build("", CompositionArgs::default()).expect("plan");
         assert_eq!(plan.names(), catalog::DEFAULT_COMPOSITION);
-        assert!(plan.rows.iter().all(|r| r.config.is_null()));
+        // Only the job journal is switched on by this host.
+        let jobs = plan.rows.iter().find(|r| r.factory.short_name() == "jobs").expect("jobs");
+        assert_eq!(jobs.config, json!({"journal": true}));
+        assert!(plan.rows.iter().filter(|r| r.factory.short_name() != "jobs").all(|r| r.config.is_null()));
+        let off = build(
+            "[jobs]
+journal = false
+",
+            CompositionArgs::default(),
+        )
+        .expect("plan");
+        let jobs = off.rows.iter().find(|r| r.factory.short_name() == "jobs").expect("jobs");
+        assert_eq!(jobs.config, json!({"journal": false}), "the file's own choice stands");
     }
 
     #[test]
@@ -448,7 +475,9 @@ mod tests {
         assert_eq!(config_of(&plan, "sandbox-local"), Some(json!({"maskedPaths": ["/srv/token"]})));
         let mut unconfined = build("", CompositionArgs::default()).expect("plan");
         unconfined.mask_paths(&[PathBuf::from("/srv/token")]).expect("nothing to mask with");
-        assert!(unconfined.rows.iter().all(|r| r.config.is_null()));
+        assert!(
+            unconfined.rows.iter().filter(|r| r.factory.short_name() != "jobs").all(|r| r.config.is_null())
+        );
     }
 
     #[test]
@@ -474,7 +503,10 @@ mod tests {
         );
         assert_eq!(config_of(&plan, "sandbox-local"), Some(json!({"denyRead": ["~/.vault", "/srv/keys"]})));
         let unconfined = build("", CompositionArgs { sandbox: None, ..args.clone() }).expect("plan");
-        assert!(unconfined.rows.iter().all(|r| r.config.is_null()), "nothing to add to without a sandbox");
+        assert!(
+            unconfined.rows.iter().filter(|r| r.factory.short_name() != "jobs").all(|r| r.config.is_null()),
+            "nothing to add to without a sandbox"
+        );
         let moved = build("[session-jsonl]\nroot = \"/logs\"\n", args.clone()).expect("plan");
         assert_eq!(config_of(&moved, "sandbox-local"), Some(json!({"denyRead": ["/srv/keys", "/logs"]})));
         let home = build("[session-jsonl]\ndshHome = \"/h\"\n", args).expect("plan");

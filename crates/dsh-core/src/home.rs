@@ -1,6 +1,41 @@
 //! Where the harness keeps its files (`DSH_HOME`).
 
 use std::path::{Component, Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Whether this process already printed [`unwritable_warning`].
+static WARNED_UNWRITABLE: AtomicBool = AtomicBool::new(false);
+
+/// The warning a harness prints (once per process) when a directory under its home cannot be
+/// written (exact, pinned by tests):
+/// `dsh-bash: warning: cannot write <dir>: <error>; session logs and the job journal are not kept`.
+pub fn unwritable_warning(dir: &Path, error: &std::io::Error) -> String {
+    format!(
+        "dsh-bash: warning: cannot write {}: {error}; session logs and the job journal are not kept",
+        dir.display()
+    )
+}
+
+/// Creates `dir` (and its parents) and checks that the effective user may write it. When it
+/// cannot be written, prints [`unwritable_warning`] on stderr — once per process, whichever
+/// directory fails first — and returns the error.
+pub fn ensure_writable_dir(dir: &Path) -> std::io::Result<()> {
+    let checked = std::fs::create_dir_all(dir).and_then(|()| {
+        nix::unistd::faccessat(
+            nix::fcntl::AT_FDCWD,
+            dir,
+            nix::unistd::AccessFlags::W_OK,
+            nix::fcntl::AtFlags::AT_EACCESS,
+        )
+        .map_err(std::io::Error::from)
+    });
+    if let Err(error) = &checked
+        && !WARNED_UNWRITABLE.swap(true, Ordering::SeqCst)
+    {
+        eprintln!("{}", unwritable_warning(dir, error));
+    }
+    checked
+}
 
 /// The user's home directory (`$HOME`), falling back to `/`.
 pub fn user_home() -> PathBuf {

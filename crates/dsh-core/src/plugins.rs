@@ -126,7 +126,26 @@ impl Plugin for AgentsPlugin {
     }
 }
 
+/// Session persistence over a root that cannot be written: nothing is kept or located;
+/// headers recorded by an earlier process are still read.
+struct NotKept(JsonlPersistence);
+
+impl SessionPersistence for NotKept {
+    fn locate(&self, _session_id: &str) -> Option<crate::session::SessionLocator> {
+        None
+    }
+
+    fn attach(&self, _session: &crate::session::Session) {}
+
+    fn recorded_header(&self, session_id: &str) -> Option<crate::session::SessionHeader> {
+        self.0.recorded_header(session_id)
+    }
+}
+
 /// Provides `sessionPersistence`: one JSONL file per session under `<DSH_HOME>/sessions`.
+///
+/// A root that cannot be created or written is reported once on stderr
+/// ([`crate::home::unwritable_warning`]) and then no log is kept.
 ///
 /// When applied, removes logs older than `DSH_SESSION_RETENTION_DAYS` days if that is set to
 /// a positive whole number (see [`crate::persistence::SESSION_RETENTION_ENV`]); by default
@@ -162,6 +181,12 @@ impl Plugin for SessionJsonlPlugin {
                 crate::home::resolve_dsh_home(config.dsh_home.as_deref(), ambient.as_deref()).join("sessions")
             }
         };
+        // A root that cannot be written (a read-only home): one warning, and no logs are kept —
+        // calls go on; an earlier process's recorded headers are still read.
+        if crate::home::ensure_writable_dir(&root).is_err() {
+            let backend: Arc<dyn SessionPersistence> = Arc::new(NotKept(JsonlPersistence::new(root)));
+            return scope.provide(SESSION_PERSISTENCE, backend);
+        }
         let jsonl = JsonlPersistence::new(root);
         // Opt-in retention, once per load: removing old logs never fails the load.
         let retention = std::env::var(SESSION_RETENTION_ENV).ok();

@@ -8,7 +8,7 @@ use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
-/// Where a job is in its life; the last three are terminal.
+/// Where a job is in its life; the last four are terminal.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum JobStatus {
@@ -22,6 +22,9 @@ pub enum JobStatus {
     Killed,
     /// The work could not run or finish (the detail says why).
     Failed,
+    /// The harness that ran the job ended (was killed) before it settled: recovered from that
+    /// harness's journal by a later harness with the same home; the detail says what is left.
+    Lost,
 }
 
 impl JobStatus {
@@ -33,12 +36,13 @@ impl JobStatus {
             JobStatus::Completed => "completed",
             JobStatus::Killed => "killed",
             JobStatus::Failed => "failed",
+            JobStatus::Lost => "lost",
         }
     }
 
-    /// True for `completed`, `killed` and `failed`.
+    /// True for `completed`, `killed`, `failed` and `lost`.
     pub fn is_terminal(self) -> bool {
-        matches!(self, JobStatus::Completed | JobStatus::Killed | JobStatus::Failed)
+        matches!(self, JobStatus::Completed | JobStatus::Killed | JobStatus::Failed | JobStatus::Lost)
     }
 
     /// True for `running` and `stopping` (the statuses that occupy an admission slot).
@@ -109,6 +113,37 @@ pub struct JobHooks {
     pub done: BoxFuture<'static, Result<JobOutcome, String>>,
     /// Consuming incremental read for stream jobs; None → a final-output job.
     pub read_output: Option<ReadHook>,
+    /// The process running the work, for the crash-safe job journal (see [`JobProcess`]);
+    /// `None` when the work is no process of its own.
+    pub process: Option<JobProcess>,
+}
+
+/// Tells an observer the path of each spill file a job's process opens (at once for one
+/// already open).
+pub type SpillWatch = Box<dyn FnOnce(Box<dyn Fn(std::path::PathBuf) + Send + Sync>) + Send>;
+
+/// What the job journal records about a job's process, so that a later harness can find
+/// (and stop) it when this one is killed, and point at its spill files.
+pub struct JobProcess {
+    /// The process id.
+    pub pid: u32,
+    /// Its process group (the journal only signals a group the process leads).
+    pub pgid: u32,
+    /// Its start time (`/proc/<pid>/stat` field 22, clock ticks after boot); `None` when it
+    /// could not be read: such a process is never signalled by a later harness.
+    pub start_time: Option<u64>,
+    /// Registers the spill-file observer; `None` when the process keeps no spill files.
+    pub spills: Option<SpillWatch>,
+}
+
+impl fmt::Debug for JobProcess {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("JobProcess")
+            .field("pid", &self.pid)
+            .field("pgid", &self.pgid)
+            .field("start_time", &self.start_time)
+            .finish_non_exhaustive()
+    }
 }
 
 impl fmt::Debug for JobHooks {

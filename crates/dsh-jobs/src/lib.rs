@@ -10,11 +10,18 @@
 //! This crate knows no shell, no process, no tool and no notice text: producers map their own
 //! facts into [`JobOutcome`]s, and the job tools (a separate crate) render statuses and deliver
 //! notices through [`JobRegistry::on_settled`].
+//!
+//! With a journal ([`LocalJobRegistry::with_journal`], the plugin's `journal` key), starts, the
+//! spill files a producer's [`JobProcess`] reports, and ends are appended to a per-harness file;
+//! a later harness stops what a killed one left running (only a process whose start time
+//! matches) and publishes its unfinished jobs as [`JobStatus::Lost`] records of their owning
+//! session, detail [`lost_detail`].
 
 #![deny(missing_docs)]
 
 mod error;
 mod job;
+mod journal;
 mod local;
 mod plugin;
 mod registry;
@@ -23,7 +30,10 @@ pub mod services;
 pub mod testing;
 
 pub use error::JobError;
-pub use job::{JobHooks, JobOutcome, JobSnapshot, JobStartSpec, JobStatus, KillOutcome, OutcomeStatus};
-pub use local::{LocalJobRegistry, OWNER_DISPOSED, SERVICE_DISPOSED};
-pub use plugin::{JobsConfig, JobsPlugin};
+pub use job::{
+    JobHooks, JobOutcome, JobProcess, JobSnapshot, JobStartSpec, JobStatus, KillOutcome, OutcomeStatus,
+    SpillWatch,
+};
+pub use local::{LocalJobRegistry, OWNER_DISPOSED, SERVICE_DISPOSED, lost_detail};
+pub use plugin::{CheckedJobsConfig, JobsConfig, JobsPlugin};
 pub use registry::{JOBS, JobRegistry, SettledListener};

@@ -7,6 +7,7 @@
 
 use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -19,6 +20,7 @@ use tokio::sync::watch;
 
 use crate::error::{JobError, json_number_text};
 use crate::job::{JobOutcome, JobSnapshot, JobStartSpec, JobStatus, KillOutcome, OutcomeStatus};
+use crate::journal::{Journal, LostJob};
 use crate::registry::{JobRegistry, SettledListener};
 
 type Cancel = Arc<dyn Fn(Option<String>) -> Result<(), String> + Send + Sync>;
@@ -28,6 +30,28 @@ type Reader = Arc<dyn Fn() -> String + Send + Sync>;
 pub const OWNER_DISPOSED: &str = "owner disposed";
 /// The reason service teardown forwards to every live job.
 pub const SERVICE_DISPOSED: &str = "jobs service disposed";
+
+/// The detail of a `lost` job: the harness that ran it ended before it settled.
+const LOST: &str = "the harness that ran it ended";
+
+/// The detail of a `lost` job (exact, pinned by tests):
+/// `the harness that ran it ended; full output: <path>[, <path>]` when its process kept spill
+/// files, else `the harness that ran it ended; its output was not kept`.
+pub fn lost_detail(spills: &[PathBuf]) -> String {
+    if spills.is_empty() {
+        return format!("{LOST}; its output was not kept");
+    }
+    let paths: Vec<String> = spills.iter().map(|p| p.to_string_lossy().into_owned()).collect();
+    format!("{LOST}; full output: {}", paths.join(", "))
+}
+
+/// Where a `lost` job came from: its owner's session id, the dead harness's journal and the
+/// id it had there.
+struct LostMark {
+    owner_session: Option<String>,
+    origin: PathBuf,
+    original_id: String,
+}
 
 struct Record {
     id: String,
@@ -51,6 +75,8 @@ struct Record {
     listeners_deferred: bool,
     /// Carries the settled snapshot once terminal.
     settled: watch::Sender<Option<JobSnapshot>>,
+    /// Set for a job a dead harness's journal left behind.
+    lost: Option<LostMark>,
 }
 
 impl Record {
@@ -60,7 +86,10 @@ impl Record {
             kind: self.kind.clone(),
             label: self.label.clone(),
             output_limit_bytes: self.output_limit_bytes,
-            owner_session: self.owner.as_ref().map(|o| o.id().to_owned()),
+            owner_session: match &self.lost {
+                Some(lost) => lost.owner_session.clone(),
+                None => self.owner.as_ref().map(|o| o.id().to_owned()),
+            },
             status: self.status,
             detail: self.detail.clone(),
             started_at: self.started_at,
@@ -69,13 +98,35 @@ impl Record {
         }
     }
 
-    /// The access fence: owned jobs are reachable only from the owner's session id.
+    /// The access fence: owned jobs are reachable only from the owner's session id; a lost
+    /// job of another session is not even named.
     fn check_access(&self, caller: Option<&Arc<Agent>>) -> Result<(), JobError> {
+        if !self.lost_visible_to(caller) {
+            return Err(JobError::UnknownJob(self.id.clone()));
+        }
         match &self.owner {
             Some(owner) if caller.map(|c| c.id()) != Some(owner.id()) => {
                 Err(JobError::OtherSession(self.id.clone()))
             }
             _ => Ok(()),
+        }
+    }
+
+    /// False only for a lost job whose owning session is not the caller's.
+    fn lost_visible_to(&self, caller: Option<&Arc<Agent>>) -> bool {
+        match &self.lost {
+            Some(LostMark { owner_session: Some(owner), .. }) => caller.is_some_and(|c| c.id() == owner),
+            _ => true,
+        }
+    }
+
+    /// Marks the job reported; a lost one tells the journal (its dead journal may go).
+    fn mark_reported(&mut self, journal: Option<&Journal>) {
+        if std::mem::replace(&mut self.reported, true) {
+            return;
+        }
+        if let (Some(lost), Some(journal)) = (&self.lost, journal) {
+            journal.reported(&lost.origin, &lost.original_id);
         }
     }
 
@@ -120,6 +171,8 @@ struct Inner {
     controllers: AtomicUsize,
     next_listener: AtomicU64,
     state: Mutex<State>,
+    /// The crash-safe journal, when the registry keeps one.
+    journal: Option<Journal>,
 }
 
 /// The local job registry (provider of the `jobs` service).
@@ -167,8 +220,35 @@ impl LocalJobRegistry {
                 controllers: AtomicUsize::new(0),
                 next_listener: AtomicU64::new(1),
                 state: Mutex::new(State::default()),
+                journal: None,
             }),
         }
+    }
+
+    /// [`LocalJobRegistry::new`] keeping a crash-safe journal in `journal_dir` (see the
+    /// `journal` module): jobs that a dead harness's journal left unfinished are stopped if
+    /// their process is still really alive and become `lost` records of their owning session
+    /// (with their original ids where free). Journals of dead harnesses older than `retention`
+    /// are removed unread. Fails only when the journal cannot be created.
+    pub fn with_journal(
+        max_concurrent_jobs_per_owner: u64,
+        ctx: Option<WeakContext>,
+        journal_dir: &Path,
+        retention: Option<Duration>,
+    ) -> std::io::Result<Self> {
+        let (journal, lost) = Journal::open(journal_dir, retention)?;
+        let registry = Self {
+            inner: Arc::new(Inner {
+                limit: max_concurrent_jobs_per_owner,
+                ctx,
+                controllers: AtomicUsize::new(0),
+                next_listener: AtomicU64::new(1),
+                state: Mutex::new(State::default()),
+                journal: Some(journal),
+            }),
+        };
+        registry.inner.adopt(lost);
+        Ok(registry)
     }
 
     /// The admission limit per owner.
@@ -178,6 +258,51 @@ impl LocalJobRegistry {
 }
 
 impl Inner {
+    /// Publishes the lost jobs of dead harnesses as terminal `lost` records.
+    fn adopt(&self, lost: Vec<LostJob>) {
+        let mut state = self.state.lock();
+        for job in lost {
+            let number = job
+                .id
+                .strip_prefix(&format!("{}-", job.kind))
+                .and_then(|n| n.parse::<u64>().ok())
+                .filter(|_| !state.records.iter().any(|r| r.id == job.id));
+            let counter = state.counters.entry(job.kind.clone()).or_insert(0);
+            let id = match number {
+                Some(n) => {
+                    *counter = (*counter).max(n);
+                    job.id.clone()
+                }
+                None => {
+                    *counter += 1;
+                    format!("{}-{counter}", job.kind)
+                }
+            };
+            let (settled, _) = watch::channel(None);
+            let record = Record {
+                id,
+                kind: job.kind,
+                label: job.label,
+                output_limit_bytes: None,
+                owner: None,
+                cancel: Arc::new(|_| Ok(())),
+                read_output: None,
+                status: JobStatus::Lost,
+                detail: Some(lost_detail(&job.spills)),
+                output: Some(String::new()),
+                started_at: job.started_at,
+                finished_at: Some(now_ms()),
+                reported: false,
+                waiters: 0,
+                listeners_deferred: false,
+                settled,
+                lost: Some(LostMark { owner_session: job.owner, origin: job.origin, original_id: job.id }),
+            };
+            record.settled.send_replace(Some(record.snapshot()));
+            state.records.push(record);
+        }
+    }
+
     /// Step 5 of preflight: the owner must be the live registered instance; the first job of
     /// an owner ties teardown of its jobs to the owner's lifecycle.
     fn ensure_owner_cleanup(self: &Arc<Self>, owner: &Arc<Agent>) -> Result<(), JobError> {
@@ -264,6 +389,9 @@ impl Inner {
             record.detail = outcome.detail;
             record.output = outcome.output;
             record.finished_at = Some(now_ms());
+            if let Some(journal) = &self.journal {
+                journal.ended(id);
+            }
             let deferred = record.waiters > 0 && !record.reported;
             record.listeners_deferred = deferred;
             record.settled.send_replace(Some(record.snapshot()));
@@ -386,6 +514,9 @@ impl Inner {
         };
         self.teardown(ids, SERVICE_DISPOSED).await;
         self.state.lock().records.clear();
+        if let Some(journal) = &self.journal {
+            journal.close();
+        }
         for hook in hooks {
             if let Some(agent) = hook.agent.upgrade() {
                 agent.cancel_on_dispose(hook.hook);
@@ -411,7 +542,7 @@ impl Inner {
             if signal.is_some_and(|s| !s.seal()) {
                 return Err(JobError::WaitAborted);
             }
-            record.reported = true;
+            record.mark_reported(self.journal.as_ref());
         }
         Ok(Some(record.snapshot()))
     }
@@ -466,6 +597,7 @@ impl JobRegistry for LocalJobRegistry {
                 return Err(JobError::StartFailed(error));
             }
         };
+        let process = hooks.process;
         let id = {
             let mut state = self.inner.state.lock();
             self.inner.release_reservation(&mut state, key);
@@ -490,9 +622,25 @@ impl JobRegistry for LocalJobRegistry {
                 waiters: 0,
                 listeners_deferred: false,
                 settled,
+                lost: None,
             });
+            if let (Some(journal), Some(record)) = (&self.inner.journal, state.records.last()) {
+                let owner = record.owner.as_ref().map(|o| o.id());
+                let identity = process.as_ref().map(|p| (p.pid, p.pgid, p.start_time));
+                journal.started(&id, &record.kind, &record.label, owner, record.started_at, identity);
+            }
             id
         };
+        // Spill files a process opens are journaled as they appear.
+        if let (Some(_), Some(spills)) = (&self.inner.journal, process.and_then(|p| p.spills)) {
+            let inner = Arc::downgrade(&self.inner);
+            let spill_id = id.clone();
+            spills(Box::new(move |path: PathBuf| {
+                if let Some(journal) = inner.upgrade().as_ref().and_then(|i| i.journal.as_ref()) {
+                    journal.spilled(&spill_id, &path);
+                }
+            }));
+        }
         let inner = Arc::clone(&self.inner);
         let settle_id = id.clone();
         let done = hooks.done;
@@ -505,12 +653,19 @@ impl JobRegistry for LocalJobRegistry {
 
     fn list(&self, caller: Option<&Arc<Agent>>) -> Vec<JobSnapshot> {
         let session = caller.map(|c| c.id());
-        let state = self.inner.state.lock();
+        let mut state = self.inner.state.lock();
+        let journal = self.inner.journal.as_ref();
         state
             .records
-            .iter()
-            .filter(|r| r.owner.as_ref().is_none_or(|o| Some(o.id()) == session))
-            .map(Record::snapshot)
+            .iter_mut()
+            .filter(|r| r.owner.as_ref().is_none_or(|o| Some(o.id()) == session) && r.lost_visible_to(caller))
+            .map(|r| {
+                // Listing a lost job is how its owner learns of it: that reports it.
+                if r.lost.is_some() {
+                    r.mark_reported(journal);
+                }
+                r.snapshot()
+            })
             .collect()
     }
 
@@ -559,7 +714,7 @@ impl JobRegistry for LocalJobRegistry {
             let record = state.find_mut(id)?;
             record.check_access(caller)?;
             if record.status.is_terminal() {
-                record.reported = true;
+                record.mark_reported(self.inner.journal.as_ref());
                 return Ok(KillOutcome::AlreadyFinished);
             }
             Arc::clone(&record.cancel)
@@ -594,7 +749,7 @@ impl JobRegistry for LocalJobRegistry {
                     if signal.as_ref().is_some_and(|s| !s.seal()) {
                         return Err(JobError::WaitAborted);
                     }
-                    record.reported = true;
+                    record.mark_reported(self.inner.journal.as_ref());
                     return Ok(record.snapshot());
                 }
                 if signal.as_ref().is_some_and(AbortSignal::is_aborted) {

@@ -81,6 +81,7 @@ impl FakeProducer {
                 Box::new(move || read_me.reads.lock().pop_front().unwrap_or_default())
                     as Box<dyn Fn() -> String + Send + Sync>
             }),
+            process: None,
         }
     }
 

@@ -23,7 +23,8 @@ struct Fixture {
 fn fixture_with(limit: f64) -> Fixture {
     let ctx = Context::new();
     ctx.load_default::<AgentsPlugin>().expect("agents");
-    ctx.load::<JobsPlugin>(JobsConfig { max_concurrent_jobs_per_owner: limit }).expect("jobs");
+    ctx.load::<JobsPlugin>(JobsConfig { max_concurrent_jobs_per_owner: limit, ..JobsConfig::default() })
+        .expect("jobs");
     let jobs = ctx.get(JOBS).expect("jobs service");
     let agents = ctx.get(AGENTS).expect("agents service");
     let controller = jobs.attach_controller();
@@ -513,8 +514,11 @@ async fn config_rejects_non_positive_or_fractional_limits() {
     let ctx = Context::new();
     for (bad, shown) in [(0.0, "0"), (2.5, "2.5"), (-1.0, "-1"), (f64::INFINITY, "Infinity")] {
         assert_eq!(
-            ctx.load::<JobsPlugin>(JobsConfig { max_concurrent_jobs_per_owner: bad })
-                .map_err(|e| e.to_string()),
+            ctx.load::<JobsPlugin>(JobsConfig {
+                max_concurrent_jobs_per_owner: bad,
+                ..JobsConfig::default()
+            })
+            .map_err(|e| e.to_string()),
             Err(format!("jobs: maxConcurrentJobsPerOwner must be a positive safe integer (got {shown})"))
         );
     }

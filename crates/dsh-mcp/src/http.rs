@@ -1,9 +1,12 @@
 //! The streamable HTTP server: one MCP session per `Mcp-Session-Id`, each a session of the
 //! composition; a bearer token on every request.
 
+use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context as TaskContext, Poll};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
@@ -11,19 +14,20 @@ use dsh_core::Context;
 use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode, header};
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full};
-use hyper::body::Incoming;
+use hyper::body::{Frame, Incoming};
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
+use rmcp::model::RequestId;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
-use serde_json::json;
+use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::options::McpOptions;
-use crate::order::OrderedSessions;
+use crate::order::{CallBook, OrderedSessions, with_session_permit};
 use crate::origin::{Origin, origin_allowed};
 use crate::server::McpServer;
 use crate::session::Shared;
@@ -35,17 +39,37 @@ pub const MCP_PATH: &str = "/mcp";
 const DRAIN_LIMIT: usize = 64 * 1024 * 1024;
 /// How long open connections get to finish once a shutdown starts.
 const DRAIN: Duration = Duration::from_secs(2);
+/// How long a request's answer is held back to send it as plain JSON: a request answered by
+/// one message within it gets `application/json`; any other gets the SSE stream (whose
+/// keep-alives then keep the client's read timeout at bay).
+const JSON_WAIT: Duration = Duration::from_secs(1);
+/// The reason a call is aborted with when its client drops the response stream.
+const CLIENT_DISCONNECTED: &str = "the MCP client disconnected";
+/// The JSON-RPC error code of the session-cap refusal (a server error).
+const SESSION_CAP_CODE: i64 = -32000;
+
+/// The JSON-RPC error message of an `initialize` refused because `max` sessions are open
+/// (sent with HTTP 503).
+pub fn session_cap_message(max: usize) -> String {
+    format!(
+        "Service Unavailable: the server already has its maximum of {max} MCP sessions \
+         (--max-sessions {max}); end a session (HTTP DELETE) or retry later"
+    )
+}
 
 type Body = BoxBody<Bytes, Infallible>;
-type McpService = StreamableHttpService<McpServer, OrderedSessions<LocalSessionManager>>;
+type Sessions = OrderedSessions<LocalSessionManager>;
+type McpService = StreamableHttpService<McpServer, Sessions>;
 
 /// Serves the composition over streamable HTTP at `http://<addr>/mcp` until a shutdown is
 /// requested; then ends every session and disposes the composition. Every request must carry
 /// `Authorization: Bearer <token>` (else 401) and no `Origin` or an allowed one (else 403,
 /// see [`McpOptions::http_allowed_origins`]). A connection that does not send a complete
 /// request head within [`McpOptions::http_header_timeout`] is closed, and at most
-/// [`McpOptions::http_max_connections`] are open at once. Bind a loopback address unless the
-/// network in between is trusted: the token is the only gate.
+/// [`McpOptions::http_max_connections`] are open at once, and at most
+/// [`McpOptions::http_max_sessions`] sessions (an `initialize` beyond it gets 503 and a
+/// JSON-RPC error, [`session_cap_message`]). Bind a loopback address unless the network in
+/// between is trusted: the token is the only gate.
 pub async fn serve_http(
     ctx: Context,
     options: McpOptions,
@@ -81,11 +105,15 @@ pub async fn serve_http_on(
     }
     let shared = Arc::new(Shared::new(ctx.clone(), options.clone()));
     let stop = CancellationToken::new();
-    let service = mcp_service(Arc::clone(&shared), &options, local, stop.child_token());
+    let (service, sessions) = mcp_service(Arc::clone(&shared), &options, local, stop.child_token());
+    let max_sessions = options.http_max_sessions.clamp(1, Semaphore::MAX_PERMITS);
     let gate = Arc::new(Gate {
         bearer: format!("Bearer {token}"),
         origins: options.http_allowed_origins.clone(),
         max_body: options.max_message_bytes,
+        sessions: sessions.clone(),
+        session_slots: Arc::new(Semaphore::new(max_sessions)),
+        max_sessions,
     });
     let mut http = http1::Builder::new();
     http.timer(TokioTimer::new()).header_read_timeout(options.http_header_timeout);
@@ -115,6 +143,11 @@ pub async fn serve_http_on(
                     continue;
                 };
                 full = false;
+                // Responses are written as soon as they are ready: a small response left to
+                // Nagle's algorithm waits for the client's delayed ACK (40 ms).
+                if let Err(error) = stream.set_nodelay(true) {
+                    tracing::debug!(%error, "could not set TCP_NODELAY");
+                }
                 let service = service.clone();
                 let gate = Arc::clone(&gate);
                 let http = http.clone();
@@ -145,6 +178,9 @@ pub async fn serve_http_on(
             _ = &mut shutdown => break,
         }
     }
+    // Every session torn down (calls answered or aborted, processes gone) while the
+    // connections still stand, then the SDK's sessions and the connections stop.
+    sessions.close_all().await;
     stop.cancel();
     shared.close_sessions().await;
     let _ = tokio::time::timeout(DRAIN, async { while connections.join_next().await.is_some() {} }).await;
@@ -158,9 +194,11 @@ fn mcp_service(
     options: &McpOptions,
     local: SocketAddr,
     stop: CancellationToken,
-) -> McpService {
+) -> (McpService, Sessions) {
     let mut sessions = LocalSessionManager::default();
-    sessions.session_config.keep_alive = Some(options.http_idle_timeout);
+    // The SDK's keep-alive counts only its own events, so it ends a session whose one call
+    // runs long: `OrderedSessions` times sessions out instead, never with a call in flight.
+    sessions.session_config.keep_alive = None;
     let mut config = StreamableHttpServerConfig::default()
         .with_cancellation_token(stop)
         .with_max_request_body_bytes(options.max_message_bytes);
@@ -172,8 +210,13 @@ fn mcp_service(
         hosts.push(local.ip().to_string());
         config = config.with_allowed_hosts(hosts);
     }
-    let sessions = OrderedSessions(sessions);
-    StreamableHttpService::new(move || Ok(McpServer::new(Arc::clone(&shared))), Arc::new(sessions), config)
+    let sessions = OrderedSessions::new(sessions, options.http_idle_timeout, options.http_on_no_sessions);
+    let service = StreamableHttpService::new(
+        move || Ok(McpServer::new(Arc::clone(&shared))),
+        Arc::new(sessions.clone()),
+        config,
+    );
+    (service, sessions)
 }
 
 /// What every request is checked against before the SDK sees it.
@@ -182,6 +225,25 @@ struct Gate {
     bearer: String,
     origins: Vec<Origin>,
     max_body: usize,
+    sessions: Sessions,
+    /// One permit per open session (see [`McpOptions::http_max_sessions`]).
+    session_slots: Arc<Semaphore>,
+    max_sessions: usize,
+}
+
+/// The method and id of a JSON-RPC request body (`None` for anything else).
+struct RpcRequest {
+    method: String,
+    id: Value,
+}
+
+impl RpcRequest {
+    fn peek(body: &[u8]) -> Option<Self> {
+        let Ok(Value::Object(mut message)) = serde_json::from_slice::<Value>(body) else { return None };
+        let id = message.remove("id").filter(|id| !id.is_null())?;
+        let Some(Value::String(method)) = message.remove("method") else { return None };
+        Some(Self { method, id })
+    }
 }
 
 async fn route(service: &McpService, gate: &Gate, request: Request<Incoming>) -> Response<Body> {
@@ -203,12 +265,172 @@ async fn route(service: &McpService, gate: &Gate, request: Request<Incoming>) ->
         Err(response) => return response,
     };
     let delete = parts.method == Method::DELETE;
-    let mut response = service.handle(Request::from_parts(parts, Full::new(body))).await;
+    let rpc = if parts.method == Method::POST { RpcRequest::peek(&body) } else { None };
+    let session = parts.headers.get("mcp-session-id").and_then(|v| v.to_str().ok());
+    let mut permit = None;
+    if let Some(rpc) = &rpc
+        && session.is_none()
+        && rpc.method == "initialize"
+    {
+        match Arc::clone(&gate.session_slots).try_acquire_owned() {
+            Ok(slot) => permit = Some(slot),
+            Err(_) => return session_cap_reached(gate.max_sessions, rpc.id.clone()),
+        }
+    }
+    // A call whose client goes away before its result is aborted (this guard goes with the
+    // response; dropped before the end, it fires).
+    let guard = match (&rpc, session) {
+        (Some(rpc), Some(session)) if rpc.method == "tools/call" => {
+            let id = serde_json::from_value::<RequestId>(rpc.id.clone()).ok();
+            gate.sessions.book(session).zip(id).map(|(book, id)| AbortOnDrop { book, id, armed: true })
+        }
+        _ => None,
+    };
+    let request = Request::from_parts(parts, Full::new(body));
+    let mut response = with_session_permit(permit, service.handle(request)).await;
     if delete && response.status() == StatusCode::ACCEPTED {
-        // The session is closed by the time the SDK answers; clients expect 200 or 204 for
+        // The session is torn down by the time the SDK answers; clients expect 200 or 204 for
         // a completed termination (202 reads as a failure to some of them).
         *response.status_mut() = StatusCode::NO_CONTENT;
     }
+    let event_stream = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|value| value.as_bytes().starts_with(b"text/event-stream"));
+    if rpc.is_some() && response.status() == StatusCode::OK && event_stream {
+        return answer(response, guard).await;
+    }
+    response
+}
+
+/// The answer to one JSON-RPC request: plain JSON when the SDK's stream starts with the
+/// response (within [`JSON_WAIT`]), which the transport allows for a client that accepts
+/// `application/json` (every client does: the SDK requires it); otherwise the stream, with
+/// what was read of it first.
+async fn answer(response: Response<Body>, mut guard: Option<AbortOnDrop>) -> Response<Body> {
+    let (mut parts, mut body) = response.into_parts();
+    let mut seen = VecDeque::new();
+    let mut ended = false;
+    let wait = tokio::time::sleep(JSON_WAIT);
+    tokio::pin!(wait);
+    loop {
+        let frame = tokio::select! {
+            frame = body.frame() => frame,
+            () = &mut wait => break,
+        };
+        let Some(Ok(frame)) = frame else {
+            ended = true;
+            break;
+        };
+        let Ok(data) = frame.into_data() else { continue };
+        match sse_event(&data) {
+            SseEvent::Quiet => seen.push_back(data),
+            SseEvent::Other => {
+                seen.push_back(data);
+                break;
+            }
+            SseEvent::Answer(json) => {
+                if let Some(guard) = guard.as_mut() {
+                    guard.armed = false;
+                }
+                parts.headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+                parts.headers.remove(header::CACHE_CONTROL);
+                parts.headers.remove("x-accel-buffering");
+                return Response::from_parts(parts, Full::new(json).boxed());
+            }
+        }
+    }
+    let rest = (!ended).then_some(body);
+    Response::from_parts(parts, Replay { seen, rest, guard }.boxed())
+}
+
+/// One event of the SDK's SSE stream, as [`answer`] sees it.
+enum SseEvent {
+    /// A priming event (no data) or a keep-alive comment.
+    Quiet,
+    /// The final answer: a JSON-RPC response or error (its JSON text).
+    Answer(Bytes),
+    /// A notification or a server request: the stream is needed.
+    Other,
+}
+
+fn sse_event(event: &Bytes) -> SseEvent {
+    for line in event.split(|&b| b == b'\n') {
+        let Some(data) = line.strip_prefix(b"data:") else { continue };
+        let data = data.strip_prefix(b" ").unwrap_or(data);
+        if data.is_empty() {
+            return SseEvent::Quiet;
+        }
+        return match serde_json::from_slice::<Value>(data) {
+            Ok(Value::Object(message)) if !message.contains_key("method") => {
+                SseEvent::Answer(event.slice_ref(data))
+            }
+            _ => SseEvent::Other,
+        };
+    }
+    SseEvent::Quiet
+}
+
+/// Aborts call `id` of a session when dropped armed: its client went away before the result.
+struct AbortOnDrop {
+    book: CallBook,
+    id: RequestId,
+    armed: bool,
+}
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        if self.armed {
+            self.book.abort_call(&self.id, CLIENT_DISCONNECTED);
+        }
+    }
+}
+
+/// The SDK's SSE stream, with the events [`answer`] already read in front; holds the call's
+/// [`AbortOnDrop`] until the stream ends.
+struct Replay {
+    seen: VecDeque<Bytes>,
+    rest: Option<Body>,
+    guard: Option<AbortOnDrop>,
+}
+
+impl hyper::body::Body for Replay {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut TaskContext<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        let this = &mut *self;
+        if let Some(data) = this.seen.pop_front() {
+            return Poll::Ready(Some(Ok(Frame::data(data))));
+        }
+        let polled = match this.rest.as_mut() {
+            Some(rest) => Pin::new(rest).poll_frame(cx),
+            None => Poll::Ready(None),
+        };
+        if let Poll::Ready(None) = polled {
+            this.rest = None;
+            if let Some(guard) = this.guard.as_mut() {
+                guard.armed = false;
+            }
+        }
+        polled
+    }
+}
+
+/// 503 for an `initialize` beyond the session cap, as a JSON-RPC error naming the cap.
+fn session_cap_reached(max: usize, id: Value) -> Response<Body> {
+    let body = json!({
+        "jsonrpc": "2.0",
+        "id": id,
+        "error": { "code": SESSION_CAP_CODE, "message": session_cap_message(max) }
+    });
+    let mut response = Response::new(Full::new(Bytes::from(body.to_string())).boxed());
+    *response.status_mut() = StatusCode::SERVICE_UNAVAILABLE;
+    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
     response
 }
 

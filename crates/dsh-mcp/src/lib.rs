@@ -44,8 +44,21 @@
 //! * **Bad input** gets JSON-RPC errors and the session goes on (see the `stdio` module); over
 //!   HTTP, every request needs `Authorization: Bearer <token>` (401 otherwise), bodies above
 //!   [`McpOptions::max_message_bytes`] get 413, and a session idle for
-//!   [`McpOptions::http_idle_timeout`] or deleted by its client ends (its agent and jobs with
-//!   it).
+//!   [`McpOptions::http_idle_timeout`] (no call in flight and no request) or deleted by its
+//!   client ends (its agent and jobs with it). A `DELETE` is answered once the teardown is
+//!   complete: the session's calls answered or aborted, its processes killed and awaited.
+//!   At most [`McpOptions::http_max_sessions`] sessions are open at once; an `initialize`
+//!   beyond it gets 503 and [`session_cap_message`].
+//! * **Vanished clients**: over stdio, the end of stdin ends the session at once (running
+//!   calls aborted, processes killed and awaited before the server returns); over HTTP, a
+//!   `tools/call` whose response stream is dropped before its result (the connection closed)
+//!   is aborted — resuming a call's stream with `Last-Event-ID` is not supported. A client
+//!   that reads slowly holds at most one progress notification per call (later ticks are
+//!   dropped) and a bounded backlog of notices (later ones go only with the next result);
+//!   results are never dropped.
+//! * **HTTP responses**: accepted connections have `TCP_NODELAY`; a request answered by one
+//!   message (no notification or server request before it, within a second) gets it as plain
+//!   `application/json`, otherwise an SSE stream.
 //! * **HTTP exposure**: a browser `Origin` that is not loopback and not in
 //!   [`McpOptions::http_allowed_origins`] gets 403 (DNS-rebinding defence, as the MCP
 //!   transport asks); a connection gets [`McpOptions::http_header_timeout`] to send each
@@ -67,9 +80,11 @@ mod shutdown;
 mod stdio;
 
 pub use approval::{InFlightCalls, approval_message, elicit, elicitation_answerer, supports_elicitation};
+pub use http::session_cap_message;
 pub use http::{MCP_PATH, serve_http, serve_http_on};
 pub use options::{
-    DEFAULT_HTTP_HEADER_TIMEOUT, DEFAULT_HTTP_MAX_CONNECTIONS, MIN_PROGRESS_INTERVAL, McpOptions,
+    DEFAULT_HTTP_HEADER_TIMEOUT, DEFAULT_HTTP_MAX_CONNECTIONS, DEFAULT_HTTP_MAX_SESSIONS,
+    MIN_PROGRESS_INTERVAL, McpOptions,
 };
 pub use origin::{InvalidOrigin, Origin};
 pub use roots::file_uri_path;

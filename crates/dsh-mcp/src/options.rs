@@ -14,6 +14,8 @@ pub const MIN_PROGRESS_INTERVAL: Duration = Duration::from_millis(500);
 pub const DEFAULT_HTTP_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 /// Default of [`McpOptions::http_max_connections`].
 pub const DEFAULT_HTTP_MAX_CONNECTIONS: usize = 256;
+/// Default of [`McpOptions::http_max_sessions`].
+pub const DEFAULT_HTTP_MAX_SESSIONS: usize = 256;
 
 /// Settings shared by the stdio and HTTP servers.
 #[derive(Clone, Debug)]
@@ -38,8 +40,16 @@ pub struct McpOptions {
     pub roots_timeout: Duration,
     /// The largest accepted message: one stdio line or one HTTP request body, in bytes.
     pub max_message_bytes: usize,
-    /// An HTTP session with no traffic for this long is closed (and its agent disposed).
+    /// An HTTP session is closed (its calls aborted, its agent disposed) once it has had no
+    /// call in flight and no request for this long: never while a call runs; the time counts
+    /// from the end of its last call or its last request, whichever is later.
     pub http_idle_timeout: Duration,
+    /// The most HTTP sessions open at once; an `initialize` beyond it gets 503 with a JSON-RPC
+    /// error naming the cap. A session's place is free again once its teardown is complete.
+    pub http_max_sessions: usize,
+    /// Called each time the last open HTTP session has been torn down (e.g. to give the
+    /// allocator's freed pages back to the system).
+    pub http_on_no_sessions: Option<fn()>,
     /// Browser origins served over HTTP besides loopback ones (a request without `Origin`
     /// always is); any other `Origin` gets 403.
     pub http_allowed_origins: Vec<Origin>,
@@ -66,6 +76,8 @@ impl Default for McpOptions {
             roots_timeout: Duration::from_secs(5),
             max_message_bytes: 4 * 1024 * 1024,
             http_idle_timeout: Duration::from_secs(3600),
+            http_max_sessions: DEFAULT_HTTP_MAX_SESSIONS,
+            http_on_no_sessions: None,
             http_allowed_origins: Vec::new(),
             http_header_timeout: DEFAULT_HTTP_HEADER_TIMEOUT,
             http_max_connections: DEFAULT_HTTP_MAX_CONNECTIONS,

@@ -14,9 +14,11 @@
 //! with it output that nothing can read again. MCP lets a receiver ignore a cancellation of
 //! work that can no longer be cancelled.
 
+use std::cell::RefCell;
 use std::collections::{BTreeSet, HashMap};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock, Weak};
+use std::time::{Duration, Instant};
 
 use dsh_core::{AbortReason, AbortSignal};
 use futures::Stream;
@@ -28,11 +30,13 @@ use rmcp::model::{
 use rmcp::service::{RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::transport::Transport;
 use rmcp::transport::streamable_http_server::session::{
-    EventStore, RestoreOutcome, ServerSseMessage, SessionId, SessionManager,
+    EventStore, ServerSseMessage, SessionId, SessionManager,
 };
-use tokio::sync::watch;
+use tokio::sync::{OwnedSemaphorePermit, watch};
+use tokio_util::sync::CancellationToken;
 
 use crate::server::CLIENT_CANCELLED;
+use crate::session::McpSession;
 
 /// The calls of one session: who is next, and the live calls' abort signals.
 #[derive(Clone, Default)]
@@ -40,11 +44,32 @@ pub(crate) struct CallBook {
     inner: Arc<BookInner>,
 }
 
-#[derive(Default)]
 struct BookInner {
     state: Mutex<BookState>,
     /// The lowest number not finished yet: the call whose turn it is.
     serving: watch::Sender<u64>,
+    /// How many calls are open and since when the session has been quiet (the idle timer and
+    /// the teardown watch it).
+    activity: watch::Sender<Activity>,
+}
+
+impl Default for BookInner {
+    fn default() -> Self {
+        Self {
+            state: Mutex::default(),
+            serving: watch::Sender::default(),
+            activity: watch::Sender::new(Activity { open: 0, quiet_since: Instant::now() }),
+        }
+    }
+}
+
+/// A session's calls in flight, for its idle timer and its teardown.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Activity {
+    /// Calls issued and not finished (queued or running).
+    pub open: usize,
+    /// The later of the last request and the end of the last call.
+    pub quiet_since: Instant,
 }
 
 #[derive(Default)]
@@ -68,6 +93,7 @@ impl CallBook {
             state.live.insert(id.clone(), (seq, signal.clone()));
             seq
         };
+        self.inner.activity.send_modify(|a| a.open += 1);
         CallTicket(Arc::new(TicketInner {
             book: Arc::clone(&self.inner),
             seq,
@@ -98,6 +124,32 @@ impl CallBook {
         self.inner.state.lock().live.remove(id);
     }
 
+    /// The client went away while call `id` ran (its HTTP stream dropped): fires its signal
+    /// with `reason`. The SDK still answers it (into the void); a sealed call goes on.
+    pub fn abort_call(&self, id: &RequestId, reason: &str) {
+        let signal = self.inner.state.lock().live.get(id).map(|(_, signal)| signal.clone());
+        if let Some(signal) = signal {
+            signal.abort(AbortReason::new(reason));
+        }
+    }
+
+    /// A request of the session arrived: its idle time starts over.
+    pub fn touch(&self) {
+        self.inner.activity.send_modify(|a| a.quiet_since = Instant::now());
+    }
+
+    /// Watches the session's calls in flight.
+    pub fn activity(&self) -> watch::Receiver<Activity> {
+        self.inner.activity.subscribe()
+    }
+
+    /// Resolves once no call is queued or running.
+    pub async fn idle(&self) {
+        let mut activity = self.activity();
+        // The sender lives in the book this holds: the wait cannot fail.
+        let _ = activity.wait_for(|a| a.open == 0).await;
+    }
+
     /// How many calls are live (issued and not finished); for tests.
     #[cfg(test)]
     fn live(&self) -> usize {
@@ -107,6 +159,12 @@ impl CallBook {
 
 impl BookInner {
     fn finish(&self, seq: u64, id: &RequestId) {
+        self.activity.send_modify(|a| {
+            a.open = a.open.saturating_sub(1);
+            if a.open == 0 {
+                a.quiet_since = Instant::now();
+            }
+        });
         let mut state = self.state.lock();
         // A sealed call stays until its response is sent (a cancellation arriving meanwhile
         // must still be dropped); any other is over.
@@ -173,16 +231,57 @@ impl CallTicket {
     }
 }
 
+/// What a session's transport and its handler share: the call book, and the session once
+/// `initialize` made it (so that whoever ends the session can tear it down).
+#[derive(Default)]
+pub(crate) struct SessionLink {
+    book: CallBook,
+    session: OnceLock<Arc<McpSession>>,
+    /// Cancelled when the session's teardown starts (stops its idle timer).
+    closing: CancellationToken,
+    /// The session's place under the server's session cap, given back when it ends.
+    permit: Mutex<Option<OwnedSemaphorePermit>>,
+}
+
+impl SessionLink {
+    pub fn book(&self) -> &CallBook {
+        &self.book
+    }
+
+    /// Binds the session made at `initialize` (once).
+    pub fn bind(&self, session: &Arc<McpSession>) {
+        let _ = self.session.set(Arc::clone(session));
+    }
+
+    /// Tears the session down, complete when this returns: its calls answered or aborted,
+    /// its jobs and processes killed and awaited. Idempotent.
+    pub async fn close(&self) {
+        self.closing.cancel();
+        if let Some(session) = self.session.get() {
+            session.close().await;
+        }
+    }
+}
+
 /// A session transport that numbers calls as they arrive and routes cancellations through
 /// the call book first (see the module documentation).
 pub(crate) struct Ordered<T> {
     inner: T,
-    book: CallBook,
+    link: Arc<SessionLink>,
 }
 
 impl<T> Ordered<T> {
     pub fn new(inner: T) -> Self {
-        Self { inner, book: CallBook::default() }
+        Self::linked(inner, Arc::default())
+    }
+
+    fn linked(inner: T, link: Arc<SessionLink>) -> Self {
+        Self { inner, link }
+    }
+
+    /// The session's link (its book, and the session once initialized).
+    pub fn link(&self) -> Arc<SessionLink> {
+        Arc::clone(&self.link)
     }
 }
 
@@ -194,10 +293,10 @@ impl<T: Transport<RoleServer>> Transport<RoleServer> for Ordered<T> {
         item: TxJsonRpcMessage<RoleServer>,
     ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
         match &item {
-            JsonRpcMessage::Response(response) => self.book.sent(&response.id),
+            JsonRpcMessage::Response(response) => self.link.book.sent(&response.id),
             JsonRpcMessage::Error(error) => {
                 if let Some(id) = &error.id {
-                    self.book.sent(id);
+                    self.link.book.sent(id);
                 }
             }
             _ => {}
@@ -208,7 +307,7 @@ impl<T: Transport<RoleServer>> Transport<RoleServer> for Ordered<T> {
     async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleServer>> {
         loop {
             let mut message = self.inner.receive().await?;
-            if admit(&self.book, &mut message) {
+            if admit(&self.link, &mut message) {
                 return Some(message);
             }
         }
@@ -219,16 +318,118 @@ impl<T: Transport<RoleServer>> Transport<RoleServer> for Ordered<T> {
     }
 }
 
-/// A session manager whose sessions' transports are [`Ordered`] (the streamable HTTP server).
-pub(crate) struct OrderedSessions<M>(pub M);
+tokio::task_local! {
+    /// The session-cap permit of the `initialize` request being handled, taken by the
+    /// session it creates (see [`OrderedSessions::create_session`]).
+    static SESSION_PERMIT: RefCell<Option<OwnedSemaphorePermit>>;
+}
+
+/// Runs `handle` (one HTTP request through the SDK) with `permit` for the session it may
+/// create; a permit no session took is given back when this returns.
+pub(crate) async fn with_session_permit<F: Future>(
+    permit: Option<OwnedSemaphorePermit>,
+    handle: F,
+) -> F::Output {
+    SESSION_PERMIT.scope(RefCell::new(permit), handle).await
+}
+
+/// A session manager whose sessions' transports are [`Ordered`] (the streamable HTTP
+/// server), which ends a session only once its teardown is complete, and times out idle
+/// sessions itself: never while a call is in flight, counting from the end of the last call
+/// or the last request, whichever is later.
+pub(crate) struct OrderedSessions<M> {
+    registry: Arc<Registry<M>>,
+}
+
+impl<M> Clone for OrderedSessions<M> {
+    fn clone(&self) -> Self {
+        Self { registry: Arc::clone(&self.registry) }
+    }
+}
+
+struct Registry<M> {
+    manager: M,
+    links: Mutex<HashMap<SessionId, Arc<SessionLink>>>,
+    idle_timeout: Duration,
+    on_no_sessions: Option<fn()>,
+}
+
+impl<M: SessionManager> OrderedSessions<M> {
+    /// `manager` must not time sessions out itself (its keep-alive off): this does.
+    /// `on_no_sessions` is called whenever the last open session has been torn down.
+    pub fn new(manager: M, idle_timeout: Duration, on_no_sessions: Option<fn()>) -> Self {
+        let links = Mutex::default();
+        Self { registry: Arc::new(Registry { manager, links, idle_timeout, on_no_sessions }) }
+    }
+
+    fn link(&self, id: &SessionId) -> Option<Arc<SessionLink>> {
+        self.registry.links.lock().get(id).cloned()
+    }
+
+    /// A request for session `id` arrived: its idle time starts over.
+    fn touch(&self, id: &SessionId) {
+        if let Some(link) = self.link(id) {
+            link.book.touch();
+        }
+    }
+
+    /// The call book of session `id`, while it is open.
+    pub fn book(&self, id: &str) -> Option<CallBook> {
+        self.link(&SessionId::from(id)).map(|link| link.book.clone())
+    }
+
+    /// Ends every open session (a server shutdown), all at once.
+    pub async fn close_all(&self) {
+        let ids: Vec<SessionId> = self.registry.links.lock().keys().cloned().collect();
+        futures::future::join_all(ids.iter().map(|id| self.close_session(id))).await;
+    }
+}
+
+/// Closes session `id` when it has been idle for the registry's timeout.
+async fn reap_when_idle<M: SessionManager>(
+    registry: Weak<Registry<M>>,
+    id: SessionId,
+    link: Arc<SessionLink>,
+) {
+    let Some(timeout) = registry.upgrade().map(|r| r.idle_timeout) else { return };
+    let mut activity = link.book.activity();
+    loop {
+        let now = *activity.borrow_and_update();
+        let deadline = if now.open == 0 { now.quiet_since.checked_add(timeout) } else { None };
+        if deadline.is_some_and(|deadline| deadline <= Instant::now()) {
+            break;
+        }
+        let expiry = async {
+            match deadline {
+                Some(deadline) => tokio::time::sleep_until(deadline.into()).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            () = expiry => {}
+            changed = activity.changed() => if changed.is_err() { return },
+            () = link.closing.cancelled() => return,
+        }
+    }
+    drop(link);
+    let Some(registry) = registry.upgrade() else { return };
+    tracing::info!(session = %id, ?timeout, "closing an idle MCP session");
+    if let Err(error) = (OrderedSessions { registry }).close_session(&id).await {
+        tracing::warn!(%error, "could not close an idle MCP session");
+    }
+}
 
 impl<M: SessionManager> SessionManager for OrderedSessions<M> {
     type Error = M::Error;
     type Transport = Ordered<M::Transport>;
 
     async fn create_session(&self) -> Result<(SessionId, Self::Transport), Self::Error> {
-        let (id, transport) = self.0.create_session().await?;
-        Ok((id, Ordered::new(transport)))
+        let (id, transport) = self.registry.manager.create_session().await?;
+        let link = Arc::new(SessionLink::default());
+        *link.permit.lock() = SESSION_PERMIT.try_with(|permit| permit.borrow_mut().take()).ok().flatten();
+        self.registry.links.lock().insert(id.clone(), Arc::clone(&link));
+        tokio::spawn(reap_when_idle(Arc::downgrade(&self.registry), id.clone(), Arc::clone(&link)));
+        Ok((id, Ordered::linked(transport, link)))
     }
 
     fn initialize_session(
@@ -236,73 +437,98 @@ impl<M: SessionManager> SessionManager for OrderedSessions<M> {
         id: &SessionId,
         message: ClientJsonRpcMessage,
     ) -> impl Future<Output = Result<ServerJsonRpcMessage, Self::Error>> + Send {
-        self.0.initialize_session(id, message)
+        self.registry.manager.initialize_session(id, message)
     }
 
-    fn has_session(&self, id: &SessionId) -> impl Future<Output = Result<bool, Self::Error>> + Send {
-        self.0.has_session(id)
+    async fn has_session(&self, id: &SessionId) -> Result<bool, Self::Error> {
+        // A session whose teardown started is gone for its client (404), not broken (500).
+        Ok(self.link(id).is_some() && self.registry.manager.has_session(id).await?)
     }
 
-    fn close_session(&self, id: &SessionId) -> impl Future<Output = Result<(), Self::Error>> + Send {
-        self.0.close_session(id)
+    /// Tears the session down before the SDK's session ends, so that when this returns (the
+    /// `DELETE` is answered) its calls are answered or aborted and its processes are gone.
+    /// The work runs in a task of its own: a client that drops its `DELETE` does not cut it
+    /// short.
+    async fn close_session(&self, id: &SessionId) -> Result<(), Self::Error> {
+        let registry = Arc::clone(&self.registry);
+        let id = id.clone();
+        let teardown = tokio::spawn(async move {
+            let link = registry.links.lock().remove(&id);
+            if let Some(link) = &link {
+                link.close().await;
+            }
+            let closed = registry.manager.close_session(&id).await;
+            // Only now may another session take this one's place.
+            if link.is_some()
+                && let Some(on_no_sessions) = registry.on_no_sessions
+                && registry.links.lock().is_empty()
+            {
+                on_no_sessions();
+            }
+            drop(link);
+            closed
+        });
+        match teardown.await {
+            Ok(closed) => closed,
+            Err(error) => {
+                tracing::error!(%error, "an MCP session's teardown failed");
+                Ok(())
+            }
+        }
     }
 
-    fn create_stream(
+    async fn create_stream(
         &self,
         id: &SessionId,
         message: ClientJsonRpcMessage,
-    ) -> impl Future<
-        Output = Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error>,
-    > + Send {
-        self.0.create_stream(id, message)
+    ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
+        self.touch(id);
+        self.registry.manager.create_stream(id, message).await
     }
 
-    fn accept_message(
+    async fn accept_message(&self, id: &SessionId, message: ClientJsonRpcMessage) -> Result<(), Self::Error> {
+        self.touch(id);
+        self.registry.manager.accept_message(id, message).await
+    }
+
+    async fn create_standalone_stream(
         &self,
         id: &SessionId,
-        message: ClientJsonRpcMessage,
-    ) -> impl Future<Output = Result<(), Self::Error>> + Send {
-        self.0.accept_message(id, message)
+    ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
+        self.touch(id);
+        self.registry.manager.create_standalone_stream(id).await
     }
 
-    fn create_standalone_stream(
-        &self,
-        id: &SessionId,
-    ) -> impl Future<
-        Output = Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error>,
-    > + Send {
-        self.0.create_standalone_stream(id)
-    }
-
-    fn resume(
+    async fn resume(
         &self,
         id: &SessionId,
         last_event_id: String,
-    ) -> impl Future<
-        Output = Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error>,
-    > + Send {
-        self.0.resume(id, last_event_id)
+    ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
+        self.touch(id);
+        self.registry.manager.resume(id, last_event_id).await
     }
 
-    async fn restore_session(&self, id: SessionId) -> Result<RestoreOutcome<Self::Transport>, Self::Error> {
-        Ok(match self.0.restore_session(id).await? {
-            RestoreOutcome::Restored(transport) => RestoreOutcome::Restored(Ordered::new(transport)),
-            RestoreOutcome::AlreadyPresent => RestoreOutcome::AlreadyPresent,
-            _ => RestoreOutcome::NotSupported,
-        })
-    }
+    // Sessions are never restored from a store (none is configured).
 
     fn event_store(&self) -> Option<Arc<dyn EventStore>> {
-        self.0.event_store()
+        self.registry.manager.event_store()
     }
 }
 
-/// Numbers an arriving call; `false` for a cancellation that must not reach the SDK.
-fn admit(book: &CallBook, message: &mut ClientJsonRpcMessage) -> bool {
+/// Numbers an arriving call and hands `initialize` the session's link; `false` for a
+/// cancellation that must not reach the SDK.
+fn admit(link: &Arc<SessionLink>, message: &mut ClientJsonRpcMessage) -> bool {
+    let book = &link.book;
     match message {
         JsonRpcMessage::Request(request) => {
-            if let ClientRequest::CallToolRequest(call) = &mut request.request {
-                call.extensions.insert(book.issue(request.id.clone()));
+            match &mut request.request {
+                ClientRequest::CallToolRequest(call) => {
+                    call.extensions.insert(book.issue(request.id.clone()));
+                }
+                ClientRequest::InitializeRequest(init) => {
+                    init.extensions.insert(Arc::clone(link));
+                }
+                _ => {}
             }
             true
         }

@@ -23,9 +23,9 @@ use rmcp::{ErrorData as McpError, Peer, RoleServer, ServerHandler};
 use serde_json::{Map, Value};
 use tokio::time::MissedTickBehavior;
 
-use crate::order::CallTicket;
+use crate::order::{CallBook, CallTicket, SessionLink};
 use crate::output::{OutputShape, advertised_output_schema, call_tool_result, output_shape};
-use crate::session::{McpSession, Shared};
+use crate::session::{McpSession, SESSION_ENDED, Shared};
 
 /// The newest protocol revision served. Sessions are the point of this server (per-session
 /// cwd, jobs, elicitation, notices), so the session-less 2026 revision is not offered; a
@@ -106,9 +106,16 @@ impl ServerHandler for McpServer {
         context.peer.set_peer_info(request.clone());
         let result = self.negotiate_initialize(&request)?;
         if self.session.get().is_none() {
-            let session = McpSession::new(Arc::clone(&self.shared), context.peer.clone());
+            // The transport's link (see `crate::order`): the session shares its call book, and
+            // whoever ends the session through the link tears it down.
+            let link = context.extensions.get::<Arc<SessionLink>>().cloned();
+            let book = link.as_ref().map(|link| link.book().clone()).unwrap_or_else(CallBook::default);
+            let session = McpSession::new(Arc::clone(&self.shared), context.peer.clone(), book);
             if self.session.set(Arc::clone(&session)).is_ok() {
                 self.shared.track(&session);
+                if let Some(link) = link {
+                    link.bind(&session);
+                }
             }
         }
         Ok(result)
@@ -173,7 +180,10 @@ impl ServerHandler for McpServer {
         let shape =
             registry.get(&name).map(|t| output_shape(t.output_schema())).unwrap_or(OutputShape::Object);
         let signal = ticket.signal().clone();
+        let ended = session.ended().clone();
         tokio::select! {
+            biased;
+            () = ended.cancelled() => return Ok(aborted_while_queued(shape)),
             () = ticket.turn() => {}
             () = signal.aborted() => return Ok(aborted_while_queued(shape)),
             () = context.ct.cancelled() => return Ok(aborted_while_queued(shape)),
@@ -191,7 +201,7 @@ impl ServerHandler for McpServer {
             every: self.shared.options.effective_progress_interval(),
             output,
         });
-        let result = run_call(call, &context, &signal, progress).await;
+        let result = run_call(call, &context, &signal, &ended, progress).await;
         let notices: Vec<AgentMessage> = agent.take_inbox().into_iter().map(|(_, message)| message).collect();
         drop(guard);
         Ok(call_tool_result(&result, shape, &notices).into())
@@ -234,25 +244,36 @@ fn progress_message(tool: &str, seconds: u64, latest: Option<&str>) -> String {
 }
 
 impl Progress {
-    async fn send(&self) {
+    /// Sends the current progress in a task of its own, unless the previous one is still on
+    /// its way (a client that reads slowly): then this tick is dropped, so at most one
+    /// notification per call waits for the client, and the call never waits for it.
+    fn send(&self, pending: &mut Option<tokio::task::JoinHandle<()>>) {
+        if pending.as_ref().is_some_and(|sending| !sending.is_finished()) {
+            return;
+        }
         let elapsed = self.started.elapsed().as_secs_f64();
         // One decimal keeps the value readable and strictly increasing between ticks.
         let progress = (elapsed * 10.0).round() / 10.0;
         let latest = self.output.latest_line();
         let message = progress_message(&self.tool, elapsed.round() as u64, latest.as_deref());
         let param = ProgressNotificationParam::new(self.token.clone(), progress).with_message(message);
-        if let Err(error) = self.peer.notify_progress(param).await {
-            tracing::debug!(%error, "could not send progress");
-        }
+        let peer = self.peer.clone();
+        *pending = Some(tokio::spawn(async move {
+            if let Err(error) = peer.notify_progress(param).await {
+                tracing::debug!(%error, "could not send progress");
+            }
+        }));
     }
 }
 
 /// Drives one call to completion (a started body is never abandoned) while forwarding the
-/// client's cancellation to its abort signal and reporting progress at a bounded rate.
+/// client's cancellation and the session's end to its abort signal and reporting progress
+/// at a bounded rate.
 async fn run_call<F>(
     call: F,
     context: &RequestContext<RoleServer>,
     signal: &AbortSignal,
+    ended: &tokio_util::sync::CancellationToken,
     progress: Option<Progress>,
 ) -> ToolResult
 where
@@ -265,16 +286,30 @@ where
         ticker
     });
     let mut cancelled = false;
+    let mut ending = false;
+    let mut sending: Option<tokio::task::JoinHandle<()>> = None;
     loop {
         tokio::select! {
-            result = &mut call => return result,
+            result = &mut call => {
+                // No progress may follow the response: a tick still on its way is either
+                // queued already (before the response) or dropped now.
+                if let Some(pending) = sending.take() {
+                    pending.abort();
+                    let _ = pending.await;
+                }
+                return result;
+            }
             _ = context.ct.cancelled(), if !cancelled => {
                 cancelled = true;
                 signal.abort(AbortReason::new(CLIENT_CANCELLED));
             }
+            _ = ended.cancelled(), if !ending => {
+                ending = true;
+                signal.abort(AbortReason::new(SESSION_ENDED));
+            }
             _ = next_tick(&mut ticker) => {
                 if let Some(progress) = &progress {
-                    progress.send().await;
+                    progress.send(&mut sending);
                 }
             }
         }

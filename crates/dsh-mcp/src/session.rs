@@ -8,6 +8,7 @@
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
+use std::time::Duration;
 
 use dsh_approval::APPROVAL_HUB;
 use dsh_core::{AGENTS, Agent, AgentMessage, AgentStatus, Context, Disposer, SESSION_PERSISTENCE};
@@ -27,6 +28,15 @@ use crate::roots::first_file_root;
 const NOTICE_LEVEL: LoggingLevel = LoggingLevel::Notice;
 /// The `logger` name of completion notices.
 const NOTICE_LOGGER: &str = "dsh";
+/// Notices waiting to be sent as notifications; beyond it (a client that does not read) new
+/// ones are dropped: each also reaches the session's next tool result.
+const NOTICE_BACKLOG: usize = 64;
+/// How long a session's teardown waits for its aborted calls to end before it kills the
+/// session's jobs anyway (a call never outlives its session's agent).
+const CALLS_END_GRACE: Duration = Duration::from_secs(10);
+
+/// The reason a session's calls are aborted with when the session ends under them.
+pub(crate) const SESSION_ENDED: &str = "the MCP session has ended";
 
 /// What every session of one server shares.
 pub(crate) struct Shared {
@@ -55,12 +65,10 @@ impl Shared {
         sessions.push(Arc::downgrade(session));
     }
 
-    /// Ends every live session (a server shutdown).
+    /// Ends every live session (a server shutdown), all at once.
     pub async fn close_sessions(&self) {
         let live: Vec<Arc<McpSession>> = self.sessions.lock().drain(..).filter_map(|s| s.upgrade()).collect();
-        for session in live {
-            session.close().await;
-        }
+        futures::future::join_all(live.iter().map(|session| session.close())).await;
     }
 }
 
@@ -86,30 +94,41 @@ pub(crate) struct McpSession {
     calls: InFlightCalls,
     /// Tools declare no concurrency classifier, so calls are exclusive: one call of a
     /// session runs at a time, in the order the calls reach the server. Calls are numbered
-    /// by the session's transport as they arrive; this book numbers only calls that came
-    /// without a number (a transport that does not number them).
+    /// by the session's transport as they arrive, in this book (the transport's own); it
+    /// also numbers calls that came without a number (a transport that does not number
+    /// them), and tells the teardown when no call is left.
     book: CallBook,
     in_flight: Mutex<usize>,
     next_call: AtomicU64,
     log_level: Arc<Mutex<LoggingLevel>>,
+    /// Cancelled when the session ends: queued and running calls abort, new ones are refused.
     ended: CancellationToken,
     answerer: Mutex<Option<Disposer>>,
+    /// Set once the teardown is complete (every closer waits for it).
+    closed: tokio::sync::OnceCell<()>,
 }
 
 impl McpSession {
-    pub fn new(shared: Arc<Shared>, peer: Peer<RoleServer>) -> Arc<Self> {
+    /// A session whose calls are numbered in `book` (its transport's, see [`crate::order`]).
+    pub fn new(shared: Arc<Shared>, peer: Peer<RoleServer>, book: CallBook) -> Arc<Self> {
         Arc::new(Self {
             shared,
             peer,
             agent: tokio::sync::Mutex::new(AgentSlot::Empty),
             calls: InFlightCalls::default(),
-            book: CallBook::default(),
+            book,
             in_flight: Mutex::new(0),
             next_call: AtomicU64::new(1),
             log_level: Arc::new(Mutex::new(LoggingLevel::Debug)),
             ended: CancellationToken::new(),
             answerer: Mutex::new(None),
+            closed: tokio::sync::OnceCell::new(),
         })
+    }
+
+    /// Cancelled once the session is ending.
+    pub fn ended(&self) -> &CancellationToken {
+        &self.ended
     }
 
     pub fn peer(&self) -> &Peer<RoleServer> {
@@ -121,7 +140,7 @@ impl McpSession {
         *self.log_level.lock() = level;
     }
 
-    /// The book that numbers calls which arrived without a number (see [`crate::order`]).
+    /// The session's call book (see [`crate::order`]).
     pub fn book(&self) -> &CallBook {
         &self.book
     }
@@ -137,6 +156,7 @@ impl McpSession {
         match &*slot {
             AgentSlot::Ready(agent) => return Ok(Arc::clone(agent)),
             AgentSlot::Closed => return Err(SessionError::Ended),
+            AgentSlot::Empty if self.ended.is_cancelled() => return Err(SessionError::Ended),
             AgentSlot::Empty => {}
         }
         let agent = self.create_agent().await;
@@ -158,9 +178,11 @@ impl McpSession {
         {
             tracing::warn!(%error, "could not register the MCP session agent");
         }
-        let (tx, rx) = mpsc::unbounded_channel::<AgentMessage>();
+        let (tx, rx) = mpsc::channel::<AgentMessage>(NOTICE_BACKLOG);
         agent.on_delivery(move |_agent, _lane, message| {
-            let _ = tx.send(message.clone());
+            if tx.try_send(message.clone()).is_err() {
+                tracing::debug!("a client that does not read: a notice goes with the next result only");
+            }
         });
         tokio::spawn(forward_notices(self.peer.clone(), rx, Arc::clone(&self.log_level), self.ended.clone()));
         // Only a client that declared form elicitation can answer: registering the answerer
@@ -229,10 +251,19 @@ impl McpSession {
         }
     }
 
-    /// Ends the session: stops its notice channel, withdraws its answerer, then unregisters
-    /// and disposes its agent (which kills and awaits its jobs). Idempotent.
+    /// Ends the session: aborts its queued and running calls and waits for them to end (at
+    /// most [`CALLS_END_GRACE`]), stops its notice channel, withdraws its answerer, then
+    /// unregisters and disposes its agent (which kills and awaits its jobs). Idempotent; every
+    /// caller returns once the teardown is complete.
     pub async fn close(&self) {
+        self.closed.get_or_init(|| self.teardown()).await;
+    }
+
+    async fn teardown(&self) {
         self.ended.cancel();
+        if tokio::time::timeout(CALLS_END_GRACE, self.book.idle()).await.is_err() {
+            tracing::warn!("calls of an ending MCP session did not end in time; ending its agent anyway");
+        }
         let answerer = self.answerer.lock().take();
         if let Some(answerer) = answerer {
             answerer.dispose().await;
@@ -284,7 +315,7 @@ fn rank(level: &LoggingLevel) -> u8 {
 /// Sends each message delivered to the session's agent as a logging notification, in order.
 async fn forward_notices(
     peer: Peer<RoleServer>,
-    mut rx: mpsc::UnboundedReceiver<AgentMessage>,
+    mut rx: mpsc::Receiver<AgentMessage>,
     level: Arc<Mutex<LoggingLevel>>,
     ended: CancellationToken,
 ) {

@@ -41,6 +41,10 @@ type SharedWriter<W> = Arc<Mutex<W>>;
 /// Serves the composition over the process's stdin/stdout until the client closes stdin or
 /// a shutdown is requested; then ends the session and disposes the composition.
 ///
+/// A client that closes stdin (or dies) is gone: its calls are aborted at once, and this
+/// returns once the session's processes are killed and awaited (an aborted call's answer is
+/// still written, for a client that only closed its end of stdin).
+///
 /// tokio reads stdin on a blocking thread that ends only when stdin does: after a shutdown
 /// with the client still connected, end the runtime with `shutdown_timeout` (or exit)
 /// instead of dropping it, or the process lingers until the client closes its end.
@@ -57,7 +61,19 @@ where
     let shared = Arc::new(Shared::new(ctx.clone(), options.clone()));
     let server = McpServer::new(shared);
     let slot = server.session_slot();
-    let transport = Ordered::new(LineTransport::new(read, write, options.max_message_bytes));
+    let input_ended = CancellationToken::new();
+    let lines = LineTransport::new(read, write, options.max_message_bytes, input_ended.clone());
+    let transport = Ordered::new(lines);
+    let link = transport.link();
+    // The end of the input ends the session at once (its calls aborted, its processes killed);
+    // the SDK meanwhile drains the answers of the calls that were running.
+    let teardown = tokio::spawn({
+        let link = Arc::clone(&link);
+        async move {
+            input_ended.cancelled().await;
+            link.close().await;
+        }
+    });
     let ct = CancellationToken::new();
     let shutdown = shutdown_requested(&options);
     tokio::pin!(shutdown);
@@ -83,6 +99,10 @@ where
             Ok(())
         }
     };
+    // Joins the teardown when the input ended (the reader's end also cancels it when the
+    // transport closed first, so the task never outlives the server).
+    link.close().await;
+    drop(teardown);
     if let Some(session) = slot.get().cloned() {
         session.close().await;
     }
@@ -98,10 +118,20 @@ pub(crate) struct LineTransport<W> {
 }
 
 impl<W: AsyncWrite + Unpin + Send + 'static> LineTransport<W> {
-    pub fn new<R: AsyncRead + Unpin + Send + 'static>(read: R, write: W, max_line: usize) -> Self {
+    /// Reads `read` until its end, then cancels `ended`.
+    pub fn new<R: AsyncRead + Unpin + Send + 'static>(
+        read: R,
+        write: W,
+        max_line: usize,
+        ended: CancellationToken,
+    ) -> Self {
         let writer = Arc::new(Mutex::new(write));
         let (tx, rx) = mpsc::channel(64);
-        let reader = tokio::spawn(read_messages(read, tx, Arc::clone(&writer), max_line));
+        let reading = read_messages(read, tx, Arc::clone(&writer), max_line);
+        let reader = tokio::spawn(async move {
+            let _ended = ended.drop_guard();
+            reading.await;
+        });
         Self { rx, writer, reader }
     }
 }

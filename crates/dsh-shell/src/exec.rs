@@ -48,6 +48,21 @@ pub struct ShellExecRequest {
     /// Who answers the call's network `ask`s (the approval service, for this call's agent);
     /// `None`: the call cannot ask, and an unlisted host is refused.
     pub network_approver: Option<NetworkApproverSlot>,
+    /// A file the command gets open (read-write) at a descriptor named in its environment;
+    /// `None` for none. Trusted callers only (the bash tool's persistent shell state).
+    pub shared_file: Option<SharedFile>,
+}
+
+/// A file handed to a command as an open descriptor: the command's environment gets
+/// `<env>=<descriptor number>`, and the descriptor stays open across its `exec`. Nothing but
+/// the descriptor reaches the command, so a file without a name (or in a directory the
+/// command cannot see) works as well, confined or not.
+#[derive(Clone, Debug)]
+pub struct SharedFile {
+    /// The open file (its descriptor number is what the command is told).
+    pub file: Arc<std::fs::File>,
+    /// The environment variable that carries the descriptor number.
+    pub env: String,
 }
 
 /// A shared [`NetworkApprover`], carried by requests and specs.
@@ -85,6 +100,8 @@ pub struct ShellExecSpec {
     pub output_probe: Option<OutputProbeSlot>,
     /// See [`ShellExecRequest::network_approver`]; carried verbatim by `resolve`.
     pub network_approver: Option<NetworkApproverSlot>,
+    /// See [`ShellExecRequest::shared_file`]; carried verbatim by `resolve`.
+    pub shared_file: Option<SharedFile>,
 }
 
 /// A resolved foreground timeout: the [`Duration`] the mechanics arm, and the same bound in
@@ -144,6 +161,10 @@ pub struct CollectedOutput {
     /// The complete output on disk, while the spill file is intact.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub spill_path: Option<PathBuf>,
+    /// Why the complete output could not be kept on disk (spill directory full, spill file
+    /// removed, …), when bytes were dropped and no spill file holds them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub spill_error: Option<String>,
 }
 
 /// Sandbox facts of one run or process, present iff a sandboxing executor handled it.
@@ -217,6 +238,8 @@ pub struct ShellProcessRead {
     pub stdout_spill_path: Option<PathBuf>,
     /// The complete stderr on disk, while its spill file is intact.
     pub stderr_spill_path: Option<PathBuf>,
+    /// Why the complete output could not be kept on disk (either stream's reason).
+    pub spill_error: Option<String>,
 }
 
 /// A background process handle.
@@ -235,6 +258,31 @@ pub trait ShellProcess: Send + Sync {
     fn read_output(&self) -> ShellProcessRead;
     /// Kills the process group; `true` if it was running. Idempotent.
     fn kill(&self) -> bool;
+    /// The process's identity for a crash-safe job journal: pid, process group and start
+    /// time (`/proc/<pid>/stat` field 22, when it could be read). `None` (the default) when
+    /// the process never started or the executor does not say.
+    fn identity(&self) -> Option<ProcessIdentity> {
+        None
+    }
+    /// Calls `observer` with the path of each spill file the process opens (at once for one
+    /// already open). The default never calls it.
+    fn watch_spills(&self, observer: SpillObserver) {
+        let _ = observer;
+    }
+}
+
+/// Told the path of each spill file a background process opens.
+pub type SpillObserver = Arc<dyn Fn(PathBuf) + Send + Sync>;
+
+/// Who a background process is, for a crash-safe job journal.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProcessIdentity {
+    /// The process id.
+    pub pid: u32,
+    /// Its process group.
+    pub pgid: u32,
+    /// Its start time in clock ticks after boot (`/proc/<pid>/stat` field 22).
+    pub start_time: Option<u64>,
 }
 
 /// Why an executor could not produce a result.

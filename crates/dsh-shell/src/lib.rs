@@ -24,9 +24,9 @@ pub use env_plugin::{
     ShellEnvPlugin, session_persistence_contributor,
 };
 pub use exec::{
-    CollectedOutput, NetworkApproverSlot, ProcessStatus, SHELL, SHELL_SERVICE, ShellError, ShellExecRequest,
-    ShellExecSpec, ShellExecutor, ShellProcess, ShellProcessRead, ShellRunResult, ShellSandboxInfo,
-    ShellTimeout,
+    CollectedOutput, NetworkApproverSlot, ProcessIdentity, ProcessStatus, SHELL, SHELL_SERVICE, SharedFile,
+    ShellError, ShellExecRequest, ShellExecSpec, ShellExecutor, ShellProcess, ShellProcessRead,
+    ShellRunResult, ShellSandboxInfo, ShellTimeout, SpillObserver,
 };
 pub use exit_status::{ExitStatus, parse_exit_status};
 

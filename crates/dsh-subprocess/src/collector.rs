@@ -5,7 +5,10 @@
 //! writes the complete stream so far (at that moment memory still holds all of it), after
 //! which every chunk is appended to the file. Once the stream grows past the spill cap `S`
 //! the file is deleted and never reopened, so a spill path is only ever reported for a
-//! complete stream. At settlement the file is sealed; a failing close withholds the path.
+//! complete stream. At settlement the file is sealed; a failing close withholds the path. A
+//! spill file that could not be created or written (the directory full, removed, …), or that
+//! was removed while open, is reported with a reason ([`StreamRead::spill_error`]) instead of
+//! a path.
 //!
 //! With a [`Redactor`], every chunk passes through the stream's redaction state before any
 //! of this: the tail, the spill file, reads, peeks and the totals only ever see redacted
@@ -57,7 +60,31 @@ pub struct StreamRead {
     pub next_offset: u64,
     /// The spill file, while it is intact.
     pub spill_path: Option<PathBuf>,
+    /// Why the complete stream could not be kept on disk, when a spill file could not be
+    /// created or written, or was removed ([`SPILL_DIR_FULL`], [`SPILL_REMOVED`], or the
+    /// error's text).
+    pub spill_error: Option<String>,
 }
+
+/// [`StreamRead::spill_error`] when the spill directory's filesystem is full (exact).
+pub const SPILL_DIR_FULL: &str = "the spill directory is full";
+/// [`StreamRead::spill_error`] when the spill file or its directory was removed (exact).
+pub const SPILL_REMOVED: &str = "the spill file or its directory was removed";
+
+/// The reason a spill failure is reported with.
+fn spill_failure(error: &std::io::Error) -> String {
+    match error.raw_os_error() {
+        Some(libc::ENOSPC | libc::EDQUOT) => SPILL_DIR_FULL.to_owned(),
+        Some(libc::ENOENT) => SPILL_REMOVED.to_owned(),
+        // Described errors (opening the directory) keep only their kind.
+        _ if error.kind() == std::io::ErrorKind::StorageFull => SPILL_DIR_FULL.to_owned(),
+        _ if error.kind() == std::io::ErrorKind::NotFound => SPILL_REMOVED.to_owned(),
+        _ => error.to_string(),
+    }
+}
+
+/// Told the path of a spill file when it is opened.
+pub type SpillPathObserver = Arc<dyn Fn(PathBuf) + Send + Sync>;
 
 /// The final state of a stream after settlement.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -68,6 +95,8 @@ pub struct CollectedStream {
     pub truncated: bool,
     /// A sealed spill file holding the complete stream.
     pub spill_path: Option<PathBuf>,
+    /// Why the complete stream could not be kept (see [`StreamRead::spill_error`]).
+    pub spill_error: Option<String>,
 }
 
 enum Spill {
@@ -102,6 +131,8 @@ struct State {
     /// See [`TailPeek::written_at`].
     written_at: u64,
     spill: Spill,
+    /// Why spilling failed (not set when the stream merely outgrew the spill cap).
+    spill_error: Option<String>,
     finished: bool,
 }
 
@@ -115,6 +146,8 @@ pub struct OutputCollector {
     /// The stream's redaction state, when there are values to redact. Only the pump (and
     /// settlement) take this lock, always before `state`'s.
     redact: Option<Mutex<RedactStream>>,
+    /// Told when the spill file is opened.
+    spill_observer: Mutex<Option<SpillPathObserver>>,
 }
 
 impl OutputCollector {
@@ -131,9 +164,39 @@ impl OutputCollector {
     ) -> Self {
         let spill =
             if limits.spill_cap.is_some() && factory.is_some() { Spill::Idle } else { Spill::Abandoned };
-        let state = State { tail: VecDeque::new(), total: 0, written_at: 0, spill, finished: false };
+        let state = State {
+            tail: VecDeque::new(),
+            total: 0,
+            written_at: 0,
+            spill,
+            spill_error: None,
+            finished: false,
+        };
         let redact = redactor.filter(|r| !r.is_empty()).map(|r| Mutex::new(r.stream()));
-        Self { limits, factory, state: Mutex::new(state), progress: watch::Sender::new(()), redact }
+        Self {
+            limits,
+            factory,
+            state: Mutex::new(state),
+            progress: watch::Sender::new(()),
+            redact,
+            spill_observer: Mutex::new(None),
+        }
+    }
+
+    /// Calls `observer` with the spill file's path when it is opened — at once when it is
+    /// open already (it may then be told twice). Replaces an earlier observer.
+    pub fn watch_spill(&self, observer: SpillPathObserver) {
+        let open = {
+            let state = self.state.lock();
+            *self.spill_observer.lock() = Some(Arc::clone(&observer));
+            match &state.spill {
+                Spill::Open(sink) => Some(sink.path().to_path_buf()),
+                _ => None,
+            }
+        };
+        if let Some(path) = open {
+            observer(path);
+        }
     }
 
     /// The caps this collector applies.
@@ -168,11 +231,21 @@ impl OutputCollector {
         state.total += chunk.len() as u64;
         state.written_at = WRITE_STAMP.fetch_add(1, Ordering::Relaxed);
         let overflow = state.tail.len() + chunk.len() > cap;
+        let was_idle = matches!(state.spill, Spill::Idle);
         if overflow || matches!(state.spill, Spill::Open(_)) {
             self.spill_chunk(&mut state, chunk);
         }
+        let opened = match &state.spill {
+            Spill::Open(sink) if was_idle => Some(sink.path().to_path_buf()),
+            _ => None,
+        };
         append_tail(&mut state.tail, chunk, cap);
         drop(state);
+        if let Some(path) = opened
+            && let Some(observer) = self.spill_observer.lock().clone()
+        {
+            observer(path);
+        }
         // Waiters subscribe before they look at the state, so skipping the notification when
         // nobody listens cannot lose a wake-up; it keeps small chunks cheap.
         if self.progress.receiver_count() > 0 {
@@ -212,12 +285,14 @@ impl OutputCollector {
                     state.spill = Spill::Open(sink);
                     if let Err(e) = written {
                         tracing::warn!(error = %e, "spill file write failed; abandoning it");
+                        state.spill_error = Some(spill_failure(&e));
                         abandon(&mut state.spill);
                         return;
                     }
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, "spill file could not be created");
+                    state.spill_error = Some(spill_failure(&e));
                     state.spill = Spill::Abandoned;
                     return;
                 }
@@ -227,6 +302,7 @@ impl OutputCollector {
             && let Err(e) = sink.write_all(chunk)
         {
             tracing::warn!(error = %e, "spill file write failed; abandoning it");
+            state.spill_error = Some(spill_failure(&e));
             abandon(&mut state.spill);
         }
     }
@@ -247,6 +323,12 @@ impl OutputCollector {
         }
         state.finished = true;
         state.spill = match std::mem::replace(&mut state.spill, Spill::Abandoned) {
+            // Removed while open (its directory deleted mid-run): the path names nothing.
+            Spill::Open(sink) if sink.removed() => {
+                state.spill_error = Some(SPILL_REMOVED.to_owned());
+                abandon(&mut Spill::Open(sink));
+                Spill::Sealed(None)
+            }
             Spill::Open(sink) => {
                 let path = sink.path().to_path_buf();
                 match sink.close() {
@@ -276,11 +358,13 @@ impl OutputCollector {
         let held = if state.finished { 0 } else { incomplete_tail_len(&bytes[head..]) };
         bytes.truncate(bytes.len() - held);
         let text = String::from_utf8_lossy(&bytes[head..]).into_owned();
+        let removed = matches!(&state.spill, Spill::Open(sink) if sink.removed());
         StreamRead {
             text,
             lossy,
             next_offset: state.total - held as u64,
-            spill_path: spill_path(&state.spill),
+            spill_path: if removed { None } else { spill_path(&state.spill) },
+            spill_error: if removed { Some(SPILL_REMOVED.to_owned()) } else { state.spill_error.clone() },
         }
     }
 
@@ -301,7 +385,12 @@ impl OutputCollector {
     /// The whole retained output with its truncation facts (the final result once settled).
     pub fn collected(&self) -> CollectedStream {
         let read = self.read_from(0);
-        CollectedStream { text: read.text, truncated: read.lossy, spill_path: read.spill_path }
+        CollectedStream {
+            text: read.text,
+            truncated: read.lossy,
+            spill_path: read.spill_path,
+            spill_error: read.spill_error,
+        }
     }
 }
 

@@ -41,7 +41,10 @@ mod spill;
 mod tree;
 mod utf8;
 
-pub use collector::{CaptureLimits, CollectedStream, OutputCollector, StreamRead, TailPeek};
+pub use collector::{
+    CaptureLimits, CollectedStream, OutputCollector, SPILL_DIR_FULL, SPILL_REMOVED, SpillPathObserver,
+    StreamRead, TailPeek,
+};
 pub use containment::{Containment, ContainmentStatus, DETACH_ENV};
 pub use env::{AmbientEnv, EnvEntry, is_credential, is_scrubbed};
 pub use error::{OsSpawnError, SpawnError, SpawnStage};

@@ -103,6 +103,9 @@ pub struct SpawnSpec {
     /// it has no controlling terminal (it cannot reach the harness's terminal through
     /// `/dev/tty` or `TIOCSTI`). The process group id is still the child's pid. Off by default.
     pub new_session: bool,
+    /// A file the child keeps open at the descriptor number it has here (every other
+    /// descriptor from 3 is closed on `exec`); the caller tells the program that number.
+    pub shared_file: Option<Arc<std::fs::File>>,
 }
 
 impl SpawnSpec {
@@ -120,6 +123,7 @@ impl SpawnSpec {
             cancel: None,
             pre_exec: None,
             new_session: false,
+            shared_file: None,
         }
     }
 
@@ -163,6 +167,7 @@ impl std::fmt::Debug for SpawnSpec {
             .field("grace", &self.grace)
             .field("pre_exec", &self.pre_exec.is_some())
             .field("new_session", &self.new_session)
+            .field("shared_file", &self.shared_file.as_ref().map(|f| f.as_raw_fd()))
             .finish_non_exhaustive()
     }
 }
@@ -225,8 +230,9 @@ pub(crate) fn spawn_process(
         // leader of a new group instead, with the same pgid (its pid).
         command.process_group(0);
     }
-    if spec.new_session || spec.pre_exec.is_some() {
-        install_prelude(&mut command, spec.new_session);
+    let shared_fd = spec.shared_file.as_ref().map(|f| f.as_raw_fd());
+    if spec.new_session || spec.pre_exec.is_some() || shared_fd.is_some() {
+        install_prelude(&mut command, spec.new_session, shared_fd);
     }
     let hook_marker = match &spec.pre_exec {
         Some(hook) => Some(
@@ -443,13 +449,23 @@ impl HookMarker {
 /// The start of every forked child's pre-exec sequence, before any caller hook (pre-exec
 /// closures run in the order they were installed): a new session when asked, then
 /// close-on-exec for every descriptor from 3, so nothing the harness holds reaches the
-/// program.
-fn install_prelude(command: &mut std::process::Command, new_session: bool) {
+/// program — but the shared file, when there is one.
+fn install_prelude(
+    command: &mut std::process::Command,
+    new_session: bool,
+    shared_fd: Option<std::os::fd::RawFd>,
+) {
     let prelude = move || {
         if new_session {
             nix::unistd::setsid().map_err(std::io::Error::from)?;
         }
         crate::fds::cloexec_from_3_in_child();
+        if let Some(fd) = shared_fd {
+            // SAFETY: clears the flags of a descriptor the spec keeps open across the fork.
+            if unsafe { libc::fcntl(fd, libc::F_SETFD, 0) } < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+        }
         Ok(())
     };
     // SAFETY: the closure runs between fork and exec and only makes the setsid(2), fcntl(2),

@@ -115,6 +115,10 @@ pub(crate) trait SpillSink: Send {
     fn close(self: Box<Self>) -> io::Result<()>;
     /// Closes and deletes the file (the stream outgrew its spill cap or a write failed).
     fn discard(self: Box<Self>) -> io::Result<()>;
+    /// The file was removed while open (no name refers to it any more).
+    fn removed(&self) -> bool {
+        false
+    }
 }
 
 /// Opens a new spill sink for a stream label.
@@ -143,6 +147,10 @@ impl SpillSink for FileSink {
 
     fn write_all(&mut self, bytes: &[u8]) -> io::Result<()> {
         self.file.write_all(bytes)
+    }
+
+    fn removed(&self) -> bool {
+        nix::sys::stat::fstat(self.file.as_fd()).is_ok_and(|stat| stat.st_nlink == 0)
     }
 
     fn close(self: Box<Self>) -> io::Result<()> {

@@ -23,6 +23,8 @@ pub(crate) struct BashArgs {
     /// Only the literal `true` selects background.
     pub background: bool,
     pub escalation: Option<EscalationRequest>,
+    /// Only the literal `true` resets (read only when state persists).
+    pub reset: bool,
 }
 
 fn plain(message: &str) -> ToolError {
@@ -79,6 +81,7 @@ impl BashArgs {
             workdir: args.get("workdir").and_then(Value::as_str).map(str::to_owned),
             background: args.get("run_in_background") == Some(&Value::Bool(true)),
             escalation,
+            reset: args.get("reset") == Some(&Value::Bool(true)),
         })
     }
 }

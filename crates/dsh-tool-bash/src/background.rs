@@ -5,7 +5,7 @@
 use std::sync::{Arc, Weak};
 
 use dsh_core::{Agent, ToolError, ToolExec, WeakContext};
-use dsh_jobs::{JOBS, JobError, JobHooks, JobOutcome, JobStartSpec, OutcomeStatus};
+use dsh_jobs::{JOBS, JobError, JobHooks, JobOutcome, JobProcess, JobStartSpec, OutcomeStatus, SpillWatch};
 use dsh_shell::{ProcessStatus, ShellError, ShellExecRequest, ShellProcess};
 use parking_lot::Mutex;
 use serde_json::Value;
@@ -57,6 +57,16 @@ impl HintDecision {
 fn hooks(process: Arc<dyn ShellProcess>, hint: HintDecision) -> JobHooks {
     let cancel_process = Arc::clone(&process);
     let done_process = Arc::clone(&process);
+    let journaled = process.identity().map(|identity| {
+        let watched = Arc::clone(&process);
+        let spills: SpillWatch = Box::new(move |observer| watched.watch_spills(Arc::from(observer)));
+        JobProcess {
+            pid: identity.pid,
+            pgid: identity.pgid,
+            start_time: identity.start_time,
+            spills: Some(spills),
+        }
+    });
     JobHooks {
         // The reason is recorded by the runtime; bash has nothing to do with it.
         cancel: Box::new(move |_reason| {
@@ -74,6 +84,7 @@ fn hooks(process: Arc<dyn ShellProcess>, hint: HintDecision) -> JobHooks {
             let offered = sandbox.as_ref().is_some_and(|s| s.denied) && hint.offered();
             render_process_read(read, sandbox.as_ref(), offered)
         })),
+        process: journaled,
     }
 }
 

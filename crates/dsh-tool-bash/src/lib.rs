@@ -23,6 +23,7 @@
 mod args;
 mod background;
 mod escalation;
+mod persist;
 mod present;
 mod render;
 mod texts;
@@ -38,6 +39,8 @@ use dsh_sandbox::SANDBOX_POLICY;
 use dsh_shell::services::{Shell, ShellEnv};
 use schemars::JsonSchema;
 use serde::Deserialize;
+
+pub use persist::Persist;
 
 /// The package name.
 pub const NAME: &str = "@deepseek-ai/dsh-tool-bash";
@@ -56,11 +59,16 @@ pub struct Config {
     /// Advertise `run_in_background` and accept background calls (default `true`). When
     /// `false` the parameter is removed and a forced background call is rejected.
     pub enable_run_in_background: bool,
+    /// What carries over from one call of a session to the next (default `none`): `cwd`, the
+    /// directory the command's shell ended in; `env`, that and the exported variables and
+    /// shell functions. When on, the tool also takes `reset: true` (start this call from the
+    /// session's starting state) and its description says what carries.
+    pub persist: Persist,
 }
 
 impl Default for Config {
     fn default() -> Self {
-        Self { enable_run_in_background: true }
+        Self { enable_run_in_background: true, persist: Persist::None }
     }
 }
 
@@ -100,8 +108,14 @@ impl Plugin for ToolBash {
         let section =
             prompt.register_section(texts::SECTION_NAME, texts::SECTION_ORDER, texts::SECTION_TEXT)?;
         scope.add(section);
-        let tool =
-            tool::BashTool::new(shell, env, policy, scope.ctx().downgrade(), config.enable_run_in_background);
+        let tool = tool::BashTool::new(
+            shell,
+            env,
+            policy,
+            scope.ctx().downgrade(),
+            config.enable_run_in_background,
+            config.persist,
+        );
         let registration = tools.register(Arc::new(tool))?;
         scope.add(registration);
         Ok(())

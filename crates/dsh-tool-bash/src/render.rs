@@ -12,6 +12,8 @@ fn stream_text(stream: &StreamView) -> String {
     if !stream.truncated {
         return stream.text.clone();
     }
+    // A spill file that could not be kept leaves no path: the full output is unavailable (the
+    // reason is logged by the harness; the value's shape is the contract's).
     format!(
         "{}\n[output truncated; full output: {}]",
         stream.text,
@@ -96,8 +98,16 @@ pub(crate) fn render_process_read(
             .flatten()
             .map(|p| p.to_string_lossy().into_owned())
             .collect();
-        let paths = if paths.is_empty() { "(unavailable)".to_owned() } else { paths.join(", ") };
-        notices.push(format!("[some output was dropped from memory; full output: {paths}]"));
+        match (paths.is_empty(), &read.spill_error) {
+            (true, Some(error)) => notices.push(format!(
+                "[some output was dropped from memory; full output could not be kept: {error}]"
+            )),
+            (true, None) => {
+                notices.push("[some output was dropped from memory; full output: (unavailable)]".to_owned())
+            }
+            (false, _) => notices
+                .push(format!("[some output was dropped from memory; full output: {}]", paths.join(", "))),
+        }
     }
     if let Some(sandbox) = sandbox {
         notices.extend(sandbox.network_denied.iter().map(|hp| dsh_sandbox::network_denied_line(hp)));
@@ -226,6 +236,7 @@ mod tests {
             lossy,
             stdout_spill_path: out.map(PathBuf::from),
             stderr_spill_path: err.map(PathBuf::from),
+            spill_error: None,
         }
     }
 

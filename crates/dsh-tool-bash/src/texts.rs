@@ -3,6 +3,16 @@
 /// The base paragraph of every description variant (ends with one space).
 pub(crate) const BASE_DESCRIPTION: &str = "Execute a bash command (`bash -c`) and return its stdout/stderr. Each call runs in a fresh shell: no state (cwd, variables, functions) persists between calls — pass `workdir` instead of using `cd`. Non-zero exits are reported as `[exit code: N]`. Current harness environment facts are exposed through managed `$DSH_*` variables; inspect them when needed. Commands may run under a file sandbox; a blocked file operation is reported as `[sandbox: file access denied under <mode> mode]` — a policy denial, not a bug in the command; do not retry another way. Long output is truncated to its tail; the full output is saved to a file whose path is reported when available. ";
 
+/// The sentence of [`BASE_DESCRIPTION`] that says nothing persists, replaced when state
+/// persists.
+pub(crate) const NO_STATE_SENTENCE: &str = "Each call runs in a fresh shell: no state (cwd, variables, functions) persists between calls — pass `workdir` instead of using `cd`.";
+
+/// Replaces [`NO_STATE_SENTENCE`] under `persist = "cwd"`.
+pub(crate) const PERSIST_CWD_SENTENCE: &str = "Each call runs in a fresh shell, but the working directory carries over: after `cd dir`, the session's next calls start in `dir` (`reset: true` starts a call from the session's workspace again); variables and functions do not persist.";
+
+/// Replaces [`NO_STATE_SENTENCE`] under `persist = "env"`.
+pub(crate) const PERSIST_ENV_SENTENCE: &str = "Each call runs in a fresh shell, but the working directory, exported variables and shell functions carry over to the session's next calls (`reset: true` starts a call from the session's starting state again); aliases, shell options, traps, non-exported variables and background processes do not.";
+
 /// Appended when background execution is enabled.
 pub(crate) const BACKGROUND_ENABLED: &str = "Set `run_in_background: true` for long-running commands: the call returns a job id immediately; read its output with `job_output` and stop it with `job_kill`.";
 
@@ -19,6 +29,7 @@ pub(crate) const PARAM_TIMEOUT_MS: &str = "Timeout in milliseconds. The executor
 pub(crate) const PARAM_WORKDIR: &str = "Working directory for this command. Defaults to the session workspace; a relative path is resolved against it.";
 pub(crate) const PARAM_RUN_IN_BACKGROUND: &str = "Run in the background and return a job id immediately (collect with job_output, stop with job_kill). No timeout applies.";
 pub(crate) const PARAM_SANDBOX_PERMISSIONS: &str = "The wider sandbox mode this command needs. Only valid as a one-shot retry of a command the sandbox just denied; requires justification and user approval.";
+pub(crate) const PARAM_RESET: &str = "Forget the state carried over from earlier calls of this session and run this command from the session's starting state.";
 pub(crate) const PARAM_JUSTIFICATION: &str = "Required with sandbox_permissions: one sentence for the user explaining why this exact command needs the wider access.";
 
 /// The `tool:bash` prompt section.
@@ -29,8 +40,12 @@ pub(crate) const SECTION_TEXT: &str =
 
 /// The description for a configuration: base, one background sentence, and the escalation
 /// paragraph when the executor sandboxes.
-pub(crate) fn description(background: bool, escalation: bool) -> String {
-    let mut out = String::from(BASE_DESCRIPTION);
+pub(crate) fn description(background: bool, escalation: bool, persist: crate::Persist) -> String {
+    let mut out = match persist {
+        crate::Persist::None => String::from(BASE_DESCRIPTION),
+        crate::Persist::Cwd => BASE_DESCRIPTION.replacen(NO_STATE_SENTENCE, PERSIST_CWD_SENTENCE, 1),
+        crate::Persist::Env => BASE_DESCRIPTION.replacen(NO_STATE_SENTENCE, PERSIST_ENV_SENTENCE, 1),
+    };
     out.push_str(if background { BACKGROUND_ENABLED } else { BACKGROUND_DISABLED });
     if escalation {
         out.push_str(ESCALATION_PARAGRAPH);

@@ -11,6 +11,7 @@ use dsh_sandbox::{ESCALATION_TARGETS, SandboxPolicyService};
 use dsh_shell::{ShellEnvRegistry, ShellExecRequest, ShellExecutor};
 use serde_json::{Value, json};
 
+use crate::Persist;
 use crate::args::BashArgs;
 use crate::render::render_result;
 use crate::texts;
@@ -27,10 +28,11 @@ pub(crate) struct BashTool {
     /// For call-time lookups of the optional services (`jobs`, `approval`).
     ctx: WeakContext,
     background_enabled: bool,
+    persist: Persist,
 }
 
 /// The parameters for a configuration (declaration order is the schema's order; keep it).
-fn parameters(background: bool, escalation: bool) -> ToolParams {
+fn parameters(background: bool, escalation: bool, persist: Persist) -> ToolParams {
     let mut params = ToolParams::new()
         .required("command", Schema::string().describe(texts::PARAM_COMMAND))
         .required("description", Schema::string().describe(texts::PARAM_DESCRIPTION))
@@ -49,6 +51,9 @@ fn parameters(background: bool, escalation: bool) -> ToolParams {
             )
             .optional("justification", Schema::string().describe(texts::PARAM_JUSTIFICATION));
     }
+    if persist.is_on() {
+        params = params.optional("reset", Schema::boolean().describe(texts::PARAM_RESET));
+    }
     params
 }
 
@@ -62,14 +67,15 @@ impl BashTool {
         policy: Option<Arc<dyn SandboxPolicyService>>,
         ctx: WeakContext,
         background_enabled: bool,
+        persist: Persist,
     ) -> Self {
         let escalation = policy.is_some();
         let network = policy.as_ref().is_some_and(|p| p.network_mode().isolates());
         Self {
             spec: ToolSpec::new(
                 "bash",
-                texts::description(background_enabled, escalation),
-                parameters(background_enabled, escalation),
+                texts::description(background_enabled, escalation, persist),
+                parameters(background_enabled, escalation, persist),
                 output_schema(network),
             ),
             shell,
@@ -77,6 +83,7 @@ impl BashTool {
             policy,
             ctx,
             background_enabled,
+            persist,
         }
     }
 
@@ -106,8 +113,23 @@ impl BashTool {
         let workdir = resolve_workdir(args.workdir.as_deref(), policy_root, session_cwd.as_deref());
         // 6. Managed environment, freshly collected for this call.
         let dsh_env = self.env.collect(&exec).map_err(|e| ToolError::plain(e.to_string()))?;
-        // 7. The request, from named fields only.
-        let request = ShellExecRequest {
+        // 7. The request, from named fields only; with persistent state, the command wrapped
+        //    to start from the session's state and to hand its own back.
+        let persisted = match (self.persist.is_on(), session.as_ref(), dsh_env.get("DSH_HOME")) {
+            (true, Some(session), Some(home)) => Some(
+                crate::persist::Call::prepare(
+                    self.persist,
+                    std::path::Path::new(home),
+                    session.id(),
+                    args.reset,
+                    args.workdir.is_none(),
+                    &args.command,
+                )
+                .map_err(|e| ToolError::plain(format!("cannot prepare the session's shell state: {e}")))?,
+            ),
+            _ => None,
+        };
+        let mut request = ShellExecRequest {
             command: args.command.clone(),
             workdir,
             timeout_ms: args.timeout_ms,
@@ -115,11 +137,21 @@ impl BashTool {
             sandbox_policy,
             ..ShellExecRequest::default()
         };
-        // 8. Background or foreground.
+        let call = persisted.map(|(call, command, shared)| {
+            request.command = command;
+            request.shared_file = Some(shared);
+            call
+        });
+        // 8. Background or foreground. A background command starts from the session's state
+        //    but hands nothing back (it runs alongside the session's later calls).
         if args.background {
             return crate::background::start(self, request, &args.command, &exec);
         }
-        self.foreground(request, &exec).await
+        let result = self.foreground(request, &exec).await;
+        if let Some(call) = call {
+            call.finish();
+        }
+        result
     }
 
     /// A foreground run: resolve and run on the shell; an aborted run is an abort error.

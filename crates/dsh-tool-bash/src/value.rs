@@ -191,7 +191,12 @@ mod tests {
             timed_out: false,
             aborted: false,
             timeout: ShellTimeout::from_millis(10000.0),
-            stdout: CollectedOutput { text: "hello\n".into(), truncated: false, spill_path: None },
+            stdout: CollectedOutput {
+                text: "hello\n".into(),
+                truncated: false,
+                spill_path: None,
+                spill_error: None,
+            },
             stderr: CollectedOutput::default(),
             sandbox: None,
             network: None,

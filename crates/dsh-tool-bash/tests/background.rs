@@ -76,7 +76,8 @@ async fn jb_06_runtime_or_controller_missing() {
 #[tokio::test]
 async fn jb_07_forced_background_when_disabled() {
     let fake = FakeExecutor::local();
-    let (h, _controller) = with_jobs(fake.clone(), Config { enable_run_in_background: false });
+    let (h, _controller) =
+        with_jobs(fake.clone(), Config { enable_run_in_background: false, ..Config::default() });
     let r = h.call(bg("sleep 1")).await;
     assert_eq!(text(&r), "Error: background execution is disabled for this bash tool");
     assert_eq!(fake.starts.lock().len(), 0);
@@ -113,7 +114,8 @@ async fn sb_07_abort_after_grant_spawns_nothing() {
 #[tokio::test]
 async fn approval_precedes_the_disabled_check() {
     let fake = FakeExecutor::sandboxing();
-    let (h, _controller) = with_jobs(fake.clone(), Config { enable_run_in_background: false });
+    let (h, _controller) =
+        with_jobs(fake.clone(), Config { enable_run_in_background: false, ..Config::default() });
     let approval = FakeApproval::answering(ApprovalOutcome::AllowedOnce);
     h.approve_with(approval.clone());
     let agent = h.agent("a", None);

@@ -26,7 +26,13 @@ fn plugin_contract_constants() {
     assert_eq!(INJECT, ["tools", "shell", "systemPrompt", "shellEnv"]);
     use dsh_core::Plugin;
     assert_eq!(<ToolBash as Plugin>::SHORT_NAME, "tool-bash");
-    assert_eq!(Config::default(), Config { enable_run_in_background: true });
+    assert_eq!(
+        Config::default(),
+        Config { enable_run_in_background: true, persist: dsh_tool_bash::Persist::None }
+    );
+    let persisting: Config = serde_json::from_value(json!({"persist": "env"})).expect("persist");
+    assert_eq!(persisting.persist, dsh_tool_bash::Persist::Env);
+    assert!(serde_json::from_value::<Config>(json!({"persist": "everything"})).is_err());
     let parsed: Config = serde_json::from_value(json!({})).expect("empty config");
     assert!(parsed.enable_run_in_background, "the default applies to {{}}");
     let off: Config = serde_json::from_value(json!({"enableRunInBackground": false})).expect("config");
@@ -125,7 +131,8 @@ fn ps_03_default_schema() {
 
 #[test]
 fn jb_07_disabled_background_schema() {
-    let h = Harness::new(FakeExecutor::local(), Config { enable_run_in_background: false });
+    let h =
+        Harness::new(FakeExecutor::local(), Config { enable_run_in_background: false, ..Config::default() });
     let schema = h.schema();
     assert_eq!(property_names(&schema.parameters), ["command", "description", "timeoutMs", "workdir"]);
     assert_eq!(schema.parameters.to_string(), expected_parameters(false, false).to_string());
@@ -215,7 +222,10 @@ async fn cache_stability_across_calls_runs_and_mode_switches() {
     assert_eq!(fingerprint(&again.ctx), before);
 
     // Only a config change or the executor's capabilities change them.
-    let off = Harness::new(FakeExecutor::sandboxing(), Config { enable_run_in_background: false });
+    let off = Harness::new(
+        FakeExecutor::sandboxing(),
+        Config { enable_run_in_background: false, ..Config::default() },
+    );
     assert_ne!(fingerprint(&off.ctx).0, before.0);
     let local = Harness::with(FakeExecutor::local());
     assert_ne!(fingerprint(&local.ctx).0, before.0);

@@ -68,7 +68,8 @@ async fn seed_error_list_is_pinned() {
     );
     assert_eq!(local.executed(), 0);
 
-    let off = Harness::new(FakeExecutor::local(), Config { enable_run_in_background: false });
+    let off =
+        Harness::new(FakeExecutor::local(), Config { enable_run_in_background: false, ..Config::default() });
     expect(
         text(&off.call(args(json!({"run_in_background": true}))).await),
         "background execution is disabled for this bash tool",
@@ -157,7 +158,9 @@ async fn env_contributor_errors_are_tool_errors_and_nothing_runs() {
 async fn jobs_preflight_errors_pass_through() {
     let fake = FakeExecutor::local();
     let h = Harness::with(fake.clone());
-    h.ctx.load::<JobsPlugin>(JobsConfig { max_concurrent_jobs_per_owner: 1.0 }).expect("jobs");
+    h.ctx
+        .load::<JobsPlugin>(JobsConfig { max_concurrent_jobs_per_owner: 1.0, ..JobsConfig::default() })
+        .expect("jobs");
     let jobs = h.ctx.get(JOBS).expect("jobs");
     let agent = h.agent("a", None);
     let bg = args(json!({"command": "sleep 60", "run_in_background": true}));
@@ -171,7 +174,9 @@ async fn jobs_preflight_errors_pass_through() {
     hold.settled.send_replace(false);
     let holder: Arc<dyn ShellExecutor> = Arc::new(Holding(hold));
     let h2 = Harness::with(holder);
-    h2.ctx.load::<JobsPlugin>(JobsConfig { max_concurrent_jobs_per_owner: 1.0 }).expect("jobs");
+    h2.ctx
+        .load::<JobsPlugin>(JobsConfig { max_concurrent_jobs_per_owner: 1.0, ..JobsConfig::default() })
+        .expect("jobs");
     let _c2 = h2.ctx.get(JOBS).expect("jobs").attach_controller();
     let owner = h2.agent("o", None);
     assert_eq!(text(&h2.call_as(&owner, bg.clone()).await), "started background job bash-1");

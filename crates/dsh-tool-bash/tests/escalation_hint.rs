@@ -55,6 +55,7 @@ impl ShellExecutor for DenyingExecutor {
             sandbox_policy: request.sandbox_policy,
             output_probe: request.output_probe,
             network_approver: request.network_approver,
+            shared_file: request.shared_file,
         })
     }
 

@@ -268,9 +268,13 @@ async fn pre_aborted_call_never_reaches_the_body() {
 async fn bf_08_truncation_notice_and_value_through_the_tool() {
     let fake = FakeExecutor::local();
     let mut r = result("tail\n", "", Some(0), None);
-    r.stdout =
-        CollectedOutput { text: "tail\n".into(), truncated: true, spill_path: Some("/s/out.log".into()) };
-    r.stderr = CollectedOutput { text: "e".into(), truncated: true, spill_path: None };
+    r.stdout = CollectedOutput {
+        text: "tail\n".into(),
+        truncated: true,
+        spill_path: Some("/s/out.log".into()),
+        spill_error: None,
+    };
+    r.stderr = CollectedOutput { text: "e".into(), truncated: true, spill_path: None, spill_error: None };
     fake.push_result(Ok(r));
     let h = Harness::with(fake);
     let r = h.call(json!({"command": "x", "description": "d"})).await;

@@ -68,8 +68,14 @@ fn rich_result(spec: &ShellExecSpec) -> ShellRunResult {
             text: "out".into(),
             truncated: true,
             spill_path: Some("/spill/out.log".into()),
+            spill_error: None,
         },
-        stderr: CollectedOutput { text: "err\n".into(), truncated: false, spill_path: None },
+        stderr: CollectedOutput {
+            text: "err\n".into(),
+            truncated: false,
+            spill_path: None,
+            spill_error: None,
+        },
         sandbox: None,
         network: None,
     }
@@ -155,7 +161,7 @@ struct Composition {
 impl Composition {
     fn new(kind: Kind) -> Self {
         let executor = RecordingExecutor::new(kind.sandboxing().then_some(SandboxMode::ReadOnly));
-        let config = Config { enable_run_in_background: kind.background_enabled() };
+        let config = Config { enable_run_in_background: kind.background_enabled(), ..Config::default() };
         let h = Harness::new(executor.clone(), config);
         if kind.jobs() {
             h.ctx.load_default::<JobsPlugin>().expect("jobs");

@@ -18,7 +18,8 @@ pub(crate) fn job_status_line(job: &Value) -> String {
 
 /// Schema of a public job snapshot: `{id, kind, label, status, detail?, startedAt, finishedAt?}`.
 pub fn public_job_schema() -> Schema {
-    let statuses = ["running", "stopping", "completed", "killed", "failed"].map(|s| json!(s)).to_vec();
+    let statuses =
+        ["running", "stopping", "completed", "killed", "failed", "lost"].map(|s| json!(s)).to_vec();
     Schema::object(
         vec![
             ("id", Schema::string(), true),

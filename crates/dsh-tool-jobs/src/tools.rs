@@ -207,7 +207,18 @@ impl Tool for JobListTool {
             .iter()
             .map(|job| {
                 let field = |k: &str| job[k].as_str().unwrap_or_default().to_owned();
-                format!("{} [{}] {} \u{2014} {}", field("id"), field("kind"), field("status"), field("label"))
+                let line = format!(
+                    "{} [{}] {} \u{2014} {}",
+                    field("id"),
+                    field("kind"),
+                    field("status"),
+                    field("label")
+                );
+                // A lost job's detail is all there is to know about it (where its output went).
+                match job["status"].as_str() {
+                    Some("lost") => format!("{line}\n  {}", job_status_line(job)),
+                    _ => line,
+                }
             })
             .collect();
         single_text(lines.join("\n"))

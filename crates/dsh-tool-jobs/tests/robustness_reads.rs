@@ -57,6 +57,7 @@ async fn a_job_settling_during_a_read_reports_its_end_with_the_rest_on_the_next_
                 cancel: Box::new(|_| Ok(())),
                 done: Box::pin(async move { done.await.map_err(|e| e.to_string()) }),
                 read_output: Some(Box::new(read)),
+                process: None,
             })
         }),
     };

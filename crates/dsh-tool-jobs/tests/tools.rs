@@ -190,7 +190,10 @@ async fn jb_03_kill_then_wait_reports_the_signal() {
 
 #[tokio::test]
 async fn jb_09_admission_through_the_tools() {
-    let fx = compose_with(JobsConfig { max_concurrent_jobs_per_owner: 1.0 }, ToolJobsConfig::default());
+    let fx = compose_with(
+        JobsConfig { max_concurrent_jobs_per_owner: 1.0, ..JobsConfig::default() },
+        ToolJobsConfig::default(),
+    );
     let alice = fx.agent("alice");
     let trap = FakeProducer::new();
     assert_eq!(

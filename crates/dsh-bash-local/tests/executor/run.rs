@@ -86,7 +86,12 @@ async fn bf_09_spill_unavailable() {
     let result = run(&executor, HUNDRED_LINES).await;
     assert_eq!(
         result.stdout,
-        CollectedOutput { text: hundred_lines()[900..].to_owned(), truncated: true, spill_path: None }
+        CollectedOutput {
+            text: hundred_lines()[900..].to_owned(),
+            truncated: true,
+            spill_path: None,
+            spill_error: None
+        }
     );
     assert_eq!(std::fs::read_dir(dir.path()).expect("dir").count(), 0, "no spill file left");
 }
@@ -97,7 +102,10 @@ async fn bf_10_stderr_truncation_keeps_sections() {
     let (executor, _service) = executor_in(dir.path(), |c| c.max_output_bytes = 100.0);
     let result =
         run(&executor, r#"echo ok; for i in $(seq 1 100); do printf "line-%04d\n" $i >&2; done"#).await;
-    assert_eq!(result.stdout, CollectedOutput { text: "ok\n".into(), truncated: false, spill_path: None });
+    assert_eq!(
+        result.stdout,
+        CollectedOutput { text: "ok\n".into(), truncated: false, spill_path: None, spill_error: None }
+    );
     assert_eq!(result.stderr.text, hundred_lines()[900..]);
     assert!(result.stderr.truncated);
     let path = result.stderr.spill_path.expect("stderr spill");
@@ -128,7 +136,10 @@ async fn ex_03_stdout_max_bytes_raises_stdout_only() {
         })
         .expect("resolve");
     let result = executor.run(spec).await.expect("run");
-    assert_eq!(result.stdout, CollectedOutput { text: "x".repeat(500), truncated: false, spill_path: None });
+    assert_eq!(
+        result.stdout,
+        CollectedOutput { text: "x".repeat(500), truncated: false, spill_path: None, spill_error: None }
+    );
     assert!(result.stderr.truncated);
     assert_eq!(result.stderr.text, "e".repeat(100));
 }

@@ -39,7 +39,7 @@ fn sp_03_collector_tail_and_reads() {
     c.finish();
     assert_eq!(
         c.collected(),
-        CollectedStream { text: "aabbbbbbcc".into(), truncated: true, spill_path: None }
+        CollectedStream { text: "aabbbbbbcc".into(), truncated: true, spill_path: None, spill_error: None }
     );
 
     let dir = tempfile::tempdir().expect("tempdir");
@@ -47,7 +47,13 @@ fn sp_03_collector_tail_and_reads() {
     c.push(b"aaaaa");
     assert_eq!(
         c.read_from(0),
-        StreamRead { text: "aaaaa".into(), lossy: false, next_offset: 5, spill_path: None }
+        StreamRead {
+            text: "aaaaa".into(),
+            lossy: false,
+            next_offset: 5,
+            spill_path: None,
+            spill_error: None
+        }
     );
     c.push(b"bbbbb");
     let read = c.read_from(5);
@@ -72,7 +78,10 @@ fn sp_04_spill_cap_and_sealing() {
     c.push(b"c");
     c.push(b"dddd");
     c.finish();
-    assert_eq!(c.collected(), CollectedStream { text: "dddd".into(), truncated: true, spill_path: None });
+    assert_eq!(
+        c.collected(),
+        CollectedStream { text: "dddd".into(), truncated: true, spill_path: None, spill_error: None }
+    );
     assert!(!path.exists(), "abandoned spill must be deleted");
     assert!(files_in(dir.path()).is_empty());
 
@@ -80,7 +89,10 @@ fn sp_04_spill_cap_and_sealing() {
     let c = collector(4, Some(4), dir.path());
     c.push(b"abcdefgh");
     c.finish();
-    assert_eq!(c.collected(), CollectedStream { text: "efgh".into(), truncated: true, spill_path: None });
+    assert_eq!(
+        c.collected(),
+        CollectedStream { text: "efgh".into(), truncated: true, spill_path: None, spill_error: None }
+    );
     assert!(files_in(dir.path()).is_empty(), "no file is ever created");
 }
 
@@ -109,7 +121,10 @@ fn sp_04_failing_close_withholds_the_spill_path() {
     c.push(b"abcdefgh");
     assert_eq!(c.read_from(0).spill_path, Some(PathBuf::from("/nonexistent/spill.log")));
     c.finish();
-    assert_eq!(c.collected(), CollectedStream { text: "efgh".into(), truncated: true, spill_path: None });
+    assert_eq!(
+        c.collected(),
+        CollectedStream { text: "efgh".into(), truncated: true, spill_path: None, spill_error: None }
+    );
 }
 
 #[test]
@@ -121,7 +136,7 @@ fn exactly_the_cap_is_not_truncated_and_creates_no_file() {
     c.finish();
     assert_eq!(
         c.collected(),
-        CollectedStream { text: "0123456789".into(), truncated: false, spill_path: None }
+        CollectedStream { text: "0123456789".into(), truncated: false, spill_path: None, spill_error: None }
     );
     assert!(files_in(dir.path()).is_empty());
 }

@@ -155,7 +155,7 @@ pub fn ok_result(spec: &ShellExecSpec) -> ShellRunResult {
         timed_out: false,
         aborted: false,
         timeout: spec.timeout,
-        stdout: CollectedOutput { text: "ok".into(), truncated: false, spill_path: None },
+        stdout: CollectedOutput { text: "ok".into(), truncated: false, spill_path: None, spill_error: None },
         stderr: CollectedOutput::default(),
         sandbox: spec.sandbox_policy.as_ref().map(|p| ShellSandboxInfo {
             mode: p.mode,
@@ -176,8 +176,18 @@ pub fn result(stdout: &str, stderr: &str, exit_code: Option<i32>, signal: Option
         timed_out: false,
         aborted: false,
         timeout: ShellTimeout::from_millis(10000.0),
-        stdout: CollectedOutput { text: stdout.into(), truncated: false, spill_path: None },
-        stderr: CollectedOutput { text: stderr.into(), truncated: false, spill_path: None },
+        stdout: CollectedOutput {
+            text: stdout.into(),
+            truncated: false,
+            spill_path: None,
+            spill_error: None,
+        },
+        stderr: CollectedOutput {
+            text: stderr.into(),
+            truncated: false,
+            spill_path: None,
+            spill_error: None,
+        },
         sandbox: None,
         network: None,
     }
@@ -203,6 +213,7 @@ impl ShellExecutor for FakeExecutor {
             sandbox_policy: request.sandbox_policy,
             output_probe: request.output_probe,
             network_approver: request.network_approver,
+            shared_file: request.shared_file,
         })
     }
 

@@ -48,6 +48,12 @@ PY"#,
 /// Runs `command` through `dsh-bash` whose stdin is `pty` and whose controlling terminal it is.
 fn call_on_terminal(world: &World, pty: &Pty, mode: Mode, command: &str) -> Outcome {
     let mut dsh = world.dsh(&world.call_args(mode, None, command));
+    on_terminal(&mut dsh, pty);
+    Outcome::parse(&dsh.output().expect("spawn dsh-bash on a terminal"))
+}
+
+/// Makes `pty` the stdin and the controlling terminal of what `command` starts.
+fn on_terminal(dsh: &mut std::process::Command, pty: &Pty) {
     dsh.stdin(Stdio::from(pty.slave.try_clone().expect("dup pty")));
     // SAFETY: between fork and exec the child only calls setsid and ioctl, both
     // async-signal-safe; fd 0 is the terminal's slave side set just above.
@@ -59,7 +65,6 @@ fn call_on_terminal(world: &World, pty: &Pty, mode: Mode, command: &str) -> Outc
             Ok(())
         });
     }
-    Outcome::parse(&dsh.output().expect("spawn dsh-bash on a terminal"))
 }
 
 fn attack_controlling_terminal(world: &World) -> Result<(), Skip> {
@@ -67,19 +72,27 @@ fn attack_controlling_terminal(world: &World) -> Result<(), Skip> {
     let escaped = world.outside.join("ESCAPED");
     let script = tiocsti_script(&escaped.display().to_string());
     let pty = Pty::open();
-    // Control: unconfined, the same command reaches the terminal dsh-bash runs on.
-    let control = call_on_terminal(world, &pty, Mode::DangerFullAccess, &script);
+    // Control: run directly on the terminal (not through dsh-bash), the same script reaches it.
+    let mut direct = std::process::Command::new("bash");
+    direct.args(["-c", &script]);
+    on_terminal(&mut direct, &pty);
+    let control = direct.output().expect("run the script on the terminal");
+    let control = String::from_utf8_lossy(&control.stdout);
     assert!(
-        control.ok().starts_with("open /dev/tty: opened\n") && !control.stdout.contains("tty_nr: 0\n"),
-        "test setup: unconfined, the command should own dsh-bash's terminal: {control:#?}"
+        control.starts_with("open /dev/tty: opened\n") && !control.contains("tty_nr: 0\n"),
+        "test setup: on its controlling terminal, the script should reach it: {control}"
     );
     let _ = pty.pending_input();
-    let confined = call_on_terminal(world, &pty, Mode::WorkspaceWrite, &script);
-    assert_eq!(
-        confined.ok(),
-        "open /dev/tty: No such device or address\ntty_nr: 0\nisatty: [False, False, False]\n",
-        "the confined command must have no controlling terminal: {confined:#?}"
-    );
+    // Every command dsh-bash runs, confined or not, starts a session of its own.
+    for mode in [Mode::DangerFullAccess, Mode::WorkspaceWrite] {
+        let outcome = call_on_terminal(world, &pty, mode, &script);
+        assert_eq!(
+            outcome.ok(),
+            "open /dev/tty: No such device or address\ntty_nr: 0\nisatty: [False, False, False]\n",
+            "a command under {} must have no controlling terminal: {outcome:#?}",
+            mode.name()
+        );
+    }
     let injected = pty.pending_input();
     assert!(
         injected.is_empty(),

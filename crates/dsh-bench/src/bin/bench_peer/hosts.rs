@@ -186,3 +186,37 @@ pub(crate) fn mcp(args: &Args) -> anyhow::Result<Outcome> {
         shape: Value::Null,
     })
 }
+
+/// `dsh-bash mcp` on stdio with one initialized session (the stdio side of `mcp-http`).
+pub(crate) struct McpStdio(LineChild);
+
+impl McpStdio {
+    pub(crate) fn start(bin: &Path) -> anyhow::Result<Self> {
+        let mut child = LineChild::spawn(bin, "mcp")?;
+        let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "bench_peer", "version": "0"}}});
+        child.send(&init.to_string())?;
+        mcp_response(&mut child, 0)?;
+        child.send(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#)?;
+        Ok(Self(child))
+    }
+
+    /// One `tools/call bash true` round trip, in milliseconds.
+    pub(crate) fn call_true(&mut self, id: u64) -> anyhow::Result<f64> {
+        let call = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": "bash", "arguments": {"command": "true", "description": "t"}}});
+        let line = call.to_string();
+        let t = Instant::now();
+        self.0.send(&line)?;
+        let response = mcp_response(&mut self.0, id)?;
+        let took = ms(t.elapsed());
+        if response["result"]["isError"] != json!(false) {
+            bail!("tools/call failed: {response}");
+        }
+        Ok(took)
+    }
+
+    pub(crate) fn finish(self) -> anyhow::Result<f64> {
+        self.0.finish()
+    }
+}

@@ -23,6 +23,12 @@
 //! bench_peer raw-concurrent N  N `sleep 0.5; echo done` spawned by std at once, then awaited
 //! bench_peer batch N [--bin DSH_BASH] [--warmup W]   `dsh-bash batch`: per-line cost and round trip
 //! bench_peer mcp N [--bin DSH_BASH] [--warmup W]     `dsh-bash mcp` over stdio: tools/call round trip
+//! bench_peer mcp-http N [--bin DSH_BASH] [--warmup W]   the same round trip over a keep-alive
+//!                               HTTP connection and over stdio, alternating, in one run
+//! bench_peer mcp-load [--sessions S] [--calls C] [--jobs J] [--churn K] [--bin DSH_BASH]
+//!                               S concurrent HTTP sessions (C calls, J jobs each), checked;
+//!                               latency vs one session; server RSS/fds before, peak, after;
+//!                               then K sessions created and deleted in a row
 //! bench_peer confined N        run("true") unconfined vs under Landlock vs under bubblewrap
 //!                               (each also with network deny)
 //! bench_peer proxy N           a CONNECT round trip through the network proxy vs a direct
@@ -37,6 +43,7 @@
 
 mod baselines;
 mod hosts;
+mod http;
 mod measure;
 mod peer;
 mod redact;
@@ -207,7 +214,7 @@ struct Outcome {
     shape: Value,
 }
 
-const USAGE: &str = "usage: bench_peer <latency|throughput|concurrent|background|timeout|overhead|pipe|raw-concurrent|batch|mcp|confined|proxy|redact> ARG [--config JSON] [--secrets N] [--warmup W] [--timeout-ms MS] [--command CMD] | bench_peer report FILE...";
+const USAGE: &str = "usage: bench_peer <latency|throughput|concurrent|background|timeout|overhead|pipe|raw-concurrent|batch|mcp|mcp-http|mcp-load|confined|proxy|redact> ARG [--config JSON] [--secrets N] [--warmup W] [--timeout-ms MS] [--command CMD] | bench_peer report FILE...";
 
 fn main() -> std::process::ExitCode {
     let argv: Vec<String> = std::env::args().skip(1).collect();
@@ -245,6 +252,8 @@ fn main() -> std::process::ExitCode {
         "raw-concurrent",
         "batch",
         "mcp",
+        "mcp-http",
+        "mcp-load",
         "confined",
         "proxy",
     ];
@@ -278,6 +287,8 @@ fn bench(name: &str, args: &Args) -> anyhow::Result<Value> {
         "raw-concurrent" => baselines::raw_concurrent(args),
         "batch" => hosts::batch(args),
         "mcp" => hosts::mcp(args),
+        "mcp-http" => http::mcp_http(args),
+        "mcp-load" => http::mcp_load(args),
         // The executor's, measured inside a runtime task, where a host makes its calls.
         _ => runtime.block_on(async move {
             tokio::spawn(async move {

@@ -208,6 +208,15 @@ fn latency(d: &Lines, t: &mut Table, has_ts: bool) {
     t.info("dsh-bash batch, one-line round trip", Unit::Ms, batch_rt, raw);
     let mcp = d.med("rust", "mcp", &[], "results.p50_ms");
     t.info("dsh-bash mcp (stdio), tools/call bash round trip", Unit::Ms, mcp, raw);
+    let http = d.med("rust", "mcp-http", &[], "results.http.p50_ms");
+    let stdio = d.med("rust", "mcp-http", &[], "results.stdio.p50_ms");
+    t.add(
+        "HTTP / stdio round trip (keep-alive, same run)",
+        Unit::Ms,
+        http,
+        stdio,
+        Target::RatioAtMost(1.5, "<= 1.5x stdio"),
+    );
     t.info(
         "dsh-bash batch: start + first response",
         Unit::Ms,

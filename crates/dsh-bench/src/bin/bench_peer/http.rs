@@ -1,0 +1,481 @@
+//! `dsh-bash mcp --http` as an HTTP client drives it: the keep-alive round trip next to the
+//! stdio one (`mcp-http`), and the server under many sessions at once (`mcp-load`).
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail};
+use serde_json::{Map, Value, json};
+
+use crate::hosts::{McpStdio, dsh_bash_path};
+use crate::measure::{ms, round, stats};
+use crate::{Args, Outcome};
+
+const TOKEN: &str = "bench-peer-token";
+
+/// `dsh-bash mcp --http 127.0.0.1:0` with a private `DSH_HOME`; killed on drop.
+pub(crate) struct HttpServer {
+    child: Child,
+    pub authority: String,
+    _home: tempfile::TempDir,
+}
+
+impl HttpServer {
+    pub(crate) fn spawn(bin: &Path, extra: &[&str]) -> anyhow::Result<Self> {
+        let home = tempfile::Builder::new().prefix("dsh-bench-home-").tempdir()?;
+        let mut child = Command::new(bin)
+            .args(["mcp", "--http", "0"])
+            .args(extra)
+            .env("DSH_HOME", home.path())
+            .env("DSH_MCP_TOKEN", TOKEN)
+            .current_dir(home.path())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .with_context(|| format!("spawn {}", bin.display()))?;
+        let mut stderr = BufReader::new(child.stderr.take().context("stderr")?);
+        let mut line = String::new();
+        stderr.read_line(&mut line)?;
+        std::thread::spawn(move || std::io::copy(&mut stderr, &mut std::io::stderr()));
+        let url = line.trim().strip_prefix("dsh-bash: serving MCP at http://").context("no start line")?;
+        let authority = url.split('/').next().context("no authority")?.to_owned();
+        Ok(Self { child, authority, _home: home })
+    }
+
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for HttpServer {
+    fn drop(&mut self) {
+        // SAFETY: SIGTERM to the child this spawned and has not reaped.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let _ = self.child.wait();
+    }
+}
+
+/// One HTTP response: status, headers, body.
+pub(crate) struct Reply {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl Reply {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
+    }
+
+    /// The JSON-RPC messages of the body (one JSON document, or SSE `data:` lines).
+    fn messages(&self) -> Vec<Value> {
+        let text = String::from_utf8_lossy(&self.body);
+        if text.trim_start().starts_with('{') {
+            return serde_json::from_str(&text).into_iter().collect();
+        }
+        text.lines()
+            .filter_map(|line| line.strip_prefix("data:"))
+            .filter_map(|data| serde_json::from_str(data.trim()).ok())
+            .collect()
+    }
+
+    fn response(&self, id: u64) -> anyhow::Result<Value> {
+        let found = self.messages().into_iter().find(|m| m["id"] == json!(id) && m.get("method").is_none());
+        found.with_context(|| {
+            format!("no response to {id} (HTTP {}): {}", self.status, String::from_utf8_lossy(&self.body))
+        })
+    }
+}
+
+/// A keep-alive HTTP/1.1 connection (each request written in one piece, `TCP_NODELAY`).
+pub(crate) struct Conn {
+    authority: String,
+    writer: TcpStream,
+    reader: BufReader<TcpStream>,
+}
+
+impl Conn {
+    pub(crate) fn open(authority: &str) -> anyhow::Result<Self> {
+        let stream = TcpStream::connect(authority)?;
+        stream.set_nodelay(true)?;
+        stream.set_read_timeout(Some(Duration::from_secs(120)))?;
+        let reader = BufReader::new(stream.try_clone()?);
+        Ok(Self { authority: authority.to_owned(), writer: stream, reader })
+    }
+
+    pub(crate) fn exchange(
+        &mut self,
+        method: &str,
+        session: Option<&str>,
+        body: Option<&Value>,
+    ) -> anyhow::Result<Reply> {
+        let body = body.map(Value::to_string).unwrap_or_default();
+        let mut request = format!(
+            "{method} /mcp HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\n\
+             Accept: application/json, text/event-stream\r\nAuthorization: Bearer {TOKEN}\r\n\
+             Content-Length: {}\r\n",
+            self.authority,
+            body.len()
+        );
+        if let Some(session) = session {
+            request.push_str(&format!("Mcp-Session-Id: {session}\r\nMcp-Protocol-Version: 2025-11-25\r\n"));
+        }
+        request.push_str("\r\n");
+        request.push_str(&body);
+        self.writer.write_all(request.as_bytes())?;
+        self.receive()
+    }
+
+    fn receive(&mut self) -> anyhow::Result<Reply> {
+        let mut line = String::new();
+        if self.reader.read_line(&mut line)? == 0 {
+            bail!("the server closed the connection");
+        }
+        let status = line.get(9..12).context("status line")?.parse()?;
+        let mut headers = Vec::new();
+        loop {
+            line.clear();
+            self.reader.read_line(&mut line)?;
+            let trimmed = line.trim_end();
+            if trimmed.is_empty() {
+                break;
+            }
+            let (k, v) = trimmed.split_once(':').context("header")?;
+            headers.push((k.trim().to_owned(), v.trim().to_owned()));
+        }
+        let mut reply = Reply { status, headers, body: Vec::new() };
+        if reply.header("transfer-encoding").is_some_and(|v| v.eq_ignore_ascii_case("chunked")) {
+            loop {
+                line.clear();
+                self.reader.read_line(&mut line)?;
+                let size = usize::from_str_radix(line.trim().split(';').next().unwrap_or(""), 16)?;
+                let mut chunk = vec![0; size + 2];
+                self.reader.read_exact(&mut chunk)?;
+                if size == 0 {
+                    break;
+                }
+                reply.body.extend_from_slice(&chunk[..size]);
+            }
+        } else {
+            let length: usize = reply.header("content-length").map_or(Ok(0), str::parse)?;
+            reply.body.resize(length, 0);
+            self.reader.read_exact(&mut reply.body)?;
+        }
+        Ok(reply)
+    }
+
+    /// `initialize` + `notifications/initialized`; returns the session id.
+    pub(crate) fn open_session(&mut self) -> anyhow::Result<String> {
+        let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "bench_peer", "version": "0"}}});
+        let reply = self.exchange("POST", None, Some(&init))?;
+        if reply.status != 200 {
+            bail!("initialize: HTTP {}: {}", reply.status, String::from_utf8_lossy(&reply.body));
+        }
+        let session = reply.header("mcp-session-id").context("no session id")?.to_owned();
+        let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+        let ack = self.exchange("POST", Some(&session), Some(&initialized))?;
+        if ack.status != 202 {
+            bail!("initialized: HTTP {}", ack.status);
+        }
+        Ok(session)
+    }
+
+    /// One `tools/call`; returns its response.
+    pub(crate) fn call(
+        &mut self,
+        session: &str,
+        id: u64,
+        tool: &str,
+        arguments: Value,
+    ) -> anyhow::Result<Value> {
+        let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": tool, "arguments": arguments}});
+        self.exchange("POST", Some(session), Some(&body))?.response(id)
+    }
+
+    pub(crate) fn delete(&mut self, session: &str) -> anyhow::Result<u16> {
+        Ok(self.exchange("DELETE", Some(session), None)?.status)
+    }
+}
+
+fn bash_true() -> Value {
+    json!({"command": "true", "description": "t"})
+}
+
+/// `bench_peer mcp-http N [--bin DSH_BASH] [--warmup W]`: a `tools/call bash true` round trip
+/// over a keep-alive HTTP connection and over stdio, alternating call by call in one run.
+pub(crate) fn mcp_http(args: &Args) -> anyhow::Result<Outcome> {
+    let n = args.int_at(1, "N")?;
+    let warmup = args.int_flag("warmup", 20)?;
+    let bin = dsh_bash_path(args)?;
+    let server = HttpServer::spawn(&bin, &[])?;
+    let mut conn = Conn::open(&server.authority)?;
+    let session = conn.open_session()?;
+    let mut stdio = McpStdio::start(&bin)?;
+    let (mut http_samples, mut stdio_samples) = (Vec::new(), Vec::new());
+    let mut json_answers = 0u64;
+    for i in 0..warmup + n {
+        let id = i + 1;
+        let t = Instant::now();
+        let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": "bash", "arguments": bash_true()}});
+        let reply = conn.exchange("POST", Some(&session), Some(&body))?;
+        let took = ms(t.elapsed());
+        let response = reply.response(id)?;
+        if response["result"]["isError"] != json!(false) {
+            bail!("HTTP tools/call failed: {response}");
+        }
+        let stdio_took = stdio.call_true(id)?;
+        if i >= warmup {
+            json_answers += u64::from(reply.header("content-type") == Some("application/json"));
+            http_samples.push(took);
+            stdio_samples.push(stdio_took);
+        }
+    }
+    stdio.finish()?;
+    let _ = conn.delete(&session);
+    let http = stats(&http_samples);
+    let over_stdio = stats(&stdio_samples);
+    let ratio = match (http["p50_ms"].as_f64(), over_stdio["p50_ms"].as_f64()) {
+        (Some(a), Some(b)) if b > 0.0 => a / b,
+        _ => f64::NAN,
+    };
+    let mut results = Map::new();
+    results.insert("http".into(), Value::Object(http));
+    results.insert("stdio".into(), Value::Object(over_stdio));
+    results.insert("http_over_stdio_p50".into(), round(ratio, 3));
+    results.insert("json_answers".into(), json!(json_answers));
+    Ok(Outcome {
+        params: json!({"n": n, "warmup": warmup, "tool": "bash", "arguments": bash_true(), "bin": bin,
+            "client": "keep-alive HTTP/1.1, one connection, Accept: application/json, text/event-stream"}),
+        results: Value::Object(results),
+        shape: Value::Null,
+    })
+}
+
+/// Resident set size (KiB) and open descriptors of process `pid`.
+fn footprint(pid: u32) -> (u64, u64) {
+    let rss = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        })
+        .unwrap_or(0);
+    let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).map(|d| d.count() as u64).unwrap_or(0);
+    (rss, fds)
+}
+
+fn footprint_json(pid: u32) -> Value {
+    let (rss, fds) = footprint(pid);
+    let threads = std::fs::read_dir(format!("/proc/{pid}/task")).map(|d| d.count()).unwrap_or(0);
+    json!({"rss_kib": rss, "fds": fds, "threads": threads})
+}
+
+/// What one session of the load saw.
+#[derive(Default)]
+struct SessionTally {
+    latencies: Vec<f64>,
+    lost: u64,
+    wrong: u64,
+    notices: u64,
+    foreign_notices: u64,
+    jobs_read: u64,
+}
+
+/// Notices attached to a result (`_meta["dsh/notices"]`), as text.
+fn notices(response: &Value) -> Vec<String> {
+    let Some(list) = response["result"]["_meta"]["dsh/notices"].as_array() else { return Vec::new() };
+    list.iter()
+        .map(|n| n.get("text").and_then(Value::as_str).map_or_else(|| n.to_string(), str::to_owned))
+        .collect()
+}
+
+/// One session of the load: `calls` foreground `echo`s and `jobs` background jobs read to
+/// their end, every answer checked; `tag` names the session in its output and its jobs.
+fn load_session(authority: &str, tag: &str, calls: u64, jobs: u64) -> anyhow::Result<SessionTally> {
+    let mut tally = SessionTally::default();
+    let mut conn = Conn::open(authority)?;
+    let session = conn.open_session()?;
+    let mut id = 0;
+    let mut job_ids = Vec::new();
+    let tally_notices = |tally: &mut SessionTally, response: &Value| {
+        for notice in notices(response) {
+            tally.notices += 1;
+            if !notice.contains(&format!("echo {tag}-job")) {
+                tally.foreign_notices += 1;
+            }
+        }
+    };
+    for k in 0..jobs {
+        id += 1;
+        let command = format!("sleep 0.2; echo {tag}-job{k}");
+        let args =
+            json!({"command": command, "description": format!("{tag} job {k}"), "run_in_background": true});
+        let response = conn.call(&session, id, "bash", args)?;
+        let text = response["result"]["content"][0]["text"].as_str().unwrap_or("").to_owned();
+        match text.strip_prefix("started background job ") {
+            Some(job) => job_ids.push((job.to_owned(), format!("{tag}-job{k}"))),
+            None => bail!("{tag}: no job started: {response}"),
+        }
+    }
+    for i in 0..calls {
+        id += 1;
+        let expected = format!("{tag}-{i}\n");
+        let args = json!({"command": format!("echo {tag}-{i}"), "description": format!("{tag} call")});
+        let t = Instant::now();
+        let response = conn.call(&session, id, "bash", args);
+        tally.latencies.push(ms(t.elapsed()));
+        match response {
+            Ok(response) => {
+                if response["result"]["content"][0]["text"].as_str() != Some(expected.as_str()) {
+                    tally.wrong += 1;
+                }
+                tally_notices(&mut tally, &response);
+            }
+            Err(_) => tally.lost += 1,
+        }
+    }
+    for (job, output) in job_ids {
+        id += 1;
+        let response = conn.call(&session, id, "job_output", json!({"job_id": job, "wait": true}))?;
+        let text = response["result"]["content"][0]["text"].as_str().unwrap_or("");
+        if text.contains(&output) && text.ends_with("[status: completed, exit code: 0]") {
+            tally.jobs_read += 1;
+        } else {
+            tally.wrong += 1;
+        }
+        tally_notices(&mut tally, &response);
+    }
+    let deleted = conn.delete(&session)?;
+    if !matches!(deleted, 200 | 204) {
+        bail!("{tag}: DELETE answered {deleted}");
+    }
+    Ok(tally)
+}
+
+/// Samples the server's footprint until stopped; returns the peaks.
+fn sample_peak(pid: u32, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<(u64, u64)> {
+    let (rss_peak, fd_peak) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    std::thread::spawn(move || {
+        while !stop.load(Ordering::Relaxed) {
+            let (rss, fds) = footprint(pid);
+            rss_peak.fetch_max(rss, Ordering::Relaxed);
+            fd_peak.fetch_max(fds, Ordering::Relaxed);
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        (rss_peak.load(Ordering::Relaxed), fd_peak.load(Ordering::Relaxed))
+    })
+}
+
+/// Lets closed sessions' last tasks end before a footprint is taken.
+fn settle() {
+    std::thread::sleep(Duration::from_millis(500));
+}
+
+/// `bench_peer mcp-load [--sessions S] [--calls C] [--jobs J] [--churn K] [--bin DSH_BASH]`:
+/// S concurrent HTTP sessions, each C foreground calls and J background jobs read to their
+/// end, every answer checked (lost, wrong, notices of another session); per-call latency vs
+/// the same calls in one session alone; the server's RSS and descriptors before, at the peak
+/// and after; then K sessions created and deleted in a row.
+pub(crate) fn mcp_load(args: &Args) -> anyhow::Result<Outcome> {
+    let sessions = args.int_flag("sessions", 100)?;
+    let calls = args.int_flag("calls", 50)?;
+    let jobs = args.int_flag("jobs", 2)?;
+    let churn = args.int_flag("churn", 1000)?;
+    let bin = dsh_bash_path(args)?;
+    let cap = (sessions + 8).to_string();
+    let server = HttpServer::spawn(&bin, &["--max-sessions", &cap, "--max-connections", &cap])?;
+    let pid = server.pid();
+    let authority = server.authority.clone();
+    // Warm up: pools and caches fill first.
+    load_session(&authority, "warm", 10, 1)?;
+    settle();
+    let before = footprint_json(pid);
+
+    let alone = load_session(&authority, "alone", calls, jobs)?;
+    settle();
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let sampler = sample_peak(pid, Arc::clone(&stop));
+    let t0 = Instant::now();
+    let workers: Vec<_> = (0..sessions)
+        .map(|s| {
+            let authority = authority.clone();
+            std::thread::spawn(move || load_session(&authority, &format!("s{s}"), calls, jobs))
+        })
+        .collect();
+    let mut all = SessionTally::default();
+    let mut failed_sessions = 0u64;
+    for worker in workers {
+        match worker.join().map_err(|_| anyhow::anyhow!("a session thread panicked"))? {
+            Ok(t) => {
+                all.latencies.extend(t.latencies);
+                all.lost += t.lost;
+                all.wrong += t.wrong;
+                all.notices += t.notices;
+                all.foreign_notices += t.foreign_notices;
+                all.jobs_read += t.jobs_read;
+            }
+            Err(error) => {
+                eprintln!("mcp-load: a session failed: {error:#}");
+                failed_sessions += 1;
+            }
+        }
+    }
+    let wall = ms(t0.elapsed());
+    stop.store(true, Ordering::Relaxed);
+    let (rss_peak, fd_peak) = sampler.join().map_err(|_| anyhow::anyhow!("sampler panicked"))?;
+    settle();
+    let after = footprint_json(pid);
+    // The runtime's idle blocking threads (and their stacks) go after 10 s.
+    std::thread::sleep(Duration::from_secs(11));
+    let after_idle = footprint_json(pid);
+
+    let churn_before = footprint_json(pid);
+    let t_churn = Instant::now();
+    let mut conn = Conn::open(&authority)?;
+    for _ in 0..churn {
+        let session = conn.open_session()?;
+        let status = conn.delete(&session)?;
+        if !matches!(status, 200 | 204) {
+            bail!("churn: DELETE answered {status}");
+        }
+    }
+    let churn_ms = ms(t_churn.elapsed());
+    settle();
+    let churn_after = footprint_json(pid);
+
+    let mut results = Map::new();
+    results.insert("one_session".into(), Value::Object(stats(&alone.latencies)));
+    results.insert("concurrent".into(), Value::Object(stats(&all.latencies)));
+    results.insert("concurrent_wall_ms".into(), round(wall, 1));
+    results.insert(
+        "checks".into(),
+        json!({"calls": all.latencies.len(), "lost_or_failed": all.lost, "wrong_or_duplicated": all.wrong,
+            "jobs_read": all.jobs_read, "notices": all.notices, "notices_of_another_session": all.foreign_notices,
+            "failed_sessions": failed_sessions}),
+    );
+    results.insert(
+        "server".into(),
+        json!({"before": before, "peak": {"rss_kib": rss_peak, "fds": fd_peak}, "after": after,
+            "after_11s": after_idle}),
+    );
+    results.insert(
+        "churn".into(),
+        json!({"sessions": churn, "wall_ms": round(churn_ms, 1), "before": churn_before, "after": churn_after}),
+    );
+    Ok(Outcome {
+        params: json!({"sessions": sessions, "calls": calls, "jobs": jobs, "churn": churn, "bin": bin}),
+        results: Value::Object(results),
+        shape: Value::Null,
+    })
+}
