@@ -587,6 +587,10 @@ impl Drop for WaiterGuard<'_> {
 }
 
 impl JobRegistry for LocalJobRegistry {
+    fn journaled(&self) -> bool {
+        self.inner.journal.is_some()
+    }
+
     fn start(&self, spec: JobStartSpec) -> Result<String, JobError> {
         let key = self.inner.preflight(&spec)?;
         let hooks = match (spec.run)() {

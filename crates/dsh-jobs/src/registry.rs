@@ -18,6 +18,10 @@ pub type SettledListener = Arc<dyn Fn(&JobSnapshot, Option<&Arc<Agent>>) + Send 
 pub trait JobRegistry: Send + Sync {
     /// Preflights, calls `spec.run`, and publishes the job; returns its id `<kind>-<n>`.
     fn start(&self, spec: JobStartSpec) -> Result<String, JobError>;
+    /// Whether jobs of a dead harness can come back as `lost` (the registry keeps a journal).
+    fn journaled(&self) -> bool {
+        false
+    }
     /// The caller's own jobs plus every unowned job, in registration order (terminal ones too).
     fn list(&self, caller: Option<&Arc<Agent>>) -> Vec<JobSnapshot>;
     /// A snapshot, with no side effects.

@@ -17,9 +17,13 @@ pub(crate) fn job_status_line(job: &Value) -> String {
 }
 
 /// Schema of a public job snapshot: `{id, kind, label, status, detail?, startedAt, finishedAt?}`.
-pub fn public_job_schema() -> Schema {
-    let statuses =
-        ["running", "stopping", "completed", "killed", "failed", "lost"].map(|s| json!(s)).to_vec();
+/// `lost` is a status only when the registry keeps a journal (`journaled`): without one the
+/// schema is the contract's.
+pub fn public_job_schema(journaled: bool) -> Schema {
+    let mut statuses = ["running", "stopping", "completed", "killed", "failed"].map(|s| json!(s)).to_vec();
+    if journaled {
+        statuses.push(json!("lost"));
+    }
     Schema::object(
         vec![
             ("id", Schema::string(), true),

@@ -91,8 +91,10 @@ impl JobOutputTool {
         if tail_lines {
             params = params.optional("tail_lines", Schema::integer().describe(TAIL_LINES_DESCRIPTION));
         }
-        let output =
-            Schema::object(vec![("text", Schema::string(), true), ("job", public_job_schema(), true)], false);
+        let output = Schema::object(
+            vec![("text", Schema::string(), true), ("job", public_job_schema(jobs.journaled()), true)],
+            false,
+        );
         let spec = ToolSpec::new("job_output", JOB_OUTPUT_DESCRIPTION, params, output);
         Self { jobs, spec, wait_default_ms, wait_cap_ms }
     }
@@ -186,7 +188,7 @@ impl JobListTool {
             "job_list",
             JOB_LIST_DESCRIPTION,
             ToolParams::new(),
-            Schema::array(public_job_schema()),
+            Schema::array(public_job_schema(jobs.journaled())),
         );
         Self { jobs, spec }
     }
@@ -253,7 +255,7 @@ impl JobKillTool {
         let output = Schema::object(
             vec![
                 ("outcome", Schema::string().enumerated(outcomes), true),
-                ("job", public_job_schema(), true),
+                ("job", public_job_schema(jobs.journaled()), true),
             ],
             false,
         );
