@@ -9,42 +9,10 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::harness::{Sandbox, confining_host};
+use crate::http_reply::{Reply, authority};
 use crate::mcp::start_server;
 
 const TOKEN: &str = "tok-5d0c7e21a9";
-
-/// One HTTP exchange on its own connection (`Connection: close`).
-struct Reply {
-    status: u16,
-    headers: Vec<(String, String)>,
-    body: String,
-}
-
-impl Reply {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
-    }
-
-    /// The JSON-RPC messages of the body: one JSON document, or the `data:` lines of an SSE
-    /// stream.
-    fn messages(&self) -> Vec<Value> {
-        if self.body.trim_start().starts_with('{') {
-            return vec![serde_json::from_str(&self.body).expect("json body")];
-        }
-        self.body
-            .lines()
-            .filter_map(|line| line.strip_prefix("data:"))
-            .filter_map(|data| serde_json::from_str(data.trim()).ok())
-            .collect()
-    }
-}
-
-/// The `host:port` of the server's start line.
-fn authority(start_line: &str) -> String {
-    let url =
-        start_line.strip_prefix("dsh-bash: serving MCP at http://").unwrap_or_else(|| panic!("{start_line}"));
-    url.split('/').next().expect("authority").to_owned()
-}
 
 fn post(authority: &str, headers: &[(&str, &str)], body: &Value) -> Reply {
     let body = body.to_string();

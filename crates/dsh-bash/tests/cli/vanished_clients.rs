@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use crate::harness::Sandbox;
+use crate::http_reply::{Reply, authority};
 use crate::killed_harness::{alive_with, marker, wait_for};
 use crate::mcp::start_server;
 
@@ -20,38 +21,6 @@ const TOKEN: &str = "tok-vanished-3b9e";
 const PATIENCE: Duration = Duration::from_secs(60);
 /// How long a vanished client's processes may outlive it.
 const GONE_WITHIN: Duration = Duration::from_secs(1);
-
-/// One HTTP response.
-#[derive(Debug)]
-struct Reply {
-    status: u16,
-    headers: Vec<(String, String)>,
-    body: String,
-}
-
-impl Reply {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
-    }
-
-    /// The JSON-RPC messages of the body: one JSON document, or the `data:` lines of an SSE
-    /// stream.
-    fn messages(&self) -> Vec<Value> {
-        if self.body.trim_start().starts_with('{') {
-            return vec![serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("{e}: {}", self.body))];
-        }
-        self.body
-            .lines()
-            .filter_map(|line| line.strip_prefix("data:"))
-            .filter_map(|data| serde_json::from_str(data.trim()).ok())
-            .collect()
-    }
-
-    /// The response to request `id`, if the body holds it.
-    fn response(&self, id: i64) -> Option<Value> {
-        self.messages().into_iter().find(|m| m["id"] == json!(id) && m.get("method").is_none())
-    }
-}
 
 /// A keep-alive HTTP/1.1 connection to the server.
 struct Conn {
@@ -161,13 +130,6 @@ fn background(command: &str) -> Value {
 /// The first text block of a call's result.
 fn text_of(response: &Value) -> String {
     response["result"]["content"][0]["text"].as_str().unwrap_or_else(|| panic!("{response}")).to_owned()
-}
-
-/// The `host:port` of the server's start line.
-fn authority(start_line: &str) -> String {
-    let url =
-        start_line.strip_prefix("dsh-bash: serving MCP at http://").unwrap_or_else(|| panic!("{start_line}"));
-    url.split('/').next().expect("authority").to_owned()
 }
 
 /// Waits until no process holds `marker`; panics after `within`.
