@@ -233,6 +233,51 @@ impl ShellProcess for LocalShellProcess {
         true
     }
 
+    fn write_input(&self, bytes: &[u8]) -> Result<(), String> {
+        let state = self.state.lock();
+        let handle = match (&state.handle, state.status) {
+            (Some(handle), ProcessStatus::Running) if handle.has_stdin() => handle.clone(),
+            (_, ProcessStatus::Running) => return Err("its input is closed".to_owned()),
+            _ => return Err("it has ended".to_owned()),
+        };
+        drop(state);
+        match handle.write_stdin(bytes) {
+            Ok(n) if n == bytes.len() => Ok(()),
+            Ok(n) => {
+                Err(format!("only {n} of {} bytes were taken: the job is not reading its input", bytes.len()))
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                Err("its input is full: the job is not reading it".to_owned())
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Err("it closed its input".to_owned()),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+
+    fn close_input(&self) -> bool {
+        self.state.lock().handle.as_ref().is_some_and(ProcessHandle::close_stdin)
+    }
+
+    fn interrupt(&self) -> bool {
+        let state = self.state.lock();
+        state.status == ProcessStatus::Running && state.handle.as_ref().is_some_and(ProcessHandle::interrupt)
+    }
+
+    fn waiting_for_input(&self) -> bool {
+        let handle = {
+            let state = self.state.lock();
+            if state.status != ProcessStatus::Running {
+                return false;
+            }
+            state.handle.clone()
+        };
+        handle.is_some_and(|h| h.blocked_on_stdin())
+    }
+
+    fn latest_line(&self) -> Option<String> {
+        self.state.lock().handle.as_ref().and_then(ProcessHandle::latest_output_line)
+    }
+
     fn identity(&self) -> Option<ProcessIdentity> {
         // The child leads its own process group.
         self.pid.map(|pid| ProcessIdentity { pid, pgid: pid, start_time: self.start_time })

@@ -47,5 +47,6 @@ pub(crate) fn resolve(
         output_probe: request.output_probe,
         network_approver: request.network_approver,
         shared_file: request.shared_file,
+        keep_stdin: request.keep_stdin,
     })
 }

@@ -318,6 +318,7 @@ mod tests {
             output_probe: None,
             network_approver: None,
             shared_file: None,
+            keep_stdin: false,
         }
     }
 

@@ -50,6 +50,11 @@ pub struct CompositionArgs {
     /// command ended in) or `env` (that, exported variables and functions); tool-bash `persist`.
     #[arg(long, global = true, value_name = "WHAT", value_parser = ["none", "cwd", "env"])]
     pub persist: Option<String>,
+    /// Input to running background jobs: background bash jobs keep a writable stdin, the
+    /// `job_input` tool writes to it, and a job blocked reading it shows
+    /// `[status: waiting for input]` (tool-jobs `input`).
+    #[arg(long, global = true)]
+    pub interactive: bool,
     /// Working directory of calls without a session cwd (and the sandbox's fallback root).
     #[arg(long, global = true, value_name = "DIR")]
     pub workspace_root: Option<PathBuf>,

@@ -175,6 +175,9 @@ impl Plan {
         if args.no_background {
             self.set("tool-bash", "enableRunInBackground", Value::Bool(false))?;
         }
+        if args.interactive {
+            self.set("tool-jobs", "input", Value::Bool(true))?;
+        }
         if let Some(persist) = &args.persist {
             self.set("tool-bash", "persist", Value::String(persist.clone()))?;
         }

@@ -20,6 +20,7 @@
 #![deny(missing_docs)]
 
 mod error;
+mod input;
 mod job;
 mod journal;
 mod local;
@@ -30,6 +31,7 @@ pub mod services;
 pub mod testing;
 
 pub use error::JobError;
+pub use input::{JOB_INPUTS, JobInput, JobInputs};
 pub use job::{
     JobHooks, JobOutcome, JobProcess, JobSnapshot, JobStartSpec, JobStatus, KillOutcome, OutcomeStatus,
     SpillWatch,

@@ -51,6 +51,9 @@ pub struct ShellExecRequest {
     /// A file the command gets open (read-write) at a descriptor named in its environment;
     /// `None` for none. Trusted callers only (the bash tool's persistent shell state).
     pub shared_file: Option<SharedFile>,
+    /// Background starts: keep the command's stdin a pipe its owner can write to
+    /// ([`ShellProcess::write_input`]) instead of `/dev/null`. Off by default.
+    pub keep_stdin: bool,
 }
 
 /// A file handed to a command as an open descriptor: the command's environment gets
@@ -102,6 +105,8 @@ pub struct ShellExecSpec {
     pub network_approver: Option<NetworkApproverSlot>,
     /// See [`ShellExecRequest::shared_file`]; carried verbatim by `resolve`.
     pub shared_file: Option<SharedFile>,
+    /// See [`ShellExecRequest::keep_stdin`]; carried verbatim by `resolve`.
+    pub keep_stdin: bool,
 }
 
 /// A resolved foreground timeout: the [`Duration`] the mechanics arm, and the same bound in
@@ -268,6 +273,26 @@ pub trait ShellProcess: Send + Sync {
     /// already open). The default never calls it.
     fn watch_spills(&self, observer: SpillObserver) {
         let _ = observer;
+    }
+    /// Writes to the process's stdin (started with `keep_stdin`); the error says why not.
+    fn write_input(&self, _bytes: &[u8]) -> Result<(), String> {
+        Err("this job takes no input".to_owned())
+    }
+    /// Closes the process's stdin (it reads end of file); `true` if it was open.
+    fn close_input(&self) -> bool {
+        false
+    }
+    /// Sends the process group `SIGINT` (Ctrl-C); `true` if delivered.
+    fn interrupt(&self) -> bool {
+        false
+    }
+    /// Whether the process is blocked right now reading the stdin its owner writes.
+    fn waiting_for_input(&self) -> bool {
+        false
+    }
+    /// The latest line of output, when known.
+    fn latest_line(&self) -> Option<String> {
+        None
     }
 }
 

@@ -377,8 +377,28 @@ pub(crate) fn group_members_with_parent(pgid: i32) -> Vec<(i32, i32)> {
         .collect()
 }
 
+/// Live (non-zombie) members of group `pgid` and every live descendant of one (a runner such
+/// as bubblewrap starts the command in a session and group of its own).
+pub(crate) fn tree_members(pgid: i32) -> Vec<i32> {
+    let procs: Vec<(i32, Stat)> = numeric_entries("/proc")
+        .filter_map(|pid| read_stat(pid).filter(|s| s.state != 'Z' && s.state != 'X').map(|s| (pid, s)))
+        .collect();
+    let mut members: Vec<i32> = procs.iter().filter(|(_, s)| s.pgrp == pgid).map(|(pid, _)| *pid).collect();
+    loop {
+        let before = members.len();
+        for (pid, stat) in &procs {
+            if !members.contains(pid) && members.contains(&stat.ppid) {
+                members.push(*pid);
+            }
+        }
+        if members.len() == before {
+            return members;
+        }
+    }
+}
+
 /// Live (non-zombie) members of group `pgid`.
-fn group_members(pgid: i32) -> Vec<i32> {
+pub(crate) fn group_members(pgid: i32) -> Vec<i32> {
     numeric_entries("/proc")
         .filter(|pid| read_stat(*pid).is_some_and(|s| s.pgrp == pgid && s.state != 'Z' && s.state != 'X'))
         .collect()

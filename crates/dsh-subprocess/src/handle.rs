@@ -46,6 +46,8 @@ pub(crate) struct ProcessInner {
     live: Weak<LiveSet>,
     /// Present when the service contains strays.
     reaper: Option<Arc<Reaper>>,
+    /// The write end of the child's stdin pipe, when the spawn kept it (non-blocking).
+    stdin: parking_lot::Mutex<Option<std::os::fd::OwnedFd>>,
 }
 
 impl ProcessInner {
@@ -71,7 +73,19 @@ impl ProcessInner {
             outcome: watch::Sender::new(None),
             live,
             reaper,
+            stdin: parking_lot::Mutex::new(None),
         }
+    }
+
+    /// Keeps the write end of the child's stdin (made non-blocking).
+    pub(crate) fn keep_stdin(&self, fd: std::os::fd::OwnedFd) {
+        use std::os::fd::AsRawFd;
+        // SAFETY: fcntl on a descriptor this process owns.
+        unsafe {
+            let flags = libc::fcntl(fd.as_raw_fd(), libc::F_GETFL);
+            libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, flags | libc::O_NONBLOCK);
+        }
+        *self.stdin.lock() = Some(fd);
     }
 
     pub(crate) fn mark_leader_reaped(&self) {
@@ -247,6 +261,79 @@ impl ProcessHandle {
     /// Whether the whole tree has been confirmed gone.
     pub fn is_tree_gone(&self) -> bool {
         self.inner.check_tree()
+    }
+
+    /// Writes `bytes` to the child's stdin, when the spawn kept it a pipe
+    /// ([`crate::SpawnSpec::keep_stdin`]). Never blocks: input the child does not read fast
+    /// enough to fit in the pipe is refused (`WouldBlock`), whole or in the part not written.
+    pub fn write_stdin(&self, bytes: &[u8]) -> std::io::Result<usize> {
+        use std::os::fd::AsRawFd;
+        let guard = self.inner.stdin.lock();
+        let Some(fd) = guard.as_ref() else {
+            return Err(std::io::Error::new(std::io::ErrorKind::NotConnected, "stdin is closed"));
+        };
+        let mut written = 0;
+        while written < bytes.len() {
+            let rest = &bytes[written..];
+            // SAFETY: writing a live slice to a descriptor this process owns.
+            let n = unsafe { libc::write(fd.as_raw_fd(), rest.as_ptr().cast(), rest.len()) };
+            if n < 0 {
+                let error = std::io::Error::last_os_error();
+                if error.kind() == std::io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return if written > 0 && error.kind() == std::io::ErrorKind::WouldBlock {
+                    Ok(written)
+                } else {
+                    Err(error)
+                };
+            }
+            written += n as usize;
+        }
+        Ok(written)
+    }
+
+    /// Closes the child's stdin (it reads end of file); `true` if it was open.
+    pub fn close_stdin(&self) -> bool {
+        self.inner.stdin.lock().take().is_some()
+    }
+
+    /// Whether the child's stdin is a pipe the caller still holds.
+    pub fn has_stdin(&self) -> bool {
+        self.inner.stdin.lock().is_some()
+    }
+
+    /// Whether a live process of the group is blocked right now reading its stdin from the
+    /// pipe this handle holds: the kernel's own account (`/proc/<pid>/syscall` shows `read` on
+    /// descriptor 0, and that descriptor is this pipe), not a guess from the output.
+    pub fn blocked_on_stdin(&self) -> bool {
+        use std::os::fd::AsRawFd;
+        use std::os::unix::fs::MetadataExt;
+        let inode = {
+            let guard = self.inner.stdin.lock();
+            let Some(fd) = guard.as_ref() else { return false };
+            match std::fs::metadata(format!("/proc/self/fd/{}", fd.as_raw_fd())) {
+                Ok(meta) => meta.ino(),
+                Err(_) => return false,
+            }
+        };
+        let pipe = format!("pipe:[{inode}]");
+        crate::containment::tree_members(self.inner.pid).into_iter().any(|pid| {
+            let reading = std::fs::read_to_string(format!("/proc/{pid}/syscall")).is_ok_and(|line| {
+                let mut fields = line.split_whitespace();
+                fields.next() == Some("0") && fields.next() == Some("0x0")
+            });
+            reading
+                && std::fs::read_link(format!("/proc/{pid}/fd/0"))
+                    .is_ok_and(|target| target.as_os_str() == pipe.as_str())
+        })
+    }
+
+    /// Sends `SIGINT` to the process group (what `Ctrl-C` on a terminal does); `true` if it
+    /// was delivered.
+    pub fn interrupt(&self) -> bool {
+        nix::sys::signal::killpg(nix::unistd::Pid::from_raw(self.inner.pid), nix::sys::signal::Signal::SIGINT)
+            .is_ok()
     }
 
     /// The collected stdout.

@@ -106,6 +106,10 @@ pub struct SpawnSpec {
     /// A file the child keeps open at the descriptor number it has here (every other
     /// descriptor from 3 is closed on `exec`); the caller tells the program that number.
     pub shared_file: Option<Arc<std::fs::File>>,
+    /// Keep the child's stdin a pipe the caller writes through
+    /// ([`crate::ProcessHandle::write_stdin`]) instead of `/dev/null` (ignored when `stdin` is
+    /// given). Off by default.
+    pub keep_stdin: bool,
 }
 
 impl SpawnSpec {
@@ -123,6 +127,7 @@ impl SpawnSpec {
             cancel: None,
             pre_exec: None,
             new_session: false,
+            keep_stdin: false,
             shared_file: None,
         }
     }
@@ -219,7 +224,7 @@ pub(crate) fn spawn_process(
         .args(&spec.argv[1..])
         .env_clear()
         .envs(env.iter().map(|(k, v)| (k, v)))
-        .stdin(if spec.stdin.is_some() { Stdio::piped() } else { Stdio::null() })
+        .stdin(if spec.stdin.is_some() || spec.keep_stdin { Stdio::piped() } else { Stdio::null() })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     if let Some(dir) = &spec.cwd {
@@ -333,6 +338,13 @@ pub(crate) fn spawn_process(
     let handle = ProcessHandle { inner: Arc::clone(&inner) };
     service.live.insert(id, handle.clone());
 
+    if spec.stdin.is_none()
+        && spec.keep_stdin
+        && let Some(stdin) = child.stdin.take()
+        && let Ok(fd) = stdin.into_owned_fd()
+    {
+        inner.keep_stdin(fd);
+    }
     let stdin_task = match (spec.stdin, child.stdin.take()) {
         (Some(data), Some(mut stdin)) => Some(runtime.spawn(async move {
             // EPIPE and friends are expected when the child does not read everything.

@@ -88,10 +88,31 @@ fn hooks(process: Arc<dyn ShellProcess>, hint: HintDecision) -> JobHooks {
     }
 }
 
+/// The input side of a background process, for `job_input`.
+struct ProcessInput(Arc<dyn ShellProcess>);
+
+impl dsh_jobs::JobInput for ProcessInput {
+    fn write(&self, bytes: &[u8]) -> Result<(), String> {
+        self.0.write_input(bytes)
+    }
+    fn close(&self) -> bool {
+        self.0.close_input()
+    }
+    fn interrupt(&self) -> bool {
+        self.0.interrupt()
+    }
+    fn waiting(&self) -> bool {
+        self.0.waiting_for_input()
+    }
+    fn latest_line(&self) -> Option<String> {
+        self.0.latest_line()
+    }
+}
+
 /// Publishes the command as a background job and returns `{kind:'background', jobId}`.
 pub(crate) fn start(
     tool: &BashTool,
-    request: ShellExecRequest,
+    mut request: ShellExecRequest,
     command: &str,
     exec: &ToolExec,
 ) -> Result<Value, ToolError> {
@@ -112,11 +133,32 @@ pub(crate) fn start(
         ctx: tool.ctx().clone(),
         owner: exec.agent.as_ref().map(Arc::downgrade),
     };
+    // With job input enabled, the job's stdin stays a pipe its owner writes (`job_input`).
+    let inputs = tool.ctx().get(dsh_jobs::JOB_INPUTS);
+    request.keep_stdin = inputs.is_some();
+    let input_slot: Arc<Mutex<Option<Arc<dyn dsh_jobs::JobInput>>>> = Arc::new(Mutex::new(None));
+    let started_input = Arc::clone(&input_slot);
     // No tool-call signal: once published, the job is controlled only through the runtime.
     let run = Box::new(move || {
         let started = shell.resolve(request).and_then(|spec| shell.start(spec));
         match started {
-            Ok(process) => Ok(hooks(process, hint)),
+            Ok(process) => {
+                if inputs.is_some() {
+                    let input: Arc<dyn dsh_jobs::JobInput> = Arc::new(ProcessInput(Arc::clone(&process)));
+                    *started_input.lock() = Some(input);
+                }
+                let mut hooks = hooks(process, hint);
+                // The job's hooks keep its input alive as long as the job lives.
+                if let Some(input) = started_input.lock().clone() {
+                    let done = hooks.done;
+                    hooks.done = Box::pin(async move {
+                        let outcome = done.await;
+                        drop(input);
+                        outcome
+                    });
+                }
+                Ok(hooks)
+            }
             Err(error) => {
                 let message = error.to_string();
                 *slot.lock() = Some(error);
@@ -132,7 +174,14 @@ pub(crate) fn start(
         run,
     };
     match jobs.start(spec) {
-        Ok(job_id) => Ok(background_value(&job_id)),
+        Ok(job_id) => {
+            if let (Some(inputs), Some(input)) =
+                (tool.ctx().get(dsh_jobs::JOB_INPUTS), input_slot.lock().take())
+            {
+                inputs.register(&job_id, &input);
+            }
+            Ok(background_value(&job_id))
+        }
         Err(JobError::StartFailed(message)) => Err(match shell_error.lock().take() {
             Some(error) => ToolError::from(error),
             None => ToolError::plain(message),

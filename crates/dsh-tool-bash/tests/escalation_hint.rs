@@ -56,6 +56,7 @@ impl ShellExecutor for DenyingExecutor {
             output_probe: request.output_probe,
             network_approver: request.network_approver,
             shared_file: request.shared_file,
+            keep_stdin: request.keep_stdin,
         })
     }
 

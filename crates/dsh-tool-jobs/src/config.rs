@@ -27,6 +27,10 @@ pub struct ToolJobsConfig {
     pub max_consecutive_wakes: f64,
     /// Advertise `job_output.tail_lines` (off by default, so the default schema is unchanged).
     pub tail_lines: bool,
+    /// Register `job_input` and keep background bash jobs' stdin a pipe their owner writes;
+    /// a job blocked reading it shows `[status: waiting for input]` (off by default, so the
+    /// default tools and schemas are unchanged).
+    pub input: bool,
 }
 
 impl Default for ToolJobsConfig {
@@ -37,6 +41,7 @@ impl Default for ToolJobsConfig {
             completion_delivery: "wakeup".to_owned(),
             max_consecutive_wakes: 3.0,
             tail_lines: false,
+            input: false,
         }
     }
 }

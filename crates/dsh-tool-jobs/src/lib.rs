@@ -9,15 +9,17 @@
 #![deny(missing_docs)]
 
 mod config;
+mod input_tool;
 mod notice;
 mod plugin;
 mod render;
 mod tools;
 
 pub use config::{CheckedToolJobsConfig, CompletionDelivery, ToolJobsConfig};
+pub use input_tool::{JOB_INPUT_DESCRIPTION, JobInputTool};
 pub use notice::{SUMMARY_MAX_UTF16, completion_notice, completion_summary};
 pub use plugin::{JOBS_SECTION, JOBS_SECTION_ORDER, ToolJobsPlugin};
-pub use render::{public_job_schema, status_line};
+pub use render::{WAITING_FOR_INPUT, public_job_schema, status_line};
 pub use tools::{
     JOB_KILL_DESCRIPTION, JOB_LIST_DESCRIPTION, JOB_OUTPUT_DESCRIPTION, JobKillTool, JobListTool,
     JobOutputTool,

@@ -8,8 +8,10 @@ use dsh_core::{ConfigError, Handles, Plugin, PluginError, PluginScope, Tool};
 use dsh_jobs::services::Jobs;
 
 use crate::config::{CheckedToolJobsConfig, ToolJobsConfig};
+use crate::input_tool::JobInputTool;
 use crate::notice::Notifier;
 use crate::tools::{JobKillTool, JobListTool, JobOutputTool};
+use dsh_jobs::{JOB_INPUTS, JobInputs};
 
 /// Name of the prompt section.
 pub const JOBS_SECTION: &str = "tool:jobs";
@@ -51,16 +53,27 @@ impl Plugin for ToolJobsPlugin {
         let notifier = Notifier::new(checked.delivery, checked.max_consecutive_wakes);
         scope.add(jobs.on_settled(Arc::new(move |job, owner| notifier.on_settled(job, owner))));
 
-        let definitions: [Arc<dyn Tool>; 3] = [
-            Arc::new(JobOutputTool::new(
-                Arc::clone(&jobs),
-                config.wait_timeout_ms,
-                config.max_wait_timeout_ms,
-                config.tail_lines,
-            )),
-            Arc::new(JobListTool::new(Arc::clone(&jobs))),
-            Arc::new(JobKillTool::new(Arc::clone(&jobs))),
-        ];
+        let output = JobOutputTool::new(
+            Arc::clone(&jobs),
+            config.wait_timeout_ms,
+            config.max_wait_timeout_ms,
+            config.tail_lines,
+        );
+        let list = JobListTool::new(Arc::clone(&jobs));
+        let mut definitions: Vec<Arc<dyn Tool>> = Vec::new();
+        if config.input {
+            // Background starters find the registry and keep their jobs' stdin a pipe.
+            let inputs = Arc::new(JobInputs::default());
+            scope.provide(JOB_INPUTS, Arc::clone(&inputs))?;
+            definitions.push(Arc::new(output.with_inputs(Arc::clone(&inputs))));
+            definitions.push(Arc::new(list.with_inputs(Arc::clone(&inputs))));
+            definitions.push(Arc::new(JobKillTool::new(Arc::clone(&jobs))));
+            definitions.push(Arc::new(JobInputTool::new(Arc::clone(&jobs), inputs)));
+        } else {
+            definitions.push(Arc::new(output));
+            definitions.push(Arc::new(list));
+            definitions.push(Arc::new(JobKillTool::new(Arc::clone(&jobs))));
+        }
         for tool in definitions {
             let registration = tools.register(tool)?;
             scope.add(registration);

@@ -11,6 +11,9 @@ pub fn status_line(status: &str, detail: Option<&str>) -> String {
     }
 }
 
+/// The status a running job shows while it is blocked reading the input its owner writes.
+pub const WAITING_FOR_INPUT: &str = "waiting for input";
+
 /// The status line of a public job value (`{status, detail?}`).
 pub(crate) fn job_status_line(job: &Value) -> String {
     status_line(job["status"].as_str().unwrap_or_default(), job.get("detail").and_then(Value::as_str))
@@ -20,9 +23,17 @@ pub(crate) fn job_status_line(job: &Value) -> String {
 /// `lost` is a status only when the registry keeps a journal (`journaled`): without one the
 /// schema is the contract's.
 pub fn public_job_schema(journaled: bool) -> Schema {
+    public_job_schema_with(journaled, false)
+}
+
+/// [`public_job_schema`], with `waiting for input` a status when job input is enabled.
+pub(crate) fn public_job_schema_with(journaled: bool, input: bool) -> Schema {
     let mut statuses = ["running", "stopping", "completed", "killed", "failed"].map(|s| json!(s)).to_vec();
     if journaled {
         statuses.push(json!("lost"));
+    }
+    if input {
+        statuses.push(json!(WAITING_FOR_INPUT));
     }
     Schema::object(
         vec![

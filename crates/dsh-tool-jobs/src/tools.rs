@@ -3,10 +3,13 @@
 use std::sync::Arc;
 
 use dsh_core::{ContentBlock, Schema, Tool, ToolError, ToolExec, ToolParams, ToolResult, ToolSpec};
-use dsh_jobs::{JobRegistry, KillOutcome};
+use dsh_jobs::{JobInputs, JobRegistry, KillOutcome};
 use serde_json::{Value, json};
 
-use crate::render::{byte_budget, fit_with_suffix, job_status_line, public_job_schema};
+use crate::render::{
+    WAITING_FOR_INPUT, byte_budget, fit_with_suffix, job_status_line, public_job_schema,
+    public_job_schema_with,
+};
 
 /// `job_output` description (exact).
 pub const JOB_OUTPUT_DESCRIPTION: &str = "Read a background job. Stream jobs return only output since the previous read; final-output jobs return their result after settlement. Every response ends with `[status: ...]`. Reads are non-blocking unless `wait: true`, which waits up to the configured cap.";
@@ -23,7 +26,7 @@ const TAIL_LINES_DESCRIPTION: &str = "Show only the last N lines of the new outp
 const REASON_DESCRIPTION: &str = "Optional short reason, recorded in the log and forwarded to the job.";
 
 /// The `job_id` argument, refused when empty.
-fn job_id(args: &Value) -> Result<&str, ToolError> {
+pub(crate) fn job_id(args: &Value) -> Result<&str, ToolError> {
     let id = args.get("job_id").and_then(Value::as_str).unwrap_or_default();
     if id.is_empty() {
         return Err(ToolError::plain(format!(
@@ -34,17 +37,29 @@ fn job_id(args: &Value) -> Result<&str, ToolError> {
     Ok(id)
 }
 
-fn single_text(text: String) -> Vec<ContentBlock> {
+pub(crate) fn single_text(text: String) -> Vec<ContentBlock> {
     vec![ContentBlock::text(text)]
 }
 
 /// A generic card, with `rawInput` only when given.
-fn generic_card(title: String, kind: &str, raw_input: Option<&str>) -> Value {
+pub(crate) fn generic_card(title: String, kind: &str, raw_input: Option<&str>) -> Value {
     let mut card = json!({ "card": "generic", "title": title, "kind": kind });
     if let Some(raw) = raw_input {
         card["rawInput"] = json!(raw);
     }
     card
+}
+
+/// A running job's public value, with status `waiting for input` while it is blocked reading
+/// the input its owner writes.
+pub(crate) fn with_waiting(mut job: Value, inputs: Option<&JobInputs>) -> Value {
+    let waiting = inputs.is_some_and(|inputs| {
+        job["status"] == json!("running") && job["id"].as_str().is_some_and(|id| inputs.waiting(id))
+    });
+    if waiting {
+        job["status"] = json!(WAITING_FOR_INPUT);
+    }
+    job
 }
 
 /// The byte budget of the job a successful result is about, when its producer set one.
@@ -75,6 +90,7 @@ fn tail_lines(text: &str, n: usize) -> String {
 /// `job_output`: a (possibly waiting) consuming read.
 pub struct JobOutputTool {
     jobs: Arc<dyn JobRegistry>,
+    inputs: Option<Arc<JobInputs>>,
     spec: ToolSpec,
     wait_default_ms: f64,
     wait_cap_ms: f64,
@@ -96,7 +112,17 @@ impl JobOutputTool {
             false,
         );
         let spec = ToolSpec::new("job_output", JOB_OUTPUT_DESCRIPTION, params, output);
-        Self { jobs, spec, wait_default_ms, wait_cap_ms }
+        Self { jobs, inputs: None, spec, wait_default_ms, wait_cap_ms }
+    }
+
+    /// With job input enabled: a running job blocked reading its input shows
+    /// `[status: waiting for input]` (and the output schema names that status).
+    pub fn with_inputs(mut self, inputs: Arc<JobInputs>) -> Self {
+        let job = public_job_schema_with(self.jobs.journaled(), true);
+        let output = Schema::object(vec![("text", Schema::string(), true), ("job", job, true)], false);
+        self.spec = ToolSpec::new("job_output", JOB_OUTPUT_DESCRIPTION, self.spec.parameters.clone(), output);
+        self.inputs = Some(inputs);
+        self
     }
 
     fn tail_arg(&self, args: &Value) -> Result<Option<usize>, ToolError> {
@@ -150,7 +176,7 @@ impl Tool for JobOutputTool {
             Some(n) => tail_lines(&text, n),
             None => text,
         };
-        Ok(json!({ "text": text, "job": job.public_json() }))
+        Ok(json!({ "text": text, "job": with_waiting(job.public_json(), self.inputs.as_deref()) }))
     }
 
     fn present_call(&self, args: &Value) -> Option<Value> {
@@ -178,6 +204,7 @@ impl Tool for JobOutputTool {
 /// `job_list`: the caller's jobs and every unowned one.
 pub struct JobListTool {
     jobs: Arc<dyn JobRegistry>,
+    inputs: Option<Arc<JobInputs>>,
     spec: ToolSpec,
 }
 
@@ -190,7 +217,16 @@ impl JobListTool {
             ToolParams::new(),
             Schema::array(public_job_schema(jobs.journaled())),
         );
-        Self { jobs, spec }
+        Self { jobs, inputs: None, spec }
+    }
+
+    /// With job input enabled: running jobs blocked reading their input are listed as
+    /// `waiting for input`.
+    pub fn with_inputs(mut self, inputs: Arc<JobInputs>) -> Self {
+        let jobs = Schema::array(public_job_schema_with(self.jobs.journaled(), true));
+        self.spec = ToolSpec::new("job_list", JOB_LIST_DESCRIPTION, ToolParams::new(), jobs);
+        self.inputs = Some(inputs);
+        self
     }
 }
 
@@ -228,7 +264,7 @@ impl Tool for JobListTool {
 
     async fn execute(&self, _args: Value, exec: ToolExec) -> Result<Value, ToolError> {
         let jobs = self.jobs.list(exec.agent.as_ref());
-        Ok(Value::Array(jobs.iter().map(|j| j.public_json()).collect()))
+        Ok(Value::Array(jobs.iter().map(|j| with_waiting(j.public_json(), self.inputs.as_deref())).collect()))
     }
 
     fn present_call(&self, args: &Value) -> Option<Value> {

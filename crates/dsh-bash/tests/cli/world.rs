@@ -15,6 +15,7 @@ mod everyday;
 mod files;
 mod harness;
 mod host;
+mod interactive;
 mod ipc;
 mod matrix;
 mod network;

@@ -1,0 +1,181 @@
+//! `job_input`: text and named keys to a running job's stdin, then what the job printed.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use dsh_core::{ContentBlock, Schema, Tool, ToolError, ToolExec, ToolParams, ToolSpec};
+use dsh_jobs::{JobInputs, JobRegistry};
+use serde_json::{Value, json};
+
+use crate::render::{job_status_line, public_job_schema_with};
+use crate::tools::{generic_card, job_id, single_text, with_waiting};
+
+/// `job_input` description (exact).
+pub const JOB_INPUT_DESCRIPTION: &str = "Send input to one of your running background jobs and read what it printed next. Use it when job_output or job_list shows [status: waiting for input] (a prompt such as `continue? ` or a REPL): `text` is written as is (end a line with \\n), `keys` are named keys sent after it (Enter, Tab, Escape, Backspace, Up, Down, Left, Right, Ctrl-C interrupts the job, Ctrl-D ends its input), `close_stdin: true` ends its input after them. Returns the output since the previous read, like job_output, once the job waits again, ends, or goes quiet.";
+
+const TEXT_DESCRIPTION: &str = "Text written to the job's stdin as is.";
+const KEYS_DESCRIPTION: &str = "Named keys sent after the text, in order.";
+const CLOSE_DESCRIPTION: &str = "End the job's input (it reads end of file) after the text and keys.";
+
+/// The named keys and what each sends.
+enum Key {
+    Bytes(&'static [u8]),
+    Interrupt,
+    EndOfInput,
+}
+
+fn key(name: &str) -> Option<Key> {
+    Some(match name {
+        "Enter" => Key::Bytes(b"\n"),
+        "Tab" => Key::Bytes(b"\t"),
+        "Escape" => Key::Bytes(b"\x1b"),
+        "Backspace" => Key::Bytes(b"\x7f"),
+        "Up" => Key::Bytes(b"\x1b[A"),
+        "Down" => Key::Bytes(b"\x1b[B"),
+        "Right" => Key::Bytes(b"\x1b[C"),
+        "Left" => Key::Bytes(b"\x1b[D"),
+        "Ctrl-C" => Key::Interrupt,
+        "Ctrl-D" => Key::EndOfInput,
+        _ => return None,
+    })
+}
+
+const KEY_NAMES: &str = "Enter, Tab, Escape, Backspace, Up, Down, Left, Right, Ctrl-C, Ctrl-D";
+
+/// How long the job may stay quiet before `job_input` returns what it printed.
+const SETTLE: Duration = Duration::from_millis(300);
+/// The longest `job_input` waits for the job to react.
+const MAX_WAIT: Duration = Duration::from_secs(3);
+const POLL: Duration = Duration::from_millis(25);
+
+/// `job_input`: writes to a running job's stdin (its owner only).
+pub struct JobInputTool {
+    jobs: Arc<dyn JobRegistry>,
+    inputs: Arc<JobInputs>,
+    spec: ToolSpec,
+}
+
+impl JobInputTool {
+    /// The `job_input` tool over the given registry and input registry.
+    pub fn new(jobs: Arc<dyn JobRegistry>, inputs: Arc<JobInputs>) -> Self {
+        let params = ToolParams::new()
+            .required(
+                "job_id",
+                Schema::string().describe("Job id returned by the tool that started the background work."),
+            )
+            .optional("text", Schema::string().describe(TEXT_DESCRIPTION))
+            .optional("keys", Schema::array(Schema::string()).describe(KEYS_DESCRIPTION))
+            .optional("close_stdin", Schema::boolean().describe(CLOSE_DESCRIPTION));
+        let job = public_job_schema_with(jobs.journaled(), true);
+        let output = Schema::object(vec![("text", Schema::string(), true), ("job", job, true)], false);
+        Self { jobs, inputs, spec: ToolSpec::new("job_input", JOB_INPUT_DESCRIPTION, params, output) }
+    }
+
+    /// Waits until the job waits for input again, ends, or prints nothing for [`SETTLE`].
+    async fn settle(&self, id: &str, exec: &ToolExec) {
+        let started = tokio::time::Instant::now();
+        let mut quiet_since = started;
+        let mut last_line = None;
+        loop {
+            tokio::time::sleep(POLL).await;
+            let now = tokio::time::Instant::now();
+            let running = self.jobs.get(id, exec.agent.as_ref()).is_ok_and(|job| job.status.is_active());
+            let input = self.inputs.get(id);
+            let line = input.as_ref().and_then(|i| i.latest_line());
+            if line != last_line {
+                last_line = line;
+                quiet_since = now;
+            }
+            let waiting = input.is_some_and(|i| i.waiting());
+            let min_elapsed = now - started >= POLL * 4;
+            if !running
+                || (waiting && min_elapsed)
+                || now - quiet_since >= SETTLE
+                || now - started >= MAX_WAIT
+                || exec.signal.is_aborted()
+            {
+                return;
+            }
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl Tool for JobInputTool {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    fn render(&self, _args: &Value, value: &Value) -> Vec<ContentBlock> {
+        let text = value["text"].as_str().unwrap_or_default();
+        let body = if text.is_empty() { "(no new output)" } else { text };
+        let separator = if body.ends_with('\n') { "" } else { "\n" };
+        single_text(format!("{body}{separator}{}", job_status_line(&value["job"])))
+    }
+
+    async fn execute(&self, args: Value, exec: ToolExec) -> Result<Value, ToolError> {
+        let id = job_id(&args)?;
+        let caller = exec.agent.as_ref();
+        // The owner fence, with the job tools' own messages.
+        let job = self.jobs.get(id, caller)?;
+        let text = args.get("text").and_then(Value::as_str).unwrap_or_default();
+        let keys: Vec<&str> = args
+            .get("keys")
+            .and_then(Value::as_array)
+            .map(|keys| keys.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        let keys = keys
+            .iter()
+            .map(|name| {
+                key(name).ok_or_else(|| {
+                    ToolError::plain(format!("unknown key {}: expected one of {KEY_NAMES}", json!(name)))
+                })
+            })
+            .collect::<Result<Vec<Key>, ToolError>>()?;
+        let close = args.get("close_stdin") == Some(&Value::Bool(true));
+        if !job.status.is_active() {
+            return Err(ToolError::plain(format!(
+                "job {id} takes no more input: it has ended {}",
+                job_status_line(&job.public_json())
+            )));
+        }
+        let Some(input) = self.inputs.get(id) else {
+            return Err(ToolError::plain(format!(
+                "job {id} takes no input: it was not started with job input enabled"
+            )));
+        };
+        let refused = |why: String| ToolError::plain(format!("could not write to job {id}: {why}"));
+        if !text.is_empty() {
+            input.write(text.as_bytes()).map_err(refused)?;
+        }
+        for key in keys {
+            match key {
+                Key::Bytes(bytes) => input.write(bytes).map_err(refused)?,
+                Key::Interrupt => {
+                    input.interrupt();
+                }
+                Key::EndOfInput => {
+                    input.close();
+                }
+            }
+        }
+        if close {
+            input.close();
+        }
+        drop(input);
+        self.settle(id, &exec).await;
+        if !exec.signal.seal() {
+            return Err(ToolError::aborted());
+        }
+        let (text, job) = self.jobs.read(id, caller)?;
+        Ok(json!({ "text": text, "job": with_waiting(job.public_json(), Some(&self.inputs)) }))
+    }
+
+    fn present_call(&self, args: &Value) -> Option<Value> {
+        let id = args.get("job_id")?.as_str()?;
+        self.spec
+            .parameters
+            .accepts(args)
+            .then(|| generic_card(format!("Send input to background job {id}"), "execute", Some(id)))
+    }
+}
