@@ -8,7 +8,7 @@ use dsh_jobs::{JobInputs, JobRegistry};
 use serde_json::{Value, json};
 
 use crate::render::{job_status_line, public_job_schema_with};
-use crate::tools::{generic_card, job_id, single_text, with_waiting};
+use crate::tools::{generic_card, job_id, render_read, with_waiting};
 
 /// `job_input` description (exact).
 pub const JOB_INPUT_DESCRIPTION: &str = "Send input to one of your running background jobs and read what it printed next. Use it when job_output or job_list shows [status: waiting for input] (a prompt such as `continue? ` or a REPL): `text` is written as is (end a line with \\n), `keys` are named keys sent after it (Enter, Tab, Escape, Backspace, Up, Down, Left, Right, Ctrl-C interrupts the job, Ctrl-D ends its input), `close_stdin: true` ends its input after them. Returns the output since the previous read, like job_output, once the job waits again, ends, or goes quiet.";
@@ -107,10 +107,7 @@ impl Tool for JobInputTool {
     }
 
     fn render(&self, _args: &Value, value: &Value) -> Vec<ContentBlock> {
-        let text = value["text"].as_str().unwrap_or_default();
-        let body = if text.is_empty() { "(no new output)" } else { text };
-        let separator = if body.ends_with('\n') { "" } else { "\n" };
-        single_text(format!("{body}{separator}{}", job_status_line(&value["job"])))
+        render_read(value)
     }
 
     async fn execute(&self, args: Value, exec: ToolExec) -> Result<Value, ToolError> {

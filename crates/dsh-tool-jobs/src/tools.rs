@@ -50,6 +50,14 @@ pub(crate) fn generic_card(title: String, kind: &str, raw_input: Option<&str>) -
     card
 }
 
+/// The text of a read (`{text, job}`): the output, or `(no new output)`, then the status line.
+pub(crate) fn render_read(value: &Value) -> Vec<ContentBlock> {
+    let text = value["text"].as_str().unwrap_or_default();
+    let body = if text.is_empty() { "(no new output)" } else { text };
+    let separator = if body.ends_with('\n') { "" } else { "\n" };
+    single_text(format!("{body}{separator}{}", job_status_line(&value["job"])))
+}
+
 /// A running job's public value, with status `waiting for input` while it is blocked reading
 /// the input its owner writes.
 pub(crate) fn with_waiting(mut job: Value, inputs: Option<&JobInputs>) -> Value {
@@ -149,10 +157,7 @@ impl Tool for JobOutputTool {
     }
 
     fn render(&self, _args: &Value, value: &Value) -> Vec<ContentBlock> {
-        let text = value["text"].as_str().unwrap_or_default();
-        let body = if text.is_empty() { "(no new output)" } else { text };
-        let separator = if body.ends_with('\n') { "" } else { "\n" };
-        single_text(format!("{body}{separator}{}", job_status_line(&value["job"])))
+        render_read(value)
     }
 
     async fn execute(&self, args: Value, exec: ToolExec) -> Result<Value, ToolError> {

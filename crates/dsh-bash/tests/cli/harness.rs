@@ -141,6 +141,15 @@ pub fn confining_host() -> bool {
     false
 }
 
+/// The modes to try: unconfined always, `workspace-write` where this host can confine.
+pub fn modes() -> Vec<Vec<&'static str>> {
+    let mut modes = vec![vec![]];
+    if confining_host() {
+        modes.push(vec!["--sandbox", "workspace-write"]);
+    }
+    modes
+}
+
 /// Runs `dsh-bash ARGS` in a fresh scratch directory with empty stdin.
 pub fn run(args: &[&str]) -> Run {
     Sandbox::new().run(args, "")

@@ -6,8 +6,7 @@ use std::process::Command;
 
 use serde_json::json;
 
-use crate::harness::confining_host;
-use crate::harness::scratch_outside_tmp;
+use crate::harness::{modes, scratch_outside_tmp};
 use crate::harness_writes_support::{Batch, dsh_bash, text};
 
 const ECHO_TO_7: &str = r#"{"command":"echo x >&7","description":"Write to descriptor 7"}"#;
@@ -37,15 +36,6 @@ fn with_fd7(command: &Command, target: &Path) -> Command {
 fn stdout_of(mut command: Command) -> (String, Option<i32>) {
     let out = command.output().expect("run");
     (String::from_utf8(out.stdout).expect("utf-8"), out.status.code())
-}
-
-/// The modes to try: unconfined always, `workspace-write` where this host can confine.
-fn modes() -> Vec<Vec<&'static str>> {
-    let mut modes = vec![vec![]];
-    if confining_host() {
-        modes.push(vec!["--sandbox", "workspace-write"]);
-    }
-    modes
 }
 
 #[test]

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use crate::harness::{Sandbox, confining_host};
+use crate::harness::{Sandbox, modes};
 
 /// A `sleep` duration no other process on the host uses: the marker the process table is
 /// scanned for.
@@ -96,14 +96,6 @@ fn spawn(sandbox: &Sandbox, args: &[&str]) -> Child {
         .stderr(Stdio::null())
         .spawn()
         .expect("spawn dsh-bash")
-}
-
-fn modes() -> Vec<Vec<&'static str>> {
-    let mut modes = vec![vec![]];
-    if confining_host() {
-        modes.push(vec!["--sandbox", "workspace-write"]);
-    }
-    modes
 }
 
 #[test]
