@@ -26,11 +26,12 @@ pub async fn run(composition: &CompositionArgs) -> anyhow::Result<u8> {
     let provider = comp.ctx().get(SANDBOX);
     // The further writable roots as the policy service pinned them (`--add-dir`,
     // `writableRoots`); without a policy service, as given on the command line.
-    let extra_roots = match comp.ctx().get(SANDBOX_POLICY) {
-        Some(policy) => policy.resolve(None, None).policy.extra_roots,
+    let standing = comp.ctx().get(SANDBOX_POLICY).map(|policy| policy.resolve(None, None).policy);
+    let extra_roots = match &standing {
+        Some(policy) => policy.extra_roots.clone(),
         None => composition.add_dir.iter().map(|d| dsh_core::home::absolutize(d)).collect(),
     };
-    let network = comp.ctx().get(SANDBOX_POLICY).map(|policy| policy.resolve(None, None).policy.network);
+    let network = standing.map(|policy| policy.network);
     comp.dispose().await;
     // Probing runs runner programs synchronously.
     let runners = tokio::task::spawn_blocking(move || sandbox_runners(provider))

@@ -7,8 +7,8 @@ use dsh_core::{ContentBlock, Schema, Tool, ToolError, ToolExec, ToolParams, Tool
 use dsh_jobs::{JobInputs, JobRegistry};
 use serde_json::{Value, json};
 
-use crate::render::{job_status_line, public_job_schema_with};
-use crate::tools::{generic_card, job_id, render_read, with_waiting};
+use crate::render::job_status_line;
+use crate::tools::{JOB_ID_DESCRIPTION, generic_card, job_id, read_schema, render_read, with_waiting};
 
 /// `job_input` description (exact).
 pub const JOB_INPUT_DESCRIPTION: &str = "Send input to one of your running background jobs and read what it printed next. Use it when job_output or job_list shows [status: waiting for input] (a prompt such as `continue? ` or a REPL): `text` is written as is (end a line with \\n), `keys` are named keys sent after it (Enter, Tab, Escape, Backspace, Up, Down, Left, Right, Ctrl-C interrupts the job, Ctrl-D ends its input), `close_stdin: true` ends its input after them. Returns the output since the previous read, like job_output, once the job waits again, ends, or goes quiet.";
@@ -59,15 +59,11 @@ impl JobInputTool {
     /// The `job_input` tool over the given registry and input registry.
     pub fn new(jobs: Arc<dyn JobRegistry>, inputs: Arc<JobInputs>) -> Self {
         let params = ToolParams::new()
-            .required(
-                "job_id",
-                Schema::string().describe("Job id returned by the tool that started the background work."),
-            )
+            .required("job_id", Schema::string().describe(JOB_ID_DESCRIPTION))
             .optional("text", Schema::string().describe(TEXT_DESCRIPTION))
             .optional("keys", Schema::array(Schema::string()).describe(KEYS_DESCRIPTION))
             .optional("close_stdin", Schema::boolean().describe(CLOSE_DESCRIPTION));
-        let job = public_job_schema_with(jobs.journaled(), true);
-        let output = Schema::object(vec![("text", Schema::string(), true), ("job", job, true)], false);
+        let output = read_schema(jobs.as_ref(), true);
         Self { jobs, inputs, spec: ToolSpec::new("job_input", JOB_INPUT_DESCRIPTION, params, output) }
     }
 
@@ -86,10 +82,11 @@ impl JobInputTool {
                 last_line = line;
                 quiet_since = now;
             }
-            let waiting = input.is_some_and(|i| i.waiting());
+            // The /proc look is made only once the job has had time to read what was sent.
             let min_elapsed = now - started >= POLL * 4;
+            let waiting = min_elapsed && input.is_some_and(|i| i.waiting());
             if !running
-                || (waiting && min_elapsed)
+                || waiting
                 || now - quiet_since >= SETTLE
                 || now - started >= MAX_WAIT
                 || exec.signal.is_aborted()

@@ -19,7 +19,7 @@ pub const JOB_LIST_DESCRIPTION: &str =
 /// `job_kill` description (exact).
 pub const JOB_KILL_DESCRIPTION: &str = "Request cancellation of a running background job by job id. Returns immediately; the job settles as killed once its work actually stops.";
 
-const JOB_ID_DESCRIPTION: &str = "Job id returned by the tool that started the background work.";
+pub(crate) const JOB_ID_DESCRIPTION: &str = "Job id returned by the tool that started the background work.";
 const WAIT_DESCRIPTION: &str = "Block until the job reaches a terminal status or the timeout expires. A timed-out wait returns [status: running] and leaves the job alive.";
 const TIMEOUT_DESCRIPTION: &str = "Max wait in milliseconds (only meaningful with wait: true). Defaults to the configured wait timeout; capped by the configured maximum.";
 const TAIL_LINES_DESCRIPTION: &str = "Show only the last N lines of the new output; earlier new lines are still consumed and counted in a note.";
@@ -48,6 +48,13 @@ pub(crate) fn generic_card(title: String, kind: &str, raw_input: Option<&str>) -
         card["rawInput"] = json!(raw);
     }
     card
+}
+
+/// Output schema of a read (`job_output`, `job_input`): `{text, job}`; `input` adds the
+/// `waiting for input` status.
+pub(crate) fn read_schema(jobs: &dyn JobRegistry, input: bool) -> Schema {
+    let job = public_job_schema_with(jobs.journaled(), input);
+    Schema::object(vec![("text", Schema::string(), true), ("job", job, true)], false)
 }
 
 /// The text of a read (`{text, job}`): the output, or `(no new output)`, then the status line.
@@ -115,10 +122,7 @@ impl JobOutputTool {
         if tail_lines {
             params = params.optional("tail_lines", Schema::integer().describe(TAIL_LINES_DESCRIPTION));
         }
-        let output = Schema::object(
-            vec![("text", Schema::string(), true), ("job", public_job_schema(jobs.journaled()), true)],
-            false,
-        );
+        let output = read_schema(jobs.as_ref(), false);
         let spec = ToolSpec::new("job_output", JOB_OUTPUT_DESCRIPTION, params, output);
         Self { jobs, inputs: None, spec, wait_default_ms, wait_cap_ms }
     }
@@ -126,8 +130,7 @@ impl JobOutputTool {
     /// With job input enabled: a running job blocked reading its input shows
     /// `[status: waiting for input]` (and the output schema names that status).
     pub fn with_inputs(mut self, inputs: Arc<JobInputs>) -> Self {
-        let job = public_job_schema_with(self.jobs.journaled(), true);
-        let output = Schema::object(vec![("text", Schema::string(), true), ("job", job, true)], false);
+        let output = read_schema(self.jobs.as_ref(), true);
         self.spec = ToolSpec::new("job_output", JOB_OUTPUT_DESCRIPTION, self.spec.parameters.clone(), output);
         self.inputs = Some(inputs);
         self
