@@ -228,7 +228,12 @@ fn sweep_with(
     }
     let candidates: Vec<i32> = {
         let Some(spawned) = lock() else { return 0 };
-        children.into_iter().filter(|pid| !spawned.contains(pid)).collect()
+        // The guardian is a child of the harness in every listing: skip it before its
+        // `/proc` entry is read (it would be spared below anyway).
+        children
+            .into_iter()
+            .filter(|pid| !spawned.contains(pid) && !crate::guardian::is_guardian(*pid))
+            .collect()
     };
     let mut pending = 0;
     for pid in candidates {

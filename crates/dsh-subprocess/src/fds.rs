@@ -2,9 +2,12 @@
 //!
 //! Whoever started the harness may have handed it descriptors (`dsh-bash call … 7>>file`); a
 //! command must not be able to write through them. Every descriptor from 3 up is made
-//! close-on-exec twice over: once per process, for what the harness inherited (this also
-//! covers children started through `posix_spawn`), and again in every forked child before
-//! any caller hook runs. Close-on-exec rather than close, so descriptors the child still needs
+//! close-on-exec: once per process, for what the harness inherited; in the parent before
+//! every `posix_spawn` (no code of ours runs in such a child), for what was opened since; and
+//! in every forked child before any caller hook runs. The `posix_spawn` case leaves a window:
+//! a descriptor another thread opens without close-on-exec between the mark and the spawn's
+//! `exec` is inherited (the standard library and the runtime open every descriptor
+//! close-on-exec; a forked child has no such window). Close-on-exec rather than close, so descriptors the child still needs
 //! until `exec` (the standard library's exec-error pipe, a sandbox's rule set) keep working.
 
 use std::sync::Once;
@@ -18,6 +21,17 @@ pub(crate) fn mark_inherited_cloexec() {
             mark_listed_fds();
         }
     });
+}
+
+/// Marks every descriptor `>= 3` of this process close-on-exec now: before a `posix_spawn`,
+/// which runs no code in the child, so a descriptor opened without close-on-exec since the
+/// harness started does not reach the program. One system call where the kernel has
+/// `close_range`. Descriptors meant for a child are never left open in the parent: they are
+/// cleared of close-on-exec in the forked child, after this.
+pub(crate) fn mark_all_cloexec() {
+    if close_range_cloexec().is_err() {
+        mark_listed_fds();
+    }
 }
 
 /// `close_range(3, ~0, CLOSE_RANGE_CLOEXEC)`; `Err` where the kernel lacks it (before 5.11).

@@ -102,6 +102,8 @@ pub struct SpawnSpec {
     /// Start the child in a new session (`setsid`) instead of only a new process group, so
     /// it has no controlling terminal (it cannot reach the harness's terminal through
     /// `/dev/tty` or `TIOCSTI`). The process group id is still the child's pid. Off by default.
+    /// While the harness's own session has no terminal, a new process group gives the same
+    /// guarantee and is what the child gets (the faster `posix_spawn` path).
     pub new_session: bool,
     /// A file the child keeps open at the descriptor number it has here (every other
     /// descriptor from 3 is closed on `exec`); the caller tells the program that number.
@@ -230,14 +232,21 @@ pub(crate) fn spawn_process(
     if let Some(dir) = &spec.cwd {
         command.current_dir(dir);
     }
-    if !spec.new_session {
+    // A new session only matters while the harness's own session has a terminal: without
+    // one, a child in a new group of this session has none either and cannot get one (only a
+    // session leader acquires a terminal), so the `posix_spawn` path, which cannot `setsid`,
+    // gives the same guarantee at the cost of a `vfork` instead of a `fork`.
+    let new_session = spec.new_session && session_has_terminal();
+    if !new_session {
         // A group leader cannot call setsid: with a new session, `setsid` makes the child the
         // leader of a new group instead, with the same pgid (its pid).
         command.process_group(0);
     }
     let shared_fd = spec.shared_file.as_ref().map(|f| f.as_raw_fd());
-    if spec.new_session || spec.pre_exec.is_some() || shared_fd.is_some() {
-        install_prelude(&mut command, spec.new_session, shared_fd);
+    if new_session || spec.pre_exec.is_some() || shared_fd.is_some() {
+        install_prelude(&mut command, new_session, shared_fd);
+    } else {
+        crate::fds::mark_all_cloexec();
     }
     let hook_marker = match &spec.pre_exec {
         Some(hook) => Some(
@@ -456,6 +465,16 @@ impl HookMarker {
         let mut byte = [0u8; 1];
         matches!(reader.read(&mut byte), Ok(1))
     }
+}
+
+/// Whether this process's session has a controlling terminal right now (`/dev/tty` opens).
+fn session_has_terminal() -> bool {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOCTTY | libc::O_NONBLOCK)
+        .open("/dev/tty")
+        .is_ok()
 }
 
 /// The start of every forked child's pre-exec sequence, before any caller hook (pre-exec

@@ -261,23 +261,31 @@ pub(crate) fn mcp_http(args: &Args) -> anyhow::Result<Outcome> {
 }
 
 /// Resident set size (KiB) and open descriptors of process `pid`.
-fn footprint(pid: u32) -> (u64, u64) {
-    let rss = std::fs::read_to_string(format!("/proc/{pid}/status"))
+/// A `/proc/<pid>/status` field in KiB (`VmRSS`, `RssAnon`), 0 when unreadable.
+fn status_kib(pid: u32, field: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
         .and_then(|s| {
             s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
+                .find(|l| l.strip_prefix(field).is_some_and(|rest| rest.starts_with(':')))
                 .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
         })
-        .unwrap_or(0);
-    let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).map(|d| d.count() as u64).unwrap_or(0);
-    (rss, fds)
+        .unwrap_or(0)
 }
 
+fn footprint(pid: u32) -> (u64, u64) {
+    let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).map(|d| d.count() as u64).unwrap_or(0);
+    (status_kib(pid, "VmRSS"), fds)
+}
+
+/// RSS, its anonymous part, descriptors and threads. The anonymous part is the memory the
+/// server holds: the rest of RSS is file-backed (the binary's and libraries' pages, paged in
+/// the first time a code path runs, shared and reclaimable), so it grows once with the code
+/// a load exercises and is no measure of a leak.
 fn footprint_json(pid: u32) -> Value {
     let (rss, fds) = footprint(pid);
     let threads = std::fs::read_dir(format!("/proc/{pid}/task")).map(|d| d.count()).unwrap_or(0);
-    json!({"rss_kib": rss, "fds": fds, "threads": threads})
+    json!({"rss_kib": rss, "anon_kib": status_kib(pid, "RssAnon"), "fds": fds, "threads": threads})
 }
 
 /// What one session of the load saw.
@@ -381,36 +389,19 @@ fn settle() {
     std::thread::sleep(Duration::from_millis(500));
 }
 
-/// `bench_peer mcp-load [--sessions S] [--calls C] [--jobs J] [--churn K] [--bin DSH_BASH]`:
-/// S concurrent HTTP sessions, each C foreground calls and J background jobs read to their
-/// end, every answer checked (lost, wrong, notices of another session); per-call latency vs
-/// the same calls in one session alone; the server's RSS and descriptors before, at the peak
-/// and after; then K sessions created and deleted in a row.
-pub(crate) fn mcp_load(args: &Args) -> anyhow::Result<Outcome> {
-    let sessions = args.int_flag("sessions", 100)?;
-    let calls = args.int_flag("calls", 50)?;
-    let jobs = args.int_flag("jobs", 2)?;
-    let churn = args.int_flag("churn", 1000)?;
-    let bin = dsh_bash_path(args)?;
-    let cap = (sessions + 8).to_string();
-    let server = HttpServer::spawn(&bin, &["--max-sessions", &cap, "--max-connections", &cap])?;
-    let pid = server.pid();
-    let authority = server.authority.clone();
-    // Warm up: pools and caches fill first.
-    load_session(&authority, "warm", 10, 1)?;
-    settle();
-    let before = footprint_json(pid);
-
-    let alone = load_session(&authority, "alone", calls, jobs)?;
-    settle();
-
-    let stop = Arc::new(AtomicBool::new(false));
-    let sampler = sample_peak(pid, Arc::clone(&stop));
-    let t0 = Instant::now();
+/// `sessions` sessions at once, each `calls` calls and `jobs` jobs: what they saw, and how
+/// many sessions failed.
+fn concurrent_round(
+    authority: &str,
+    round: &str,
+    sessions: u64,
+    calls: u64,
+    jobs: u64,
+) -> anyhow::Result<(SessionTally, u64)> {
     let workers: Vec<_> = (0..sessions)
         .map(|s| {
-            let authority = authority.clone();
-            std::thread::spawn(move || load_session(&authority, &format!("s{s}"), calls, jobs))
+            let (authority, name) = (authority.to_owned(), format!("{round}s{s}"));
+            std::thread::spawn(move || load_session(&authority, &name, calls, jobs))
         })
         .collect();
     let mut all = SessionTally::default();
@@ -431,6 +422,37 @@ pub(crate) fn mcp_load(args: &Args) -> anyhow::Result<Outcome> {
             }
         }
     }
+    Ok((all, failed_sessions))
+}
+
+/// `bench_peer mcp-load [--sessions S] [--calls C] [--jobs J] [--churn K] [--rounds R] [--bin DSH_BASH]`:
+/// S concurrent HTTP sessions, each C foreground calls and J background jobs read to their
+/// end, every answer checked (lost, wrong, notices of another session); per-call latency vs
+/// the same calls in one session alone; the server's RSS and descriptors before, at the peak
+/// and after; then K sessions created and deleted in a row.
+pub(crate) fn mcp_load(args: &Args) -> anyhow::Result<Outcome> {
+    let sessions = args.int_flag("sessions", 100)?;
+    let calls = args.int_flag("calls", 50)?;
+    let jobs = args.int_flag("jobs", 2)?;
+    let churn = args.int_flag("churn", 1000)?;
+    let rounds = args.int_flag("rounds", 2)?;
+    let bin = dsh_bash_path(args)?;
+    let cap = (sessions + 8).to_string();
+    let server = HttpServer::spawn(&bin, &["--max-sessions", &cap, "--max-connections", &cap])?;
+    let pid = server.pid();
+    let authority = server.authority.clone();
+    // Warm up: pools and caches fill first.
+    load_session(&authority, "warm", 10, 1)?;
+    settle();
+    let before = footprint_json(pid);
+
+    let alone = load_session(&authority, "alone", calls, jobs)?;
+    settle();
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let sampler = sample_peak(pid, Arc::clone(&stop));
+    let t0 = Instant::now();
+    let (all, failed_sessions) = concurrent_round(&authority, "", sessions, calls, jobs)?;
     let wall = ms(t0.elapsed());
     stop.store(true, Ordering::Relaxed);
     let (rss_peak, fd_peak) = sampler.join().map_err(|_| anyhow::anyhow!("sampler panicked"))?;
@@ -454,6 +476,21 @@ pub(crate) fn mcp_load(args: &Args) -> anyhow::Result<Outcome> {
     settle();
     let churn_after = footprint_json(pid);
 
+    // The same load again, by sessions of other names: memory that grew with the first round's peak and is kept for
+    // reuse (allocator pools, the runtime's slabs) does not grow again; a leak would.
+    let mut again = SessionTally::default();
+    let (mut again_failed, mut again_after) = (0, Vec::new());
+    for round in 0..rounds {
+        let (tally, failed) = concurrent_round(&authority, &format!("r{round}-"), sessions, calls, jobs)?;
+        again.latencies.extend(tally.latencies);
+        again.lost += tally.lost;
+        again.wrong += tally.wrong;
+        again.foreign_notices += tally.foreign_notices;
+        again_failed += failed;
+        settle();
+        again_after.push(footprint_json(pid));
+    }
+
     let mut results = Map::new();
     results.insert("one_session".into(), Value::Object(stats(&alone.latencies)));
     results.insert("concurrent".into(), Value::Object(stats(&all.latencies)));
@@ -473,8 +510,14 @@ pub(crate) fn mcp_load(args: &Args) -> anyhow::Result<Outcome> {
         "churn".into(),
         json!({"sessions": churn, "wall_ms": round(churn_ms, 1), "before": churn_before, "after": churn_after}),
     );
+    results.insert(
+        "more_rounds".into(),
+        json!({"calls": again.latencies.len(), "lost_or_failed": again.lost, "wrong_or_duplicated": again.wrong,
+            "notices_of_another_session": again.foreign_notices, "failed_sessions": again_failed,
+            "after_each": again_after}),
+    );
     Ok(Outcome {
-        params: json!({"sessions": sessions, "calls": calls, "jobs": jobs, "churn": churn, "bin": bin}),
+        params: json!({"sessions": sessions, "calls": calls, "jobs": jobs, "churn": churn, "rounds": rounds, "bin": bin}),
         results: Value::Object(results),
         shape: Value::Null,
     })

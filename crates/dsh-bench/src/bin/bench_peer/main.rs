@@ -25,7 +25,7 @@
 //! bench_peer mcp N [--bin DSH_BASH] [--warmup W]     `dsh-bash mcp` over stdio: tools/call round trip
 //! bench_peer mcp-http N [--bin DSH_BASH] [--warmup W]   the same round trip over a keep-alive
 //!                               HTTP connection and over stdio, alternating, in one run
-//! bench_peer mcp-load [--sessions S] [--calls C] [--jobs J] [--churn K] [--bin DSH_BASH]
+//! bench_peer mcp-load [--sessions S] [--calls C] [--jobs J] [--churn K] [--rounds R] [--bin DSH_BASH]
 //!                               S concurrent HTTP sessions (C calls, J jobs each), checked;
 //!                               latency vs one session; server RSS/fds before, peak, after;
 //!                               then K sessions created and deleted in a row
