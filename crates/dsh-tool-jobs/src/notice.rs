@@ -21,7 +21,11 @@ fn snapshot_status_line(job: &JobSnapshot) -> String {
 /// `<kind> <label> <statusLine>`, bounded to 120 UTF-16 units: when longer, the first 119
 /// units followed by `…`. No other normalization.
 pub fn completion_summary(job: &JobSnapshot) -> String {
-    let full = format!("{} {} {}", job.kind, job.label, snapshot_status_line(job));
+    bounded_summary(format!("{} {} {}", job.kind, job.label, snapshot_status_line(job)))
+}
+
+/// `full` bounded to 120 UTF-16 units (the first 119 and `…` when longer).
+fn bounded_summary(full: String) -> String {
     if full.encode_utf16().count() <= SUMMARY_MAX_UTF16 {
         return full;
     }
@@ -67,6 +71,38 @@ pub fn completion_notice(job: &JobSnapshot) -> String {
     format!("{}{action}", retain_head(&prefix, max - action.len()))
 }
 
+/// `background job <id> (<kind>: <label>) is waiting for input after "<last line>". Answer it
+/// with job_input.` (the line JSON-quoted; without a line, `is waiting for input.`), reduced
+/// to `background job <id> is waiting for input.\nAnswer it with job_input.` when longer than
+/// the job's `outputLimitBytes`.
+pub fn waiting_notice(job: &JobSnapshot, line: Option<&str>) -> String {
+    let after = line.map(|line| format!(" after {}", serde_json::Value::String(line.to_owned()))).unwrap_or_default();
+    let full = format!(
+        "background job {} ({}: {}) is waiting for input{after}. Answer it with job_input.",
+        job.id, job.kind, job.label
+    );
+    match job.output_limit_bytes.map(byte_budget) {
+        Some(max) if full.len() > max => {
+            let compact = format!("background job {} is waiting for input.\nAnswer it with job_input.", job.id);
+            if compact.len() <= max { compact } else { retain_head(&compact, max).to_owned() }
+        }
+        _ => full,
+    }
+}
+
+/// The user message a waiting notice is delivered as.
+pub(crate) fn waiting_message(job: &JobSnapshot, line: Option<&str>) -> AgentMessage {
+    AgentMessage {
+        text: waiting_notice(job, line),
+        source: json!({
+            "kind": "plugin",
+            "plugin": "tool-jobs",
+            "form": "notice",
+            "summary": bounded_summary(format!("{} {} [status: waiting for input]", job.kind, job.label)),
+        }),
+    }
+}
+
 /// The user message a notice is delivered as.
 pub(crate) fn notice_message(job: &JobSnapshot) -> AgentMessage {
     AgentMessage {
@@ -103,7 +139,19 @@ impl Notifier {
             return;
         }
         let Some(owner) = owner else { return };
-        let message = notice_message(job);
+        self.deliver(owner, notice_message(job));
+    }
+
+    /// The waiting listener body: `job` (still running) waits for input after `line`.
+    pub(crate) fn on_waiting(self: &Arc<Self>, job: &JobSnapshot, line: Option<&str>, owner: &Arc<Agent>) {
+        if job.status.is_active() {
+            self.deliver(owner, waiting_message(job, line));
+        }
+    }
+
+    /// Opens a turn for an idle owner (within the wake budget, with `wakeup` delivery), else
+    /// joins the owner's next step.
+    fn deliver(self: &Arc<Self>, owner: &Arc<Agent>, message: AgentMessage) {
         if self.delivery == CompletionDelivery::Wakeup
             && owner.status() == AgentStatus::Idle
             && self.spend(owner)

@@ -6,6 +6,7 @@ mod redaction;
 mod spawn;
 mod spill;
 mod termination;
+mod terminal;
 
 use std::ffi::OsString;
 use std::sync::Arc;
