@@ -92,7 +92,12 @@ impl JobInputs {
         if let (Some(_), Some(owner), Ok(runtime)) =
             (&self.listener, owner, tokio::runtime::Handle::try_current())
         {
-            runtime.spawn(watch(Arc::downgrade(self), id.to_owned(), Arc::downgrade(input), Arc::downgrade(owner)));
+            runtime.spawn(watch(
+                Arc::downgrade(self),
+                id.to_owned(),
+                Arc::downgrade(input),
+                Arc::downgrade(owner),
+            ));
         }
     }
 

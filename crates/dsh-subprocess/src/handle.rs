@@ -95,7 +95,12 @@ impl ProcessInner {
     }
 
     /// Keeps the master of the child's terminal (already non-blocking) as its input.
-    pub(crate) fn keep_terminal(&self, master: std::os::fd::OwnedFd, slave_id: (u64, u64), controlling: bool) {
+    pub(crate) fn keep_terminal(
+        &self,
+        master: std::os::fd::OwnedFd,
+        slave_id: (u64, u64),
+        controlling: bool,
+    ) {
         let _ = self.terminal.set(Terminal { slave_id, controlling });
         *self.stdin.lock() = Some(master);
     }
@@ -406,7 +411,8 @@ impl ProcessHandle {
             .into_iter()
             .filter(|pid| *pid != self.inner.pid)
             .filter(|pid| {
-                std::fs::metadata(format!("/proc/{pid}/fd/0")).is_ok_and(|meta| (meta.dev(), meta.ino()) == slave_id)
+                std::fs::metadata(format!("/proc/{pid}/fd/0"))
+                    .is_ok_and(|meta| (meta.dev(), meta.ino()) == slave_id)
             })
             .collect()
     }

@@ -142,7 +142,11 @@ impl TerminalFilter {
     /// The end of the stream: a `\r` held back to see whether `\n` follows is text after all.
     pub(crate) fn finish(&mut self) -> Vec<u8> {
         let state = std::mem::replace(&mut self.state, State::Ground);
-        if state == State::CarriageReturn { vec![b'\r'; std::mem::take(&mut self.returns)] } else { Vec::new() }
+        if state == State::CarriageReturn {
+            vec![b'\r'; std::mem::take(&mut self.returns)]
+        } else {
+            Vec::new()
+        }
     }
 
     fn byte(&mut self, b: u8, out: &mut Filtered) {

@@ -237,7 +237,8 @@ pub(crate) fn spawn_process(
     command.arg0(&program).args(&spec.argv[1..]).env_clear().envs(env.iter().map(|(k, v)| (k, v)));
     match &pty {
         Some(pty) => {
-            let slave = || pty.slave.try_clone().map(Stdio::from).map_err(|e| SpawnError::Terminal(errno_of(&e)));
+            let slave =
+                || pty.slave.try_clone().map(Stdio::from).map_err(|e| SpawnError::Terminal(errno_of(&e)));
             command.stdin(slave()?).stdout(slave()?).stderr(slave()?);
         }
         None => {
@@ -624,7 +625,11 @@ async fn run_to_exit(
     let stdout = leader.child().stdout.take();
     let stderr = leader.child().stderr.take();
     let pumps = async {
-        tokio::join!(pump(stdout, &inner.stdout), pump(stderr, &inner.stderr), pump_terminal(terminal, inner));
+        tokio::join!(
+            pump(stdout, &inner.stdout),
+            pump(stderr, &inner.stderr),
+            pump_terminal(terminal, inner)
+        );
     };
     let abort = async {
         match cancel {

@@ -30,9 +30,9 @@ enum Key {
 
 /// `Ctrl-A` … `Ctrl-Z`, in order.
 const CONTROL_KEYS: [&str; 26] = [
-    "Ctrl-A", "Ctrl-B", "Ctrl-C", "Ctrl-D", "Ctrl-E", "Ctrl-F", "Ctrl-G", "Ctrl-H", "Ctrl-I", "Ctrl-J", "Ctrl-K",
-    "Ctrl-L", "Ctrl-M", "Ctrl-N", "Ctrl-O", "Ctrl-P", "Ctrl-Q", "Ctrl-R", "Ctrl-S", "Ctrl-T", "Ctrl-U", "Ctrl-V",
-    "Ctrl-W", "Ctrl-X", "Ctrl-Y", "Ctrl-Z",
+    "Ctrl-A", "Ctrl-B", "Ctrl-C", "Ctrl-D", "Ctrl-E", "Ctrl-F", "Ctrl-G", "Ctrl-H", "Ctrl-I", "Ctrl-J",
+    "Ctrl-K", "Ctrl-L", "Ctrl-M", "Ctrl-N", "Ctrl-O", "Ctrl-P", "Ctrl-Q", "Ctrl-R", "Ctrl-S", "Ctrl-T",
+    "Ctrl-U", "Ctrl-V", "Ctrl-W", "Ctrl-X", "Ctrl-Y", "Ctrl-Z",
 ];
 
 /// The key `name`, as typed on a terminal (`terminal`) or written to a pipe: `Enter` is `\r`
@@ -142,7 +142,10 @@ impl Tool for JobInputTool {
         // Names are checked before anything else, so a typo is reported the same way
         // whatever the job's state.
         if let Some(unknown) = names.iter().find(|name| key(name, false).is_none()) {
-            return Err(ToolError::plain(format!("unknown key {}: expected one of {KEY_NAMES}", json!(unknown))));
+            return Err(ToolError::plain(format!(
+                "unknown key {}: expected one of {KEY_NAMES}",
+                json!(unknown)
+            )));
         }
         let close = args.get("close_stdin") == Some(&Value::Bool(true));
         if !job.status.is_active() {
@@ -193,5 +196,26 @@ impl Tool for JobInputTool {
             .parameters
             .accepts(args)
             .then(|| generic_card(format!("Send input to background job {id}"), "execute", Some(id)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Key, key};
+
+    #[test]
+    fn keys_are_typed_on_a_terminal_and_written_to_a_pipe() {
+        assert_eq!(key("Enter", true), Some(Key::Bytes(b"\r")));
+        assert_eq!(key("Enter", false), Some(Key::Bytes(b"\n")));
+        assert_eq!(key("Up", true), Some(Key::Bytes(b"\x1b[A")));
+        assert_eq!(key("Home", true), Some(Key::Bytes(b"\x1b[H")));
+        assert_eq!(key("End", false), Some(Key::Bytes(b"\x1b[F")));
+        assert_eq!(key("Backspace", true), Some(Key::Bytes(b"\x7f")));
+        assert_eq!(key("Ctrl-A", true), Some(Key::Control(1)));
+        assert_eq!(key("Ctrl-Z", true), Some(Key::Control(26)));
+        assert_eq!(key("Ctrl-C", true), Some(Key::Interrupt));
+        assert_eq!(key("Ctrl-D", false), Some(Key::EndOfInput));
+        assert_eq!(key("ctrl-a", true), None);
+        assert_eq!(key("F13", true), None);
     }
 }

@@ -76,14 +76,16 @@ pub fn completion_notice(job: &JobSnapshot) -> String {
 /// to `background job <id> is waiting for input.\nAnswer it with job_input.` when longer than
 /// the job's `outputLimitBytes`.
 pub fn waiting_notice(job: &JobSnapshot, line: Option<&str>) -> String {
-    let after = line.map(|line| format!(" after {}", serde_json::Value::String(line.to_owned()))).unwrap_or_default();
+    let after =
+        line.map(|line| format!(" after {}", serde_json::Value::String(line.to_owned()))).unwrap_or_default();
     let full = format!(
         "background job {} ({}: {}) is waiting for input{after}. Answer it with job_input.",
         job.id, job.kind, job.label
     );
     match job.output_limit_bytes.map(byte_budget) {
         Some(max) if full.len() > max => {
-            let compact = format!("background job {} is waiting for input.\nAnswer it with job_input.", job.id);
+            let compact =
+                format!("background job {} is waiting for input.\nAnswer it with job_input.", job.id);
             if compact.len() <= max { compact } else { retain_head(&compact, max).to_owned() }
         }
         _ => full,
@@ -250,5 +252,26 @@ mod tests {
         );
         assert_eq!(completion_notice(&job("pnpm test", Some(25.0))), "backgro\nDone; job_output.");
         assert_eq!(completion_notice(&job("pnpm test", Some(5.0))), "tput.");
+    }
+
+    #[test]
+    fn waiting_notice_names_the_job_and_its_last_line() {
+        let mut running = job("read -p 'name? ' x", None);
+        running.status = JobStatus::Running;
+        assert_eq!(
+            waiting_notice(&running, Some("name? ")),
+            "background job bash-1 (bash: read -p 'name? ' x) is waiting for input after \"name? \". Answer it with job_input."
+        );
+        assert_eq!(
+            waiting_notice(&running, None),
+            "background job bash-1 (bash: read -p 'name? ' x) is waiting for input. Answer it with job_input."
+        );
+        running.output_limit_bytes = Some(80.0);
+        assert_eq!(
+            waiting_notice(&running, Some("name? ")),
+            "background job bash-1 is waiting for input.\nAnswer it with job_input."
+        );
+        let message = waiting_message(&running, Some("name? "));
+        assert_eq!(message.source["summary"], "bash read -p 'name? ' x [status: waiting for input]");
     }
 }

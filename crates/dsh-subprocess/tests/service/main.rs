@@ -5,8 +5,8 @@ mod env;
 mod redaction;
 mod spawn;
 mod spill;
-mod termination;
 mod terminal;
+mod termination;
 
 use std::ffi::OsString;
 use std::sync::Arc;

@@ -47,7 +47,12 @@ fn text(line: &Value) -> String {
 
 /// The texts of a response line's notices.
 fn notices(line: &Value) -> Vec<String> {
-    line["notices"].as_array().expect("notices").iter().map(|n| n["text"].as_str().unwrap_or_default().to_owned()).collect()
+    line["notices"]
+        .as_array()
+        .expect("notices")
+        .iter()
+        .map(|n| n["text"].as_str().unwrap_or_default().to_owned())
+        .collect()
 }
 
 fn background(command: &str) -> Value {
@@ -141,15 +146,28 @@ fn terminal_attack(world: &World, mode: Mode) {
             "job_input",
             json!({"job_id": "bash-1", "text": "import os,sys; print(os.isatty(0), sys.stdin.isatty())", "keys": ["Enter"]}),
         ),
-        ("s1", "job_input", json!({"job_id": "bash-1", "text": "while True: pass", "keys": ["Enter", "Enter"]})),
+        (
+            "s1",
+            "job_input",
+            json!({"job_id": "bash-1", "text": "while True: pass", "keys": ["Enter", "Enter"]}),
+        ),
         ("s1", "job_input", json!({"job_id": "bash-1", "keys": ["Ctrl-C"]})),
         ("s1", "job_input", json!({"job_id": "bash-1", "text": "print('after')", "keys": ["Enter"]})),
         ("s1", "job_input", json!({"job_id": "bash-1", "keys": ["Ctrl-D"]})),
         ("s1", "job_output", json!({"job_id": "bash-2"})),
         ("s1", "job_input", json!({"job_id": "bash-2", "text": "yes", "keys": ["Enter"]})),
-        ("s1", "bash", on_terminal("stty size; [ -t 0 ] && [ -t 2 ]; echo \"tty $?\"; printf '\\033[1;31mred\\033[0m\\r\\n'")),
+        (
+            "s1",
+            "bash",
+            on_terminal(
+                "stty size; [ -t 0 ] && [ -t 2 ]; echo \"tty $?\"; printf '\\033[1;31mred\\033[0m\\r\\n'",
+            ),
+        ),
         ("s1", "job_output", json!({"job_id": "bash-3", "wait": true, "timeout_ms": 20000})),
         ("s1", "bash", json!({"command": "true", "description": "d", "tty": true})),
+        // Another session looks for the terminals of running jobs.
+        ("s2", "bash", on_terminal("sleep 30")),
+        ("s1", "bash", json!({"command": "ls /dev/pts | tr '\\n' ' '", "description": "d"})),
     ];
     let texts = batch(world, mode, &lines);
     assert_eq!(texts[3], ">>> \n[status: waiting for input]");
@@ -169,6 +187,10 @@ fn terminal_attack(world: &World, mode: Mode) {
         texts[14],
         "Error: invalid tty: only a background command (run_in_background: true) runs on a terminal"
     );
+    if mode != Mode::DangerFullAccess {
+        // A confined command sees no terminal but its own: its `/dev/pts` is private.
+        assert_eq!(texts[16], "ptmx ", "{}", texts[16]);
+    }
 }
 
 #[test]
@@ -218,9 +240,12 @@ fn notice_attack(world: &World, mode: Mode) {
     );
     assert_eq!(notices(&responses[4]), Vec::<String>::new(), "s2 is not told of s1's jobs");
     let list = text(&responses[7]);
-    for (job, status) in
-        [("bash-1", "waiting for input"), ("bash-2", "waiting for input"), ("bash-3", "running"), ("bash-4", "running")]
-    {
+    for (job, status) in [
+        ("bash-1", "waiting for input"),
+        ("bash-2", "waiting for input"),
+        ("bash-3", "running"),
+        ("bash-4", "running"),
+    ] {
         assert!(list.lines().any(|l| l.starts_with(&format!("{job} [bash] {status} — "))), "{job}: {list}");
     }
     assert_eq!(text(&responses[8]), "name? hi ada\n[status: completed, exit code: 0]");
