@@ -71,11 +71,20 @@ pub fn completion_notice(job: &JobSnapshot) -> String {
     format!("{}{action}", retain_head(&prefix, max - action.len()))
 }
 
+/// The longest last line a waiting notice quotes, in characters (longer ones end in `…`).
+pub const WAITING_LINE_MAX_CHARS: usize = 80;
+
 /// `background job <id> (<kind>: <label>) is waiting for input after "<last line>". Answer it
-/// with job_input.` (the line JSON-quoted; without a line, `is waiting for input.`), reduced
+/// with job_input.` (the line JSON-quoted, at most [`WAITING_LINE_MAX_CHARS`] characters; without a line, `is waiting for input.`), reduced
 /// to `background job <id> is waiting for input.\nAnswer it with job_input.` when longer than
 /// the job's `outputLimitBytes`.
 pub fn waiting_notice(job: &JobSnapshot, line: Option<&str>) -> String {
+    // The line is the command's own text in a message to the model: one quoted line, short.
+    let line = line.map(|line| match line.char_indices().nth(WAITING_LINE_MAX_CHARS) {
+        Some((end, _)) => format!("{}…", &line[..end]),
+        None => line.to_owned(),
+    });
+    let line = line.as_deref();
     let after =
         line.map(|line| format!(" after {}", serde_json::Value::String(line.to_owned()))).unwrap_or_default();
     let full = format!(
@@ -271,6 +280,9 @@ mod tests {
             waiting_notice(&running, Some("name? ")),
             "background job bash-1 is waiting for input.\nAnswer it with job_input."
         );
+        running.output_limit_bytes = None;
+        let long = "x".repeat(WAITING_LINE_MAX_CHARS + 1);
+        assert!(waiting_notice(&running, Some(&long)).contains(&format!("after \"{}…\".", &long[1..])));
         let message = waiting_message(&running, Some("name? "));
         assert_eq!(message.source["summary"], "bash read -p 'name? ' x [status: waiting for input]");
     }
