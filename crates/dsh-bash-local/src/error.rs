@@ -43,7 +43,9 @@ impl From<SpawnError> for ExecError {
             SpawnError::InvalidGrace | SpawnError::InvalidArgv => {
                 ExecError::Shell(ShellError::Invalid(e.to_string()))
             }
-            SpawnError::NoRuntime => ExecError::Shell(ShellError::Other(e.to_string())),
+            SpawnError::NoRuntime | SpawnError::Terminal(_) => {
+                ExecError::Shell(ShellError::Other(e.to_string()))
+            }
         }
     }
 }

@@ -53,6 +53,8 @@ pub(crate) fn spawn_spec(
     spawn.env = overrides.chain(requested).chain(shared).collect();
     spawn.shared_file = spec.shared_file.as_ref().map(|shared| std::sync::Arc::clone(&shared.file));
     spawn.keep_stdin = spec.keep_stdin;
+    // A terminal job's `TERM` stays `dumb` (set above) unless the request's env sets it.
+    spawn.pty = spec.tty.then_some(dsh_subprocess::PtySize::DEFAULT);
     spawn.stdin = spec.stdin.clone();
     spawn.stdout = CaptureLimits::new("stdout", stdout_cap, spill_cap);
     spawn.stderr = CaptureLimits::new("stderr", memory_cap(config.max_output_bytes), spill_cap);

@@ -263,6 +263,10 @@ impl ShellProcess for LocalShellProcess {
         state.status == ProcessStatus::Running && state.handle.as_ref().is_some_and(ProcessHandle::interrupt)
     }
 
+    fn terminal(&self) -> bool {
+        self.state.lock().handle.as_ref().is_some_and(ProcessHandle::is_terminal)
+    }
+
     fn waiting_for_input(&self) -> bool {
         let handle = {
             let state = self.state.lock();

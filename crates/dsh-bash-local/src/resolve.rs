@@ -48,5 +48,6 @@ pub(crate) fn resolve(
         network_approver: request.network_approver,
         shared_file: request.shared_file,
         keep_stdin: request.keep_stdin,
+        tty: request.tty,
     })
 }

@@ -319,6 +319,7 @@ mod tests {
             network_approver: None,
             shared_file: None,
             keep_stdin: false,
+            tty: false,
         }
     }
 

@@ -52,7 +52,8 @@ pub struct CompositionArgs {
     pub persist: Option<String>,
     /// Input to running background jobs: background bash jobs keep a writable stdin, the
     /// `job_input` tool writes to it, and a job blocked reading it shows
-    /// `[status: waiting for input]` (tool-jobs `input`).
+    /// `[status: waiting for input]` (tool-jobs `input`), its owner is told once when it starts
+    /// waiting, and a background call may set `tty: true` to run on a terminal (tool-bash `tty`).
     #[arg(long, global = true)]
     pub interactive: bool,
     /// Working directory of calls without a session cwd (and the sandbox's fallback root).

@@ -177,6 +177,7 @@ impl Plan {
         }
         if args.interactive {
             self.set("tool-jobs", "input", Value::Bool(true))?;
+            self.set("tool-bash", "tty", Value::Bool(true))?;
         }
         if let Some(persist) = &args.persist {
             self.set("tool-bash", "persist", Value::String(persist.clone()))?;

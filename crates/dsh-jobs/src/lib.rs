@@ -31,7 +31,7 @@ pub mod services;
 pub mod testing;
 
 pub use error::JobError;
-pub use input::{JOB_INPUTS, JobInput, JobInputs};
+pub use input::{JOB_INPUTS, JobInput, JobInputs, WAITING_POLL, WAITING_SETTLE, WaitingListener};
 pub use job::{
     JobHooks, JobOutcome, JobProcess, JobSnapshot, JobStartSpec, JobStatus, KillOutcome, OutcomeStatus,
     SpillWatch,

@@ -54,6 +54,10 @@ pub struct ShellExecRequest {
     /// Background starts: keep the command's stdin a pipe its owner can write to
     /// ([`ShellProcess::write_input`]) instead of `/dev/null`. Off by default.
     pub keep_stdin: bool,
+    /// Background starts: run the command on a pseudo-terminal (its stdin, stdout, stderr and,
+    /// unconfined, its controlling terminal) whose output is collected as stdout, instead of
+    /// pipes; input is typed with [`ShellProcess::write_input`]. Off by default.
+    pub tty: bool,
 }
 
 /// A file handed to a command as an open descriptor: the command's environment gets
@@ -107,6 +111,8 @@ pub struct ShellExecSpec {
     pub shared_file: Option<SharedFile>,
     /// See [`ShellExecRequest::keep_stdin`]; carried verbatim by `resolve`.
     pub keep_stdin: bool,
+    /// See [`ShellExecRequest::tty`]; carried verbatim by `resolve`.
+    pub tty: bool,
 }
 
 /// A resolved foreground timeout: the [`Duration`] the mechanics arm, and the same bound in
@@ -278,11 +284,18 @@ pub trait ShellProcess: Send + Sync {
     fn write_input(&self, _bytes: &[u8]) -> Result<(), String> {
         Err("this job takes no input".to_owned())
     }
-    /// Closes the process's stdin (it reads end of file); `true` if it was open.
+    /// Closes the process's stdin (it reads end of file); on a terminal, types `Ctrl-D`
+    /// instead. `true` if it was open.
     fn close_input(&self) -> bool {
         false
     }
-    /// Sends the process group `SIGINT` (Ctrl-C); `true` if delivered.
+    /// Whether the process runs on a terminal (started with `tty`): its input is typed, so
+    /// `Enter` is `\r` and control keys are control characters.
+    fn terminal(&self) -> bool {
+        false
+    }
+    /// `Ctrl-C`: types it on the process's controlling terminal, else sends the process group
+    /// `SIGINT`; `true` if delivered.
     fn interrupt(&self) -> bool {
         false
     }

@@ -21,6 +21,9 @@ pub enum SpawnError {
     /// Spawning needs a tokio runtime to supervise the child.
     #[error("subprocess spawn requires a tokio runtime")]
     NoRuntime,
+    /// A pseudo-terminal for the child ([`crate::SpawnSpec::pty`]) could not be opened.
+    #[error("cannot open a terminal for the command: {}", .0.desc())]
+    Terminal(Errno),
     /// The operating system refused to start the program.
     #[error(transparent)]
     Os(#[from] OsSpawnError),

@@ -46,9 +46,25 @@ pub(crate) struct ProcessInner {
     live: Weak<LiveSet>,
     /// Present when the service contains strays.
     reaper: Option<Arc<Reaper>>,
-    /// The write end of the child's stdin pipe, when the spawn kept it (non-blocking).
+    /// The write end of the child's stdin pipe, when the spawn kept it, or a terminal's
+    /// master (non-blocking).
     stdin: parking_lot::Mutex<Option<std::os::fd::OwnedFd>>,
+    /// Set when the child runs on a terminal (`stdin` is then its master).
+    terminal: std::sync::OnceLock<Terminal>,
 }
+
+/// What the harness knows of a child's terminal.
+#[derive(Clone, Copy, Debug)]
+struct Terminal {
+    /// The slave's `st_dev` and `st_ino`.
+    slave_id: (u64, u64),
+    /// The terminal is the child's controlling terminal (its line discipline signals it).
+    controlling: bool,
+}
+
+/// `Ctrl-C` and `Ctrl-D` as a terminal's line discipline reads them.
+const INTERRUPT_CHAR: u8 = 0x03;
+const END_OF_FILE_CHAR: u8 = 0x04;
 
 impl ProcessInner {
     pub(crate) fn new(
@@ -74,7 +90,48 @@ impl ProcessInner {
             live,
             reaper,
             stdin: parking_lot::Mutex::new(None),
+            terminal: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Keeps the master of the child's terminal (already non-blocking) as its input.
+    pub(crate) fn keep_terminal(
+        &self,
+        master: std::os::fd::OwnedFd,
+        slave_id: (u64, u64),
+        controlling: bool,
+    ) {
+        let _ = self.terminal.set(Terminal { slave_id, controlling });
+        *self.stdin.lock() = Some(master);
+    }
+
+    /// Writes `bytes` to the child's stdin or terminal without blocking: see
+    /// [`ProcessHandle::write_stdin`].
+    pub(crate) fn write_input(&self, bytes: &[u8]) -> std::io::Result<usize> {
+        use std::os::fd::AsRawFd;
+        let guard = self.stdin.lock();
+        let Some(fd) = guard.as_ref() else {
+            return Err(std::io::Error::new(std::io::ErrorKind::NotConnected, "stdin is closed"));
+        };
+        let mut written = 0;
+        while written < bytes.len() {
+            let rest = &bytes[written..];
+            // SAFETY: writing a live slice to a descriptor this process owns.
+            let n = unsafe { libc::write(fd.as_raw_fd(), rest.as_ptr().cast(), rest.len()) };
+            if n < 0 {
+                let error = std::io::Error::last_os_error();
+                if error.kind() == std::io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return if written > 0 && error.kind() == std::io::ErrorKind::WouldBlock {
+                    Ok(written)
+                } else {
+                    Err(error)
+                };
+            }
+            written += n as usize;
+        }
+        Ok(written)
     }
 
     /// Keeps the write end of the child's stdin (made non-blocking).
@@ -264,76 +321,100 @@ impl ProcessHandle {
     }
 
     /// Writes `bytes` to the child's stdin, when the spawn kept it a pipe
-    /// ([`crate::SpawnSpec::keep_stdin`]). Never blocks: input the child does not read fast
-    /// enough to fit in the pipe is refused (`WouldBlock`), whole or in the part not written.
+    /// ([`crate::SpawnSpec::keep_stdin`]), or to its terminal ([`crate::SpawnSpec::pty`]: the
+    /// line discipline echoes and edits it as typed input). Never blocks: input the child does
+    /// not read fast enough to fit in the pipe (or the terminal's input queue) is refused
+    /// (`WouldBlock`), whole or in the part not written.
     pub fn write_stdin(&self, bytes: &[u8]) -> std::io::Result<usize> {
-        use std::os::fd::AsRawFd;
-        let guard = self.inner.stdin.lock();
-        let Some(fd) = guard.as_ref() else {
-            return Err(std::io::Error::new(std::io::ErrorKind::NotConnected, "stdin is closed"));
-        };
-        let mut written = 0;
-        while written < bytes.len() {
-            let rest = &bytes[written..];
-            // SAFETY: writing a live slice to a descriptor this process owns.
-            let n = unsafe { libc::write(fd.as_raw_fd(), rest.as_ptr().cast(), rest.len()) };
-            if n < 0 {
-                let error = std::io::Error::last_os_error();
-                if error.kind() == std::io::ErrorKind::Interrupted {
-                    continue;
-                }
-                return if written > 0 && error.kind() == std::io::ErrorKind::WouldBlock {
-                    Ok(written)
-                } else {
-                    Err(error)
-                };
-            }
-            written += n as usize;
-        }
-        Ok(written)
+        self.inner.write_input(bytes)
     }
 
-    /// Closes the child's stdin (it reads end of file); `true` if it was open.
+    /// Ends the child's input: closes its stdin pipe (it reads end of file), or on a terminal
+    /// types `Ctrl-D` (end of file when the line being typed is empty). `true` if the input
+    /// was open (and, on a terminal, `Ctrl-D` was written).
     pub fn close_stdin(&self) -> bool {
+        if self.is_terminal() {
+            return matches!(self.inner.write_input(&[END_OF_FILE_CHAR]), Ok(1));
+        }
         self.inner.stdin.lock().take().is_some()
     }
 
-    /// Whether the child's stdin is a pipe the caller still holds.
+    /// Whether the child's stdin is a pipe (or terminal) the caller still holds.
     pub fn has_stdin(&self) -> bool {
         self.inner.stdin.lock().is_some()
     }
 
-    /// Whether a live process of the group is blocked right now reading its stdin from the
-    /// pipe this handle holds: the kernel's own account (`/proc/<pid>/syscall` shows `read` on
-    /// descriptor 0, and that descriptor is this pipe), not a guess from the output.
+    /// Whether the child runs on a pseudo-terminal ([`crate::SpawnSpec::pty`]). Its stdout
+    /// is then the terminal's output with escape sequences removed and `\r\n` turned into
+    /// `\n` (the exact rule: see the `pty` module), and a cursor position query is answered
+    /// with row 1, column 1.
+    pub fn is_terminal(&self) -> bool {
+        self.inner.terminal.get().is_some()
+    }
+
+    /// Whether a live process of the tree is blocked right now reading the stdin this handle
+    /// holds (its pipe, or its terminal): the kernel's own account, not a guess from the
+    /// output. `/proc/<pid>/syscall` shows `read` on descriptor 0, or `select`/`pselect6`
+    /// watching descriptor 0 alone (how readline waits for a key), and that descriptor is
+    /// this pipe or this terminal's slave.
     pub fn blocked_on_stdin(&self) -> bool {
         use std::os::fd::AsRawFd;
         use std::os::unix::fs::MetadataExt;
-        let inode = {
-            let guard = self.inner.stdin.lock();
-            let Some(fd) = guard.as_ref() else { return false };
-            match std::fs::metadata(format!("/proc/self/fd/{}", fd.as_raw_fd())) {
-                Ok(meta) => meta.ino(),
-                Err(_) => return false,
+        let target = match self.inner.terminal.get() {
+            Some(terminal) => terminal.slave_id,
+            None => {
+                let guard = self.inner.stdin.lock();
+                let Some(fd) = guard.as_ref() else { return false };
+                match std::fs::metadata(format!("/proc/self/fd/{}", fd.as_raw_fd())) {
+                    Ok(meta) => (meta.dev(), meta.ino()),
+                    Err(_) => return false,
+                }
             }
         };
-        let pipe = format!("pipe:[{inode}]");
         crate::containment::tree_members(self.inner.pid).into_iter().any(|pid| {
-            let reading = std::fs::read_to_string(format!("/proc/{pid}/syscall")).is_ok_and(|line| {
-                let mut fields = line.split_whitespace();
-                fields.next() == Some("0") && fields.next() == Some("0x0")
-            });
-            reading
-                && std::fs::read_link(format!("/proc/{pid}/fd/0"))
-                    .is_ok_and(|target| target.as_os_str() == pipe.as_str())
+            std::fs::read_to_string(format!("/proc/{pid}/syscall")).is_ok_and(|line| waits_on_fd0(&line))
+                && std::fs::metadata(format!("/proc/{pid}/fd/0"))
+                    .is_ok_and(|meta| (meta.dev(), meta.ino()) == target)
         })
     }
 
-    /// Sends `SIGINT` to the process group (what `Ctrl-C` on a terminal does); `true` if it
-    /// was delivered.
+    /// `Ctrl-C`: on the child's controlling terminal, types it (the line discipline sends
+    /// `SIGINT` to the terminal's foreground process group); otherwise sends `SIGINT` to the
+    /// process group. `true` if it was delivered.
     pub fn interrupt(&self) -> bool {
+        if let Some(terminal) = self.inner.terminal.get() {
+            if terminal.controlling {
+                return matches!(self.inner.write_input(&[INTERRUPT_CHAR]), Ok(1));
+            }
+            // Not its controlling terminal (a runner started the command in a session of its
+            // own): what the line discipline would reach is what reads the terminal below
+            // the runner — signalling the runner itself would end the whole job.
+            let readers = self.terminal_readers(terminal.slave_id);
+            if !readers.is_empty() {
+                let signal = nix::sys::signal::Signal::SIGINT;
+                return readers
+                    .into_iter()
+                    .filter(|pid| nix::sys::signal::kill(nix::unistd::Pid::from_raw(*pid), signal).is_ok())
+                    .count()
+                    > 0;
+            }
+        }
         nix::sys::signal::killpg(nix::unistd::Pid::from_raw(self.inner.pid), nix::sys::signal::Signal::SIGINT)
             .is_ok()
+    }
+
+    /// The live members of the tree but the leader that have the terminal `slave_id` as
+    /// descriptor 0.
+    fn terminal_readers(&self, slave_id: (u64, u64)) -> Vec<i32> {
+        use std::os::unix::fs::MetadataExt;
+        crate::containment::tree_members(self.inner.pid)
+            .into_iter()
+            .filter(|pid| *pid != self.inner.pid)
+            .filter(|pid| {
+                std::fs::metadata(format!("/proc/{pid}/fd/0"))
+                    .is_ok_and(|meta| (meta.dev(), meta.ino()) == slave_id)
+            })
+            .collect()
     }
 
     /// The collected stdout.
@@ -357,5 +438,41 @@ impl ProcessHandle {
             let peek = stream.peek_tail(LATEST_LINE_WINDOW);
             latest_line(&peek.bytes, peek.cut)
         })
+    }
+}
+
+/// Whether a `/proc/<pid>/syscall` line shows a process blocked waiting to read descriptor 0:
+/// `read(0, …)`, or `select`/`pselect6` with one descriptor (so 0 alone) and a read set.
+fn waits_on_fd0(line: &str) -> bool {
+    let mut fields = line.split_whitespace();
+    let (Some(nr), Some(arg0), Some(arg1)) = (fields.next(), fields.next(), fields.next()) else {
+        return false;
+    };
+    let Ok(nr) = nr.parse::<libc::c_long>() else { return false };
+    if nr == libc::SYS_read {
+        return arg0 == "0x0";
+    }
+    #[cfg(target_arch = "x86_64")]
+    let select = nr == libc::SYS_select || nr == libc::SYS_pselect6;
+    #[cfg(not(target_arch = "x86_64"))]
+    let select = nr == libc::SYS_pselect6;
+    select && arg0 == "0x1" && arg1 != "0x0"
+}
+
+#[cfg(test)]
+mod tests {
+    use super::waits_on_fd0;
+
+    #[test]
+    fn only_reads_of_descriptor_zero_count_as_waiting() {
+        let read = libc::SYS_read;
+        let pselect = libc::SYS_pselect6;
+        assert!(waits_on_fd0(&format!("{read} 0x0 0x55d0 0x1000 0x0 0x0 0x0 0x7ffd 0x7f00")));
+        assert!(!waits_on_fd0(&format!("{read} 0x3 0x55d0 0x1000 0x0 0x0 0x0 0x7ffd 0x7f00")));
+        assert!(waits_on_fd0(&format!("{pselect} 0x1 0x7ffe 0x0 0x0 0x0 0x7ffe 0x7ffe 0x7f00")));
+        assert!(!waits_on_fd0(&format!("{pselect} 0x4 0x7ffe 0x0 0x0 0x0 0x7ffe 0x7ffe 0x7f00")));
+        assert!(!waits_on_fd0(&format!("{pselect} 0x1 0x0 0x7ffe 0x0 0x0 0x7ffe 0x7ffe 0x7f00")));
+        assert!(!waits_on_fd0("running"));
+        assert!(!waits_on_fd0("35 0x7ffe 0x0 0x0 0x0 0x0 0x0 0x7ffe 0x7f00"));
     }
 }

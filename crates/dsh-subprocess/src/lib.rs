@@ -33,6 +33,7 @@ pub mod plugin;
 #[cfg(feature = "plugin")]
 mod plugin_key;
 mod program;
+mod pty;
 mod redact;
 mod service;
 mod signal_name;
@@ -57,6 +58,7 @@ pub use nix::errno::Errno;
 pub use plugin::{SubprocessConfig, SubprocessPlugin};
 #[cfg(feature = "plugin")]
 pub use plugin_key::{SUBPROCESS, SUBPROCESS_SERVICE};
+pub use pty::PtySize;
 pub use redact::{REDACT_MIN_LEN, RedactStream, Redactor, RedactorError, redaction_marker};
 pub use service::{ServiceOptions, SubprocessService};
 pub use signal_name::{signal_name, signal_number};

@@ -112,6 +112,14 @@ pub struct SpawnSpec {
     /// ([`crate::ProcessHandle::write_stdin`]) instead of `/dev/null` (ignored when `stdin` is
     /// given). Off by default.
     pub keep_stdin: bool,
+    /// Run the child on a pseudo-terminal of this size instead of pipes: the slave is its
+    /// stdin, stdout and stderr, and (without a pre-exec hook) its controlling terminal, in a
+    /// session of its own (`new_session` is implied). The terminal's output, filtered to text
+    /// (see [`crate::ProcessHandle::is_terminal`]), is collected as stdout; stderr stays
+    /// empty; input is written with [`crate::ProcessHandle::write_stdin`] (`stdin` and
+    /// `keep_stdin` are ignored). A pre-exec hook (a sandbox) that starts a session of its own
+    /// leaves the command the terminal without it being the controlling one. Off by default.
+    pub pty: Option<crate::PtySize>,
 }
 
 impl SpawnSpec {
@@ -131,6 +139,7 @@ impl SpawnSpec {
             new_session: false,
             keep_stdin: false,
             shared_file: None,
+            pty: None,
         }
     }
 
@@ -175,6 +184,7 @@ impl std::fmt::Debug for SpawnSpec {
             .field("pre_exec", &self.pre_exec.is_some())
             .field("new_session", &self.new_session)
             .field("shared_file", &self.shared_file.as_ref().map(|f| f.as_raw_fd()))
+            .field("pty", &self.pty)
             .finish_non_exhaustive()
     }
 }
@@ -220,31 +230,46 @@ pub(crate) fn spawn_process(
     let executable = resolve_program(&program, lookup(&env, "PATH"), &cwd)
         .map_err(|errno| failed(errno, SpawnStage::Exec))?;
 
-    let mut command = std::process::Command::new(&executable);
-    command
-        .arg0(&program)
-        .args(&spec.argv[1..])
-        .env_clear()
-        .envs(env.iter().map(|(k, v)| (k, v)))
-        .stdin(if spec.stdin.is_some() || spec.keep_stdin { Stdio::piped() } else { Stdio::null() })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    if let Some(dir) = &spec.cwd {
-        command.current_dir(dir);
-    }
+    let pty = match spec.pty {
+        Some(size) => Some(crate::pty::Pty::open(size).map_err(|e| SpawnError::Terminal(errno_of(&e)))?),
+        None => None,
+    };
     // A new session only matters while the harness's own session has a terminal: without
     // one, a child in a new group of this session has none either and cannot get one (only a
     // session leader acquires a terminal), so the `posix_spawn` path, which cannot `setsid`,
-    // gives the same guarantee at the cost of a `vfork` instead of a `fork`.
-    let new_session = spec.new_session && session_has_terminal();
+    // gives the same guarantee at the cost of a `vfork` instead of a `fork`. A terminal job
+    // always gets a session of its own (its terminal becomes the controlling one).
+    let new_session = pty.is_some() || (spec.new_session && session_has_terminal());
+    let mut command = std::process::Command::new(&executable);
+    command.arg0(&program).args(&spec.argv[1..]).env_clear().envs(env.iter().map(|(k, v)| (k, v)));
+    match &pty {
+        Some(pty) => {
+            let slave =
+                || pty.slave.try_clone().map(Stdio::from).map_err(|e| SpawnError::Terminal(errno_of(&e)));
+            command.stdin(slave()?).stdout(slave()?).stderr(slave()?);
+        }
+        None => {
+            command
+                .stdin(if spec.stdin.is_some() || spec.keep_stdin { Stdio::piped() } else { Stdio::null() })
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped());
+        }
+    }
+    if let Some(dir) = &spec.cwd {
+        command.current_dir(dir);
+    }
     if !new_session {
         // A group leader cannot call setsid: with a new session, `setsid` makes the child the
         // leader of a new group instead, with the same pgid (its pid).
         command.process_group(0);
     }
     let shared_fd = spec.shared_file.as_ref().map(|f| f.as_raw_fd());
+    // The terminal becomes the controlling one only when nothing runs between the prelude and
+    // the program: a hook may start the program in another process and exit, and a session
+    // leader's exit hangs up its terminal's foreground group.
+    let controlling_terminal = pty.is_some() && spec.pre_exec.is_none();
     if new_session || spec.pre_exec.is_some() || shared_fd.is_some() {
-        install_prelude(&mut command, new_session, shared_fd);
+        install_prelude(&mut command, Prelude { new_session, controlling_terminal, shared_fd });
     } else {
         crate::fds::mark_all_cloexec();
     }
@@ -347,7 +372,19 @@ pub(crate) fn spawn_process(
     let handle = ProcessHandle { inner: Arc::clone(&inner) };
     service.live.insert(id, handle.clone());
 
-    if spec.stdin.is_none()
+    // The harness keeps no slave descriptor: the master reads end of file (EIO) once the
+    // child and its descendants have all closed theirs.
+    let terminal = match pty {
+        Some(pty) => {
+            drop(pty.slave);
+            let reader = pty.master.try_clone().ok();
+            inner.keep_terminal(pty.master, pty.slave_id, controlling_terminal);
+            reader
+        }
+        None => None,
+    };
+    if spec.pty.is_none()
+        && spec.stdin.is_none()
         && spec.keep_stdin
         && let Some(stdin) = child.stdin.take()
         && let Ok(fd) = stdin.into_owned_fd()
@@ -366,7 +403,7 @@ pub(crate) fn spawn_process(
         Some(pid) => Leader::Sibling { child, pid, pidfd: None },
         None => Leader::Child(child),
     };
-    runtime.spawn(supervise(leader, inner, spec.cancel, stdin_task));
+    runtime.spawn(supervise(leader, inner, spec.cancel, stdin_task, terminal));
     Ok(handle)
 }
 
@@ -477,18 +514,32 @@ fn session_has_terminal() -> bool {
         .is_ok()
 }
 
+/// What the prelude of a forked child does.
+#[derive(Clone, Copy)]
+struct Prelude {
+    /// `setsid` first.
+    new_session: bool,
+    /// Then make descriptor 0 (a terminal's slave) the session's controlling terminal.
+    controlling_terminal: bool,
+    /// The descriptor that stays open across `exec`.
+    shared_fd: Option<std::os::fd::RawFd>,
+}
+
 /// The start of every forked child's pre-exec sequence, before any caller hook (pre-exec
-/// closures run in the order they were installed): a new session when asked, then
+/// closures run in the order they were installed): a new session when asked (with the
+/// terminal on descriptor 0 as its controlling terminal, when asked), then
 /// close-on-exec for every descriptor from 3, so nothing the harness holds reaches the
 /// program — but the shared file, when there is one.
-fn install_prelude(
-    command: &mut std::process::Command,
-    new_session: bool,
-    shared_fd: Option<std::os::fd::RawFd>,
-) {
+fn install_prelude(command: &mut std::process::Command, prelude: Prelude) {
+    let Prelude { new_session, controlling_terminal, shared_fd } = prelude;
     let prelude = move || {
         if new_session {
             nix::unistd::setsid().map_err(std::io::Error::from)?;
+        }
+        // SAFETY: TIOCSCTTY takes an integer argument; descriptor 0 is the terminal's slave,
+        // which the standard library put there before pre-exec code runs.
+        if controlling_terminal && unsafe { libc::ioctl(0, libc::TIOCSCTTY, 0) } < 0 {
+            return Err(std::io::Error::last_os_error());
         }
         crate::fds::cloexec_from_3_in_child();
         if let Some(fd) = shared_fd {
@@ -499,8 +550,8 @@ fn install_prelude(
         }
         Ok(())
     };
-    // SAFETY: the closure runs between fork and exec and only makes the setsid(2), fcntl(2),
-    // getrlimit(2) and close_range(2) system calls, all async-signal-safe; it allocates
+    // SAFETY: the closure runs between fork and exec and only makes the setsid(2), ioctl(2),
+    // fcntl(2), getrlimit(2) and close_range(2) system calls, all async-signal-safe; it allocates
     // nothing (an errno converts to `io::Error` without allocating).
     unsafe { command.pre_exec(prelude) };
 }
@@ -545,17 +596,59 @@ async fn pump(pipe: Option<impl AsyncRead + AsFd + Unpin>, collector: &OutputCol
     }
 }
 
+/// Reads a terminal's master until every slave descriptor is closed (the kernel then reports
+/// `EIO`), collecting the filtered text as stdout and answering cursor position queries.
+async fn pump_terminal(master: Option<std::os::fd::OwnedFd>, inner: &ProcessInner) {
+    let Some(master) = master else { return };
+    // SAFETY: the `OwnedFd` is open and moves into the `AsyncFd`, which owns it (and so its
+    // descriptor number) until it is dropped.
+    let Ok(master) = (unsafe { tokio::io::unix::AsyncFd::register(master) }) else { return };
+    let mut filter = crate::pty::TerminalFilter::default();
+    let mut buf = vec![0u8; FIRST_CHUNK * 4];
+    loop {
+        let Ok(mut guard) = master.readable().await else { break };
+        let read = guard.try_io(|fd| {
+            // SAFETY: reading into a live buffer of `buf.len()` bytes from an open descriptor.
+            let n = unsafe { libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+            if n < 0 { Err(std::io::Error::last_os_error()) } else { Ok(n as usize) }
+        });
+        match read {
+            Ok(Ok(0)) => break,
+            Ok(Ok(n)) => {
+                let filtered = filter.push(&buf[..n]);
+                inner.stdout.push(&filtered.text);
+                if !filtered.reply.is_empty() {
+                    let _ = inner.write_input(&filtered.reply);
+                }
+            }
+            Ok(Err(e)) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            // EIO: no slave is open any more; anything else ends the stream too.
+            Ok(Err(_)) => break,
+            Err(_would_block) => {}
+        }
+    }
+    let rest = filter.finish();
+    if !rest.is_empty() {
+        inner.stdout.push(&rest);
+    }
+}
+
 /// Waits for the direct child and the pipes (at most `grace` past the exit), forwarding an
 /// abort as a termination. Returns when the streams are complete; the pipes close on return.
 async fn run_to_exit(
     leader: &mut Leader,
     inner: &Arc<ProcessInner>,
     cancel: Option<&CancellationToken>,
+    terminal: Option<std::os::fd::OwnedFd>,
 ) -> std::io::Result<ExitStatus> {
     let stdout = leader.child().stdout.take();
     let stderr = leader.child().stderr.take();
     let pumps = async {
-        tokio::join!(pump(stdout, &inner.stdout), pump(stderr, &inner.stderr));
+        tokio::join!(
+            pump(stdout, &inner.stdout),
+            pump(stderr, &inner.stderr),
+            pump_terminal(terminal, inner)
+        );
     };
     let abort = async {
         match cancel {
@@ -616,8 +709,9 @@ async fn supervise(
     inner: Arc<ProcessInner>,
     cancel: Option<CancellationToken>,
     stdin_task: Option<JoinHandle<()>>,
+    terminal: Option<std::os::fd::OwnedFd>,
 ) {
-    let status = run_to_exit(&mut leader, &inner, cancel.as_ref()).await;
+    let status = run_to_exit(&mut leader, &inner, cancel.as_ref(), terminal).await;
     if let Some(task) = stdin_task {
         task.abort();
     }

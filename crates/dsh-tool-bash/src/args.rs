@@ -25,6 +25,8 @@ pub(crate) struct BashArgs {
     pub escalation: Option<EscalationRequest>,
     /// Only the literal `true` resets (read only when state persists).
     pub reset: bool,
+    /// Only the literal `true` asks for a terminal (read only when terminals are offered).
+    pub tty: bool,
 }
 
 fn plain(message: &str) -> ToolError {
@@ -82,6 +84,7 @@ impl BashArgs {
             background: args.get("run_in_background") == Some(&Value::Bool(true)),
             escalation,
             reset: args.get("reset") == Some(&Value::Bool(true)),
+            tty: args.get("tty") == Some(&Value::Bool(true)),
         })
     }
 }

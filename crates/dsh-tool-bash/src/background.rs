@@ -107,6 +107,9 @@ impl dsh_jobs::JobInput for ProcessInput {
     fn latest_line(&self) -> Option<String> {
         self.0.latest_line()
     }
+    fn terminal(&self) -> bool {
+        self.0.terminal()
+    }
 }
 
 /// Publishes the command as a background job and returns `{kind:'background', jobId}`.
@@ -133,7 +136,8 @@ pub(crate) fn start(
         ctx: tool.ctx().clone(),
         owner: exec.agent.as_ref().map(Arc::downgrade),
     };
-    // With job input enabled, the job's stdin stays a pipe its owner writes (`job_input`).
+    // With job input enabled, the job's stdin stays a pipe (or its terminal) its owner writes
+    // (`job_input`).
     let inputs = tool.ctx().get(dsh_jobs::JOB_INPUTS);
     request.keep_stdin = inputs.is_some();
     let input_slot: Arc<Mutex<Option<Arc<dyn dsh_jobs::JobInput>>>> = Arc::new(Mutex::new(None));
@@ -178,7 +182,7 @@ pub(crate) fn start(
             if let (Some(inputs), Some(input)) =
                 (tool.ctx().get(dsh_jobs::JOB_INPUTS), input_slot.lock().take())
             {
-                inputs.register(&job_id, &input);
+                inputs.register(&job_id, &input, exec.agent.as_ref());
             }
             Ok(background_value(&job_id))
         }

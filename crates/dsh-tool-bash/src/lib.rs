@@ -64,11 +64,15 @@ pub struct Config {
     /// shell functions. When on, the tool also takes `reset: true` (start this call from the
     /// session's starting state) and its description says what carries.
     pub persist: Persist,
+    /// Advertise `tty` (with `run_in_background`) and run a background call that sets it on a
+    /// pseudo-terminal (default `false`: the parameter is absent and a `tty` key is ignored).
+    /// Meant together with job input (`[tool-jobs] input`), which types into the terminal.
+    pub tty: bool,
 }
 
 impl Default for Config {
     fn default() -> Self {
-        Self { enable_run_in_background: true, persist: Persist::None }
+        Self { enable_run_in_background: true, persist: Persist::None, tty: false }
     }
 }
 
@@ -115,6 +119,7 @@ impl Plugin for ToolBash {
             scope.ctx().downgrade(),
             config.enable_run_in_background,
             config.persist,
+            config.tty,
         );
         let registration = tools.register(Arc::new(tool))?;
         scope.add(registration);

@@ -28,6 +28,10 @@ pub(crate) const PARAM_DESCRIPTION: &str = "Clear, concise description of what t
 pub(crate) const PARAM_TIMEOUT_MS: &str = "Timeout in milliseconds. The executor applies its configured default and cap, and kills the command on expiry.";
 pub(crate) const PARAM_WORKDIR: &str = "Working directory for this command. Defaults to the session workspace; a relative path is resolved against it.";
 pub(crate) const PARAM_RUN_IN_BACKGROUND: &str = "Run in the background and return a job id immediately (collect with job_output, stop with job_kill). No timeout applies.";
+pub(crate) const PARAM_TTY: &str = "With run_in_background: run the command on a terminal (40 rows, 120 columns) for programs that need one: REPLs, full-screen prompts, `isatty` checks. Its output is the terminal's text (escape sequences removed); type into it with job_input (Enter is a carriage return, Ctrl-C interrupts, Ctrl-D ends input).";
+/// The error of `tty: true` without `run_in_background: true`.
+pub(crate) const TTY_NEEDS_BACKGROUND: &str =
+    "invalid tty: only a background command (run_in_background: true) runs on a terminal";
 pub(crate) const PARAM_SANDBOX_PERMISSIONS: &str = "The wider sandbox mode this command needs. Only valid as a one-shot retry of a command the sandbox just denied; requires justification and user approval.";
 pub(crate) const PARAM_RESET: &str = "Forget the state carried over from earlier calls of this session and run this command from the session's starting state.";
 pub(crate) const PARAM_JUSTIFICATION: &str = "Required with sandbox_permissions: one sentence for the user explaining why this exact command needs the wider access.";

@@ -29,10 +29,12 @@ pub(crate) struct BashTool {
     ctx: WeakContext,
     background_enabled: bool,
     persist: Persist,
+    /// `tty` is advertised and honoured (only with background execution).
+    tty: bool,
 }
 
 /// The parameters for a configuration (declaration order is the schema's order; keep it).
-fn parameters(background: bool, escalation: bool, persist: Persist) -> ToolParams {
+fn parameters(background: bool, escalation: bool, persist: Persist, tty: bool) -> ToolParams {
     let mut params = ToolParams::new()
         .required("command", Schema::string().describe(texts::PARAM_COMMAND))
         .required("description", Schema::string().describe(texts::PARAM_DESCRIPTION))
@@ -41,6 +43,9 @@ fn parameters(background: bool, escalation: bool, persist: Persist) -> ToolParam
     if background {
         params =
             params.optional("run_in_background", Schema::boolean().describe(texts::PARAM_RUN_IN_BACKGROUND));
+        if tty {
+            params = params.optional("tty", Schema::boolean().describe(texts::PARAM_TTY));
+        }
     }
     if escalation {
         let targets: Vec<Value> = ESCALATION_TARGETS.iter().map(|m| json!(m.as_str())).collect();
@@ -68,14 +73,16 @@ impl BashTool {
         ctx: WeakContext,
         background_enabled: bool,
         persist: Persist,
+        tty: bool,
     ) -> Self {
+        let tty = tty && background_enabled;
         let escalation = policy.is_some();
         let network = policy.as_ref().is_some_and(|p| p.network_mode().isolates());
         Self {
             spec: ToolSpec::new(
                 "bash",
                 texts::description(background_enabled, escalation, persist),
-                parameters(background_enabled, escalation, persist),
+                parameters(background_enabled, escalation, persist, tty),
                 output_schema(network),
             ),
             shell,
@@ -84,6 +91,7 @@ impl BashTool {
             ctx,
             background_enabled,
             persist,
+            tty,
         }
     }
 
@@ -145,6 +153,7 @@ impl BashTool {
         // 8. Background or foreground. A background command starts from the session's state
         //    but hands nothing back (it runs alongside the session's later calls).
         if args.background {
+            request.tty = self.tty && args.tty;
             return crate::background::start(self, request, &args.command, &exec);
         }
         let result = self.foreground(request, &exec).await;
@@ -204,6 +213,9 @@ impl Tool for BashTool {
 
     async fn execute(&self, args: Value, exec: ToolExec) -> Result<Value, ToolError> {
         let args = BashArgs::parse(&args)?;
+        if self.tty && args.tty && !args.background {
+            return Err(ToolError::plain(texts::TTY_NEEDS_BACKGROUND));
+        }
         self.run(args, exec).await
     }
 

@@ -28,7 +28,7 @@ fn plugin_contract_constants() {
     assert_eq!(<ToolBash as Plugin>::SHORT_NAME, "tool-bash");
     assert_eq!(
         Config::default(),
-        Config { enable_run_in_background: true, persist: dsh_tool_bash::Persist::None }
+        Config { enable_run_in_background: true, persist: dsh_tool_bash::Persist::None, tty: false }
     );
     let persisting: Config = serde_json::from_value(json!({"persist": "env"})).expect("persist");
     assert_eq!(persisting.persist, dsh_tool_bash::Persist::Env);

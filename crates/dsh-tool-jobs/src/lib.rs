@@ -17,7 +17,9 @@ mod tools;
 
 pub use config::{CheckedToolJobsConfig, CompletionDelivery, ToolJobsConfig};
 pub use input_tool::{JOB_INPUT_DESCRIPTION, JobInputTool};
-pub use notice::{SUMMARY_MAX_UTF16, completion_notice, completion_summary};
+pub use notice::{
+    SUMMARY_MAX_UTF16, WAITING_LINE_MAX_CHARS, completion_notice, completion_summary, waiting_notice,
+};
 pub use plugin::{JOBS_SECTION, JOBS_SECTION_ORDER, ToolJobsPlugin};
 pub use render::{WAITING_FOR_INPUT, public_job_schema, status_line};
 pub use tools::{

@@ -21,7 +21,11 @@ fn snapshot_status_line(job: &JobSnapshot) -> String {
 /// `<kind> <label> <statusLine>`, bounded to 120 UTF-16 units: when longer, the first 119
 /// units followed by `…`. No other normalization.
 pub fn completion_summary(job: &JobSnapshot) -> String {
-    let full = format!("{} {} {}", job.kind, job.label, snapshot_status_line(job));
+    bounded_summary(format!("{} {} {}", job.kind, job.label, snapshot_status_line(job)))
+}
+
+/// `full` bounded to 120 UTF-16 units (the first 119 and `…` when longer).
+fn bounded_summary(full: String) -> String {
     if full.encode_utf16().count() <= SUMMARY_MAX_UTF16 {
         return full;
     }
@@ -67,6 +71,49 @@ pub fn completion_notice(job: &JobSnapshot) -> String {
     format!("{}{action}", retain_head(&prefix, max - action.len()))
 }
 
+/// The longest last line a waiting notice quotes, in characters (longer ones end in `…`).
+pub const WAITING_LINE_MAX_CHARS: usize = 80;
+
+/// `background job <id> (<kind>: <label>) is waiting for input after "<last line>". Answer it
+/// with job_input.` (the line JSON-quoted, at most [`WAITING_LINE_MAX_CHARS`] characters; without a line, `is waiting for input.`), reduced
+/// to `background job <id> is waiting for input.\nAnswer it with job_input.` when longer than
+/// the job's `outputLimitBytes`.
+pub fn waiting_notice(job: &JobSnapshot, line: Option<&str>) -> String {
+    // The line is the command's own text in a message to the model: one quoted line, short.
+    let line = line.map(|line| match line.char_indices().nth(WAITING_LINE_MAX_CHARS) {
+        Some((end, _)) => format!("{}…", &line[..end]),
+        None => line.to_owned(),
+    });
+    let line = line.as_deref();
+    let after =
+        line.map(|line| format!(" after {}", serde_json::Value::String(line.to_owned()))).unwrap_or_default();
+    let full = format!(
+        "background job {} ({}: {}) is waiting for input{after}. Answer it with job_input.",
+        job.id, job.kind, job.label
+    );
+    match job.output_limit_bytes.map(byte_budget) {
+        Some(max) if full.len() > max => {
+            let compact =
+                format!("background job {} is waiting for input.\nAnswer it with job_input.", job.id);
+            if compact.len() <= max { compact } else { retain_head(&compact, max).to_owned() }
+        }
+        _ => full,
+    }
+}
+
+/// The user message a waiting notice is delivered as.
+pub(crate) fn waiting_message(job: &JobSnapshot, line: Option<&str>) -> AgentMessage {
+    AgentMessage {
+        text: waiting_notice(job, line),
+        source: json!({
+            "kind": "plugin",
+            "plugin": "tool-jobs",
+            "form": "notice",
+            "summary": bounded_summary(format!("{} {} [status: waiting for input]", job.kind, job.label)),
+        }),
+    }
+}
+
 /// The user message a notice is delivered as.
 pub(crate) fn notice_message(job: &JobSnapshot) -> AgentMessage {
     AgentMessage {
@@ -103,7 +150,19 @@ impl Notifier {
             return;
         }
         let Some(owner) = owner else { return };
-        let message = notice_message(job);
+        self.deliver(owner, notice_message(job));
+    }
+
+    /// The waiting listener body: `job` (still running) waits for input after `line`.
+    pub(crate) fn on_waiting(self: &Arc<Self>, job: &JobSnapshot, line: Option<&str>, owner: &Arc<Agent>) {
+        if job.status.is_active() {
+            self.deliver(owner, waiting_message(job, line));
+        }
+    }
+
+    /// Opens a turn for an idle owner (within the wake budget, with `wakeup` delivery), else
+    /// joins the owner's next step.
+    fn deliver(self: &Arc<Self>, owner: &Arc<Agent>, message: AgentMessage) {
         if self.delivery == CompletionDelivery::Wakeup
             && owner.status() == AgentStatus::Idle
             && self.spend(owner)
@@ -202,5 +261,29 @@ mod tests {
         );
         assert_eq!(completion_notice(&job("pnpm test", Some(25.0))), "backgro\nDone; job_output.");
         assert_eq!(completion_notice(&job("pnpm test", Some(5.0))), "tput.");
+    }
+
+    #[test]
+    fn waiting_notice_names_the_job_and_its_last_line() {
+        let mut running = job("read -p 'name? ' x", None);
+        running.status = JobStatus::Running;
+        assert_eq!(
+            waiting_notice(&running, Some("name? ")),
+            "background job bash-1 (bash: read -p 'name? ' x) is waiting for input after \"name? \". Answer it with job_input."
+        );
+        assert_eq!(
+            waiting_notice(&running, None),
+            "background job bash-1 (bash: read -p 'name? ' x) is waiting for input. Answer it with job_input."
+        );
+        running.output_limit_bytes = Some(80.0);
+        assert_eq!(
+            waiting_notice(&running, Some("name? ")),
+            "background job bash-1 is waiting for input.\nAnswer it with job_input."
+        );
+        running.output_limit_bytes = None;
+        let long = "x".repeat(WAITING_LINE_MAX_CHARS + 1);
+        assert!(waiting_notice(&running, Some(&long)).contains(&format!("after \"{}…\".", &long[1..])));
+        let message = waiting_message(&running, Some("name? "));
+        assert_eq!(message.source["summary"], "bash read -p 'name? ' x [status: waiting for input]");
     }
 }

@@ -51,7 +51,8 @@ impl Plugin for ToolJobsPlugin {
         scope.add(section);
 
         let notifier = Notifier::new(checked.delivery, checked.max_consecutive_wakes);
-        scope.add(jobs.on_settled(Arc::new(move |job, owner| notifier.on_settled(job, owner))));
+        let settled = Arc::clone(&notifier);
+        scope.add(jobs.on_settled(Arc::new(move |job, owner| settled.on_settled(job, owner))));
 
         let output = JobOutputTool::new(
             Arc::clone(&jobs),
@@ -63,7 +64,13 @@ impl Plugin for ToolJobsPlugin {
         let mut definitions: Vec<Arc<dyn Tool>> = Vec::new();
         if config.input {
             // Background starters find the registry and keep their jobs' stdin a pipe.
-            let inputs = Arc::new(JobInputs::default());
+            // A job that starts waiting for input is announced to its owner once.
+            let registry = Arc::downgrade(&jobs);
+            let inputs = Arc::new(JobInputs::with_listener(Arc::new(move |id, line, owner| {
+                if let Some(job) = registry.upgrade().and_then(|jobs| jobs.get(id, Some(owner)).ok()) {
+                    notifier.on_waiting(&job, line.as_deref(), owner);
+                }
+            })));
             scope.provide(JOB_INPUTS, Arc::clone(&inputs))?;
             definitions.push(Arc::new(output.with_inputs(Arc::clone(&inputs))));
             definitions.push(Arc::new(list.with_inputs(Arc::clone(&inputs))));

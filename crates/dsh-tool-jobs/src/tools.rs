@@ -69,7 +69,7 @@ pub(crate) fn render_read(value: &Value) -> Vec<ContentBlock> {
 /// the input its owner writes.
 pub(crate) fn with_waiting(mut job: Value, inputs: Option<&JobInputs>) -> Value {
     let waiting = inputs.is_some_and(|inputs| {
-        job["status"] == json!("running") && job["id"].as_str().is_some_and(|id| inputs.waiting(id))
+        job["status"] == json!("running") && job["id"].as_str().is_some_and(|id| inputs.show_waiting(id))
     });
     if waiting {
         job["status"] = json!(WAITING_FOR_INPUT);

@@ -5,6 +5,7 @@ mod env;
 mod redaction;
 mod spawn;
 mod spill;
+mod terminal;
 mod termination;
 
 use std::ffi::OsString;

@@ -27,7 +27,7 @@ async fn streams_spill_files_and_the_latest_line_are_redacted() {
     // The child cannot see the scrubbed variable; it prints the value from its argument.
     let script = format!(
         "echo \"env: ${{GITHUB_TOKEN-unset}}\"; printf '%s' '{}'; sleep 0.05; echo '{}'; \
-         echo 'err {SECRET}' >&2; seq 1 2000; echo 'last {SECRET}'; sleep 0.3",
+         echo 'err {SECRET}' >&2; seq 1 2000; echo 'last {SECRET}'; sleep 1.5",
         &SECRET[..5],
         &SECRET[5..]
     );

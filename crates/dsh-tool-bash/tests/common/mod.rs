@@ -215,6 +215,7 @@ impl ShellExecutor for FakeExecutor {
             network_approver: request.network_approver,
             shared_file: request.shared_file,
             keep_stdin: request.keep_stdin,
+            tty: request.tty,
         })
     }
 
