@@ -74,7 +74,7 @@ impl Call {
                 spec.command.clone(),
             ],
             cwd: None,
-            env: call_env(spec),
+            env: call_env(spec, &id),
             stdin: spec.stdin.is_some() || input.is_some(),
         };
         let child = transport.exec(exec).await?;
@@ -136,11 +136,14 @@ impl Call {
 
 /// The command's environment on top of the far side's own: the non-interactive overrides,
 /// then the request's `env`, then its `DSH_*` snapshot. Nothing of the harness's own
-/// environment crosses.
-fn call_env(spec: &ShellExecSpec) -> BTreeMap<String, String> {
+/// environment crosses. The call script also gets its own marker (`DSH_CALL_SCRIPT`, which
+/// it keeps from the command), so a kill that comes before the command started can wait
+/// for it.
+fn call_env(spec: &ShellExecSpec, id: &str) -> BTreeMap<String, String> {
     let overrides = ENV_OVERRIDES.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned()));
     let requested = [&spec.env, &spec.dsh_env].into_iter().flatten().flat_map(|m| m.clone());
-    overrides.chain(requested).collect()
+    let script = ("DSH_CALL_SCRIPT".to_owned(), id.to_owned());
+    overrides.chain(requested).chain(std::iter::once(script)).collect()
 }
 
 /// A task writing queued input to the command's stdin; dropping the sender closes it.

@@ -318,3 +318,20 @@ async fn a_command_that_ends_at_once_still_reports_its_own_status() {
         assert_eq!(result.exit_code, Some(if i % 2 == 0 { 0 } else { 3 }), "{i}: {result:?}");
     }
 }
+
+#[tokio::test]
+async fn a_kill_that_comes_before_the_command_started_still_ends_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let executor = executor(dir.path());
+    for _ in 0..5 {
+        let process =
+            executor.start(executor.resolve(request("sleep 37")).expect("resolves")).expect("starts");
+        assert!(process.kill());
+        tokio::time::timeout(Duration::from_secs(10), process.done()).await.expect("ended in time");
+        assert_eq!(process.status(), ProcessStatus::Killed);
+        let timed = run(&executor, ShellExecRequest { timeout_ms: Some(1.0), ..request("sleep 38") });
+        let result = tokio::time::timeout(Duration::from_secs(10), timed).await.expect("ended in time");
+        assert!(result.timed_out);
+    }
+    assert!(!alive("^sleep 3[78]$"));
+}

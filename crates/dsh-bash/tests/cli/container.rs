@@ -359,3 +359,31 @@ fn the_local_executor_is_the_default_and_container_options_need_the_container_ex
     let out = refused(&["--executor", "container", "doctor"]);
     assert!(out.stderr.contains("shell-container: set image (to create the session's container) or container (to use a running one)"), "{out:?}");
 }
+
+#[test]
+fn nothing_of_the_harness_environment_reaches_the_container_and_input_reaches_a_job() {
+    if !engine() {
+        return;
+    }
+    let sandbox = Sandbox::new();
+    let requests = [
+        bash(1, "echo \"${HARNESS_ONLY_VALUE-unset} $TERM $NO_COLOR\""),
+        json!({"tool": "bash", "id": 2,
+               "args": {"command": "read -r line; echo \"got $line\"", "description": "d", "run_in_background": true}}),
+        json!({"tool": "job_input", "id": 3, "args": {"job_id": "bash-1", "text": "yes\n"}}),
+        json!({"tool": "job_output", "id": 4, "args": {"job_id": "bash-1", "wait": true}}),
+    ];
+    let input: String = requests.iter().map(|r| format!("{r}\n")).collect();
+    let mut args = container_args(&["--interactive"]);
+    args.push("batch");
+    let mut command = sandbox.command(&args);
+    command.env("HARNESS_ONLY_VALUE", "visible-to-the-harness");
+    let out = output(command, input.as_bytes());
+    assert_eq!(out.code, Some(0), "{out:?}");
+    let lines = out.json_lines();
+    assert_eq!(text(&lines[0]), "unset dumb 1\n");
+    // `job_input` shows what the job printed since; `job_output` the rest.
+    let shown = format!("{}{}", text(&lines[2]), text(&lines[3]));
+    assert_eq!(shown.matches("got yes\n").count(), 1, "{shown}");
+    assert!(text(&lines[3]).ends_with("[status: completed, exit code: 0]"), "{shown}");
+}

@@ -1,4 +1,5 @@
-# One call on the far side: bash -c <this> dsh-call <call id> <workdir> <command>.
+# One call on the far side: bash -c <this> dsh-call <call id> <workdir> <command>, started
+# with DSH_CALL_SCRIPT=<call id> in its environment (which the command does not get).
 #
 # The command runs as `bash -c <command>` in a process group of its own, with DSH_CALL=<call
 # id> in its environment (and so in every descendant's, unless one scrubs it). Its parent is
@@ -56,6 +57,7 @@ before=$OOM
 exec 4<&0 5>&1 6>&2
 exec 7< <(
     export DSH_CALL="$id"
+    unset DSH_CALL_SCRIPT
     set -m
     # The command starts once its parent is the `sleep`: a bash parent would reap it.
     bash -c 'n=0; while [ $n -lt 100000 ] && { ! read -r c </proc/$PPID/comm || [ "$c" != sleep ]; }
