@@ -125,12 +125,7 @@ impl Call {
 
     /// The latest line of output, from whichever stream was written last.
     pub(crate) fn latest_line(&self) -> Option<String> {
-        let (out, err) = (&self.stdout, &self.stderr);
-        let streams = if err.written_at() > out.written_at() { [err, out] } else { [out, err] };
-        streams.into_iter().find_map(|stream| {
-            let peek = stream.peek_tail(dsh_subprocess::LATEST_LINE_WINDOW);
-            dsh_subprocess::latest_line(&peek.bytes, peek.cut)
-        })
+        dsh_subprocess::latest_output_line(&self.stdout, &self.stderr)
     }
 }
 

@@ -1,8 +1,8 @@
 //! Background processes on the far side: status, consuming reads, input, kill, settlement.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 
+use dsh_bash_local::{ReadCursor, ReleasedOutput};
 use dsh_core::AbortSignal;
 use dsh_shell::{
     ProcessStatus, ShellExecSpec, ShellProcess, ShellProcessRead, ShellSandboxInfo, SpillObserver,
@@ -24,13 +24,12 @@ struct State {
     /// `spawn failed: Error: …` (or why the far side lost the job), delivered once as the
     /// stderr part of the next read.
     note: Option<String>,
-    stdout_offset: u64,
-    stderr_offset: u64,
+    /// Where the next consuming read starts.
+    cursor: ReadCursor,
     /// The collected streams, until a read reached the end of a settled process.
     streams: Option<(Arc<OutputCollector>, Arc<OutputCollector>)>,
-    /// The spill files of released streams, for the reads after their release.
-    spill_paths: (Option<PathBuf>, Option<PathBuf>),
-    spill_error: Option<String>,
+    /// What reads report after the release.
+    released: ReleasedOutput,
     /// The call's marker once the far side started it.
     call_id: Option<String>,
     /// A kill arrived before the far side started the call.
@@ -67,11 +66,9 @@ impl RemoteShellProcess {
             signal: None,
             out_of_memory: false,
             note: None,
-            stdout_offset: 0,
-            stderr_offset: 0,
+            cursor: ReadCursor::default(),
             streams: Some((Arc::clone(&stdout), Arc::clone(&stderr))),
-            spill_paths: (None, None),
-            spill_error: None,
+            released: ReleasedOutput::default(),
             call_id: None,
             kill_requested: false,
             input,
@@ -189,38 +186,13 @@ impl ShellProcess for RemoteShellProcess {
 
     fn read_output(&self) -> ShellProcessRead {
         let mut state = self.state.lock();
-        let mut read = ShellProcessRead::default();
-        let mut stderr = state.note.take().unwrap_or_default();
-        if let Some((out_stream, err_stream)) = state.streams.clone() {
-            let out = out_stream.read_from(state.stdout_offset);
-            let err = err_stream.read_from(state.stderr_offset);
-            state.stdout_offset = out.next_offset;
-            state.stderr_offset = err.next_offset;
-            read.delta = out.text;
-            stderr.push_str(&err.text);
-            read.lossy = out.lossy || err.lossy;
-            read.stdout_spill_path = out.spill_path;
-            read.stderr_spill_path = err.spill_path;
-            read.spill_error = out.spill_error.or(err.spill_error);
+        let note = state.note.take().unwrap_or_default();
+        let settled = *self.done.borrow();
+        let State { streams, cursor, released, .. } = &mut *state;
+        let (read, at_end) = cursor.read(streams.as_ref().map(|(o, e)| (&**o, &**e)), released, note);
+        if settled && at_end {
             // Settled (its streams are complete) and read to the end: release the output.
-            if *self.done.borrow()
-                && out.next_offset == out_stream.total()
-                && err.next_offset == err_stream.total()
-            {
-                state.streams = None;
-                state.spill_paths = (read.stdout_spill_path.clone(), read.stderr_spill_path.clone());
-                state.spill_error = read.spill_error.clone();
-            }
-        } else {
-            (read.stdout_spill_path, read.stderr_spill_path) = state.spill_paths.clone();
-            read.spill_error = state.spill_error.clone();
-        }
-        if !stderr.is_empty() {
-            if !read.delta.is_empty() && !read.delta.ends_with('\n') {
-                read.delta.push('\n');
-            }
-            read.delta.push_str("[stderr]\n");
-            read.delta.push_str(&stderr);
+            state.streams = None;
         }
         read
     }
@@ -277,11 +249,7 @@ impl ShellProcess for RemoteShellProcess {
 
     fn latest_line(&self) -> Option<String> {
         let (out, err) = self.state.lock().streams.clone()?;
-        let streams = if err.written_at() > out.written_at() { [err, out] } else { [out, err] };
-        streams.into_iter().find_map(|stream| {
-            let peek = stream.peek_tail(dsh_subprocess::LATEST_LINE_WINDOW);
-            dsh_subprocess::latest_line(&peek.bytes, peek.cut)
-        })
+        dsh_subprocess::latest_output_line(&out, &err)
     }
 
     fn out_of_memory(&self) -> bool {
