@@ -7,7 +7,7 @@ use dsh_core::AbortSignal;
 use dsh_shell::{
     ProcessIdentity, ProcessStatus, ShellProcess, ShellProcessRead, ShellSandboxInfo, SpillObserver,
 };
-use dsh_subprocess::{OsSpawnError, ProcessHandle};
+use dsh_subprocess::{OsSpawnError, OutputCollector, ProcessHandle};
 use futures::future::BoxFuture;
 use parking_lot::Mutex;
 use tokio::sync::watch;
@@ -40,15 +40,13 @@ struct State {
     sandbox: Option<ShellSandboxInfo>,
     /// `spawn failed: Error: …`, delivered once as the stderr part of the next read.
     spawn_note: Option<String>,
-    stdout_offset: u64,
-    stderr_offset: u64,
+    /// Where the next consuming read starts.
+    cursor: ReadCursor,
     /// The process and its collected output, until a read reached the end of a settled
     /// process: then nothing more can come, so the buffers go.
     handle: Option<ProcessHandle>,
-    /// The spill files of a released process, for the reads after its release.
-    spill_paths: (Option<PathBuf>, Option<PathBuf>),
-    /// Why the complete output could not be kept, for the reads after its release.
-    spill_error: Option<String>,
+    /// What reads report after the release.
+    released: ReleasedOutput,
 }
 
 /// A background `bash -c` (or wrapped argv) process.
@@ -70,11 +68,9 @@ impl LocalShellProcess {
             signal: None,
             sandbox: None,
             spawn_note,
-            stdout_offset: 0,
-            stderr_offset: 0,
+            cursor: ReadCursor::default(),
             handle,
-            spill_paths: (None, None),
-            spill_error: None,
+            released: ReleasedOutput::default(),
         };
         Self { pid, start_time, state: Mutex::new(state), done: watch::Sender::new(false) }
     }
@@ -177,39 +173,14 @@ impl ShellProcess for LocalShellProcess {
 
     fn read_output(&self) -> ShellProcessRead {
         let mut state = self.state.lock();
-        let mut read = ShellProcessRead::default();
-        let mut stderr = state.spawn_note.take().unwrap_or_default();
-        if let Some(handle) = state.handle.clone() {
-            let out = handle.stdout().read_from(state.stdout_offset);
-            let err = handle.stderr().read_from(state.stderr_offset);
-            state.stdout_offset = out.next_offset;
-            state.stderr_offset = err.next_offset;
-            read.delta = out.text;
-            stderr.push_str(&err.text);
-            read.lossy = out.lossy || err.lossy;
-            read.stdout_spill_path = out.spill_path;
-            read.stderr_spill_path = err.spill_path;
-            read.spill_error = out.spill_error.or(err.spill_error);
+        let note = state.spawn_note.take().unwrap_or_default();
+        let settled = *self.done.borrow();
+        let State { handle, cursor, released, .. } = &mut *state;
+        let streams = handle.as_ref().map(|h| (h.stdout(), h.stderr()));
+        let (read, at_end) = cursor.read(streams, released, note);
+        if settled && at_end {
             // Settled (its streams are complete) and read to the end: release the output.
-            let settled = *self.done.borrow();
-            if settled
-                && out.next_offset == handle.stdout().total()
-                && err.next_offset == handle.stderr().total()
-            {
-                state.handle = None;
-                state.spill_paths = (read.stdout_spill_path.clone(), read.stderr_spill_path.clone());
-                state.spill_error = read.spill_error.clone();
-            }
-        } else {
-            (read.stdout_spill_path, read.stderr_spill_path) = state.spill_paths.clone();
-            read.spill_error = state.spill_error.clone();
-        }
-        if !stderr.is_empty() {
-            if !read.delta.is_empty() && !read.delta.ends_with('\n') {
-                read.delta.push('\n');
-            }
-            read.delta.push_str("[stderr]\n");
-            read.delta.push_str(&stderr);
+            state.handle = None;
         }
         read
     }
@@ -301,4 +272,65 @@ fn start_time(pid: u32) -> Option<u64> {
     let rest = &stat[stat.rfind(')')? + 2..];
     // `rest` starts at field 3: field 22 is at index 19.
     rest.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// What the reads of a process whose output was released report: its spill files and why
+/// the complete output could not be kept.
+#[derive(Clone, Debug, Default)]
+pub struct ReleasedOutput {
+    spill_paths: (Option<PathBuf>, Option<PathBuf>),
+    spill_error: Option<String>,
+}
+
+/// Where the next consuming read of a process's two collected streams starts: the read
+/// semantics of [`ShellProcess::read_output`], for every executor whose processes collect
+/// into [`OutputCollector`]s.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ReadCursor {
+    stdout: u64,
+    stderr: u64,
+}
+
+impl ReadCursor {
+    /// Reads what arrived since the last read: stdout, then `[stderr]\n` + `note` + stderr
+    /// (`note`: a fact delivered once as the start of stderr, such as a spawn failure). With
+    /// `streams` gone (released), the spill facts kept in `released`. Also says whether the
+    /// read reached the end of both streams; a caller releases a settled process's streams
+    /// then, and `released` keeps what later reads report.
+    pub fn read(
+        &mut self,
+        streams: Option<(&OutputCollector, &OutputCollector)>,
+        released: &mut ReleasedOutput,
+        note: String,
+    ) -> (ShellProcessRead, bool) {
+        let mut read = ShellProcessRead::default();
+        let mut stderr = note;
+        let mut at_end = false;
+        if let Some((out_stream, err_stream)) = streams {
+            let out = out_stream.read_from(self.stdout);
+            let err = err_stream.read_from(self.stderr);
+            self.stdout = out.next_offset;
+            self.stderr = err.next_offset;
+            read.delta = out.text;
+            stderr.push_str(&err.text);
+            read.lossy = out.lossy || err.lossy;
+            read.stdout_spill_path = out.spill_path;
+            read.stderr_spill_path = err.spill_path;
+            read.spill_error = out.spill_error.or(err.spill_error);
+            at_end = out.next_offset == out_stream.total() && err.next_offset == err_stream.total();
+            released.spill_paths = (read.stdout_spill_path.clone(), read.stderr_spill_path.clone());
+            released.spill_error = read.spill_error.clone();
+        } else {
+            (read.stdout_spill_path, read.stderr_spill_path) = released.spill_paths.clone();
+            read.spill_error = released.spill_error.clone();
+        }
+        if !stderr.is_empty() {
+            if !read.delta.is_empty() && !read.delta.ends_with('\n') {
+                read.delta.push('\n');
+            }
+            read.delta.push_str("[stderr]\n");
+            read.delta.push_str(&stderr);
+        }
+        (read, at_end)
+    }
 }

@@ -79,13 +79,22 @@ impl Plan {
         if let Some(mode) = &args.sandbox {
             plan.swap_in_sandbox(catalog, mode)?;
         }
+        let container = args.executor.as_deref() == Some("container");
+        if let Some(kind) = &args.executor {
+            plan.select_executor(catalog, kind, args.sandbox.is_some())?;
+        }
         if args.approve.is_some() || args.approval_policy.is_some() {
             plan.ensure(catalog, "approval")?;
         }
         for name in host {
             plan.ensure(catalog, name)?;
         }
-        plan.apply_tables(catalog, file, args.sandbox.is_some())?;
+        let replacement = match (args.sandbox.is_some(), container) {
+            (true, _) => Some(catalog::SANDBOX_EXECUTOR),
+            (false, true) => Some(catalog::CONTAINER_EXECUTOR),
+            (false, false) => None,
+        };
+        plan.apply_tables(catalog, file, replacement)?;
         plan.apply_switches(args)?;
         // This host keeps the crash-safe job journal unless the file says otherwise.
         plan.set_default("jobs", "journal", Value::Bool(true))?;
@@ -140,19 +149,51 @@ impl Plan {
         Ok(())
     }
 
+    /// `--executor`: `container` swaps the container executor in for the local one (it
+    /// does not combine with `--sandbox`: the container is the confinement); `local` keeps
+    /// the plan as it is.
+    fn select_executor(&mut self, catalog: &Catalog, kind: &str, sandboxed: bool) -> anyhow::Result<()> {
+        match kind {
+            "local" => Ok(()),
+            "container" if sandboxed => {
+                bail!(
+                    "--executor container does not combine with --sandbox: the container is the confinement"
+                )
+            }
+            "container" => {
+                let Some(executor) = catalog.find(catalog::CONTAINER_EXECUTOR) else {
+                    bail!(
+                        "--executor container needs the plugin \"{}\", which is not part of this build",
+                        catalog::CONTAINER_EXECUTOR
+                    );
+                };
+                match (self.index(catalog::LOCAL_EXECUTOR), self.index(catalog::CONTAINER_EXECUTOR)) {
+                    (Some(local), None) => self.rows[local] = Row { factory: executor, config: Value::Null },
+                    (Some(local), Some(_)) => {
+                        self.rows.remove(local);
+                    }
+                    (None, _) => self.ensure(catalog, catalog::CONTAINER_EXECUTOR)?,
+                }
+                Ok(())
+            }
+            other => bail!("--executor {other} is not part of this build (available: local, container)"),
+        }
+    }
+
     fn apply_tables(
         &mut self,
         catalog: &Catalog,
         file: &CompositionFile,
-        sandboxed: bool,
+        replacement: Option<&'static str>,
     ) -> anyhow::Result<()> {
         let mut seen: Vec<&'static str> = Vec::new();
-        // Under --sandbox, settings written for the local executor configure its replacement
-        // (same keys), unless the file configures the replacement itself.
-        let sandbox_has_own_table = file
+        // Under --sandbox or --executor container, settings written for the local executor
+        // configure its replacement (same keys), unless the file configures the replacement
+        // itself.
+        let replacement_has_own_table = file
             .tables
             .iter()
-            .any(|(name, _)| catalog.find(name).is_some_and(|f| f.short_name() == catalog::SANDBOX_EXECUTOR));
+            .any(|(name, _)| catalog.find(name).is_some_and(|f| Some(f.short_name()) == replacement));
         for (name, value) in &file.tables {
             let factory = lookup(catalog, name)?;
             let mut short = factory.short_name();
@@ -160,8 +201,10 @@ impl Plan {
                 bail!("plugin \"{short}\" is configured twice");
             }
             seen.push(short);
-            if sandboxed && short == catalog::LOCAL_EXECUTOR && !sandbox_has_own_table {
-                short = catalog::SANDBOX_EXECUTOR;
+            if let Some(replacement) = replacement.filter(|_| short == catalog::LOCAL_EXECUTOR)
+                && !replacement_has_own_table
+            {
+                short = replacement;
             }
             let Some(i) = self.index(short) else {
                 bail!("[{name}] configures plugin \"{short}\", which is not in the composition");
@@ -184,7 +227,8 @@ impl Plan {
         }
         if let Some(root) = &args.workspace_root {
             let root = workspace_root(root)?;
-            for executor in [catalog::LOCAL_EXECUTOR, catalog::SANDBOX_EXECUTOR] {
+            for executor in [catalog::LOCAL_EXECUTOR, catalog::SANDBOX_EXECUTOR, catalog::CONTAINER_EXECUTOR]
+            {
                 self.set(executor, "cwd", Value::String(root.clone()))?;
             }
             self.set("sandbox-policy", "workspaceRoot", Value::String(root))?;
@@ -200,7 +244,18 @@ impl Plan {
         self.append_paths("sandbox-policy", "writableRoots", &absolute(&args.add_dir), "--add-dir")?;
         self.append_paths(catalog::SANDBOX_PROVIDER, "denyRead", &absolute(&args.deny_read), "--deny-read")?;
         self.append_names("subprocess", "redactValues", &args.redact_env)?;
+        self.apply_container_switches(args)?;
         let network = args.network.as_ref().filter(|n| *n != "allow");
+        let container =
+            self.index(catalog::CONTAINER_EXECUTOR).is_some() && self.index("sandbox-policy").is_none();
+        if container && (args.network.as_deref() == Some("ask") || !args.allow_host.is_empty()) {
+            bail!(
+                "the container executor takes --network allow or deny (no network at all); --network ask and --allow-host need --sandbox"
+            );
+        }
+        if container && let Some(network) = &args.network {
+            return self.set(catalog::CONTAINER_EXECUTOR, "network", Value::String(network.clone()));
+        }
         if (network.is_some() || !args.allow_host.is_empty()) && self.index("sandbox-policy").is_none() {
             bail!(
                 "--network and --allow-host confine commands' network access: they need a sandbox (add --sandbox workspace-write or --sandbox read-only)"
@@ -210,6 +265,26 @@ impl Plan {
             self.set("sandbox-policy", "network", Value::String(network.clone()))?;
         }
         self.append_names("sandbox-policy", "allowHosts", &args.allow_host)?;
+        Ok(())
+    }
+
+    /// `--image`, `--container`, `--memory`, `--cpus`, `--pids-limit`: the container
+    /// executor's keys; without it in the plan they are refused.
+    fn apply_container_switches(&mut self, args: &CompositionArgs) -> anyhow::Result<()> {
+        let values = [
+            ("--image", "image", args.image.clone().map(Value::String)),
+            ("--container", "container", args.container.clone().map(Value::String)),
+            ("--memory", "memory", args.memory.clone().map(Value::String)),
+            ("--cpus", "cpus", args.cpus.and_then(serde_json::Number::from_f64).map(Value::Number)),
+            ("--pids-limit", "pidsLimit", args.pids_limit.map(Value::from)),
+        ];
+        for (option, key, value) in values {
+            let Some(value) = value else { continue };
+            if self.index(catalog::CONTAINER_EXECUTOR).is_none() {
+                bail!("{option} configures the container executor: add --executor container");
+            }
+            self.set(catalog::CONTAINER_EXECUTOR, key, value)?;
+        }
         Ok(())
     }
 

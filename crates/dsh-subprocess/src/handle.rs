@@ -16,7 +16,6 @@ use tokio_util::sync::CancellationToken;
 
 use crate::collector::OutputCollector;
 use crate::containment::Reaper;
-use crate::latest_line::{LATEST_LINE_WINDOW, latest_line};
 use crate::service::LiveSet;
 use crate::tree::{group_alive, signal_group};
 
@@ -429,15 +428,10 @@ impl ProcessHandle {
 
     /// The latest line of output (see [`crate::latest_line`]) of whichever stream was written
     /// last, else of the other one; `None` while neither has visible text. Peeks at the last
-    /// [`LATEST_LINE_WINDOW`] bytes of a stream's tail only; consumes nothing, so reads and
+    /// [`crate::LATEST_LINE_WINDOW`] bytes of a stream's tail only; consumes nothing, so reads and
     /// the final result are unaffected. Cheap enough to call a few times per second.
     pub fn latest_output_line(&self) -> Option<String> {
-        let (out, err) = (&self.inner.stdout, &self.inner.stderr);
-        let streams = if err.written_at() > out.written_at() { [err, out] } else { [out, err] };
-        streams.into_iter().find_map(|stream| {
-            let peek = stream.peek_tail(LATEST_LINE_WINDOW);
-            latest_line(&peek.bytes, peek.cut)
-        })
+        crate::latest_line::latest_output_line(&self.inner.stdout, &self.inner.stderr)
     }
 }
 

@@ -8,7 +8,18 @@
 //!
 //! [`OutputCollector::peek_tail`]: crate::OutputCollector::peek_tail
 
+use crate::collector::OutputCollector;
 use crate::utf8::{cut_head_len, incomplete_tail_len};
+
+/// The latest line of a process's output: from whichever of its two streams was written
+/// last (the other when that one shows no text).
+pub fn latest_output_line(stdout: &OutputCollector, stderr: &OutputCollector) -> Option<String> {
+    let streams = if stderr.written_at() > stdout.written_at() { [stderr, stdout] } else { [stdout, stderr] };
+    streams.into_iter().find_map(|stream| {
+        let peek = stream.peek_tail(LATEST_LINE_WINDOW);
+        latest_line(&peek.bytes, peek.cut)
+    })
+}
 
 /// How many trailing bytes of a stream a peek looks at.
 pub const LATEST_LINE_WINDOW: usize = 4096;

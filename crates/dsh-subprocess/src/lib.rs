@@ -52,7 +52,7 @@ pub use error::{OsSpawnError, SpawnError, SpawnStage};
 pub use grouped::GroupedChild;
 pub use guardian::guardian_pid;
 pub use handle::{ProcessHandle, ProcessOutcome};
-pub use latest_line::{LATEST_LINE_MAX_CHARS, LATEST_LINE_WINDOW, latest_line};
+pub use latest_line::{LATEST_LINE_MAX_CHARS, LATEST_LINE_WINDOW, latest_line, latest_output_line};
 pub use nix::errno::Errno;
 #[cfg(feature = "plugin")]
 pub use plugin::{SubprocessConfig, SubprocessPlugin};
