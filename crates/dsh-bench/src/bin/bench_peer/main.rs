@@ -34,6 +34,9 @@
 //! bench_peer proxy N           a CONNECT round trip through the network proxy vs a direct
 //!                               loopback connect (1-byte echo each)
 //! bench_peer redact SECRETS BYTES [--corpus text|a]   the output redactor alone, in process (GB/s)
+//! bench_peer ssh N [--ssh-host H] [--ssh-identity F] [--ssh-known-hosts F]
+//!                               `true` through the SSH transport vs a raw `ssh host true` over
+//!                               the same master, interleaved (a loopback sshd without --ssh-host)
 //! bench_peer report FILE...    the comparison table of collected JSON lines
 //! ```
 //!
@@ -48,6 +51,7 @@ mod measure;
 mod peer;
 mod redact;
 mod report;
+mod ssh;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -214,7 +218,7 @@ struct Outcome {
     shape: Value,
 }
 
-const USAGE: &str = "usage: bench_peer <latency|throughput|concurrent|background|timeout|overhead|pipe|raw-concurrent|batch|mcp|mcp-http|mcp-load|confined|proxy|redact> ARG [--config JSON] [--secrets N] [--warmup W] [--timeout-ms MS] [--command CMD] | bench_peer report FILE...";
+const USAGE: &str = "usage: bench_peer <latency|throughput|concurrent|background|timeout|overhead|pipe|raw-concurrent|batch|mcp|mcp-http|mcp-load|confined|proxy|ssh|redact> ARG [--config JSON] [--secrets N] [--warmup W] [--timeout-ms MS] [--command CMD] | bench_peer report FILE...";
 
 fn main() -> std::process::ExitCode {
     let argv: Vec<String> = std::env::args().skip(1).collect();
@@ -256,6 +260,7 @@ fn main() -> std::process::ExitCode {
         "mcp-load",
         "confined",
         "proxy",
+        "ssh",
     ];
     if !known.contains(&name.as_str()) {
         eprintln!("{USAGE}");
@@ -303,6 +308,7 @@ fn bench(name: &str, args: &Args) -> anyhow::Result<Value> {
                     "overhead" => baselines::overhead(c, &args).await,
                     "confined" => baselines::confined(c, &args).await,
                     "proxy" => baselines::proxy(&args).await,
+                    "ssh" => ssh::ssh(c, &args).await,
                     other => bail!("unknown benchmark {other}"),
                 }
             })
