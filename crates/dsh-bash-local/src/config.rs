@@ -75,12 +75,12 @@ impl LocalBashConfig {
 
 /// A byte cap as a whole number of bytes (fractions round down, as a `retained > cap` test
 /// does).
-pub(crate) fn byte_cap(value: f64) -> u64 {
+pub fn byte_cap(value: f64) -> u64 {
     value.floor() as u64
 }
 
 /// A byte cap as an in-memory budget: [`byte_cap`], saturating at `usize::MAX`.
-pub(crate) fn memory_cap(value: f64) -> usize {
+pub fn memory_cap(value: f64) -> usize {
     usize::try_from(byte_cap(value)).unwrap_or(usize::MAX)
 }
 

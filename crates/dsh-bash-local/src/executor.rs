@@ -105,6 +105,7 @@ impl LocalBashExecutor {
             stderr: collected(handle.stderr().collected()),
             sandbox: None,
             network: None,
+            out_of_memory: false,
         })
     }
 

@@ -21,9 +21,10 @@ mod plugin;
 mod process;
 mod resolve;
 
-pub use config::{ConfigError, LocalBashConfig};
+pub use config::{ConfigError, LocalBashConfig, byte_cap, memory_cap};
 pub use error::{ExecError, shell_spawn_error};
 pub use executor::{BASH_TIMEOUT, LocalBashExecutor};
-pub use mapping::{ENV_OVERRIDES, bash_argv};
+pub use mapping::{ENV_OVERRIDES, bash_argv, grace_duration};
 pub use plugin::BashLocalPlugin;
 pub use process::{LocalShellProcess, SettleFacts, SettleHook};
+pub use resolve::resolve;

@@ -21,7 +21,7 @@ pub fn bash_argv(command: &str) -> Vec<String> {
 /// layer takes it. A value the layer refuses stays refused: not positive (or NaN) becomes
 /// zero, too large for a `Duration` becomes the largest one; a positive value too small for a
 /// nanosecond becomes one nanosecond.
-pub(crate) fn grace_duration(grace_ms: f64) -> Duration {
+pub fn grace_duration(grace_ms: f64) -> Duration {
     if grace_ms.is_nan() || grace_ms <= 0.0 {
         return Duration::ZERO;
     }

@@ -13,10 +13,7 @@ fn positive_finite(value: f64) -> bool {
 /// other field is carried verbatim. The JavaScript numbers are converted here, once: the
 /// timeout to a [`ShellTimeout`] (which keeps the number it reports), the budget to whole
 /// bytes (fractions round down).
-pub(crate) fn resolve(
-    config: &LocalBashConfig,
-    request: ShellExecRequest,
-) -> Result<ShellExecSpec, ShellError> {
+pub fn resolve(config: &LocalBashConfig, request: ShellExecRequest) -> Result<ShellExecSpec, ShellError> {
     if request.timeout_ms.is_some_and(|t| !positive_finite(t)) {
         return Err(ShellError::Invalid(
             "bash-local: request.timeoutMs must be a positive finite number".into(),

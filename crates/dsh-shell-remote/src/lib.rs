@@ -5,8 +5,22 @@
 //! and its exit; everything the `shell` contract promises on top of that (the `DSH_*`
 //! environment, tail-bounded capture with a spill file on the harness's side, timeouts with
 //! TERM→KILL of the whole remote tree, no survivors, exit facts, background processes) is
-//! built once, here, over any transport.
+//! built once, here, over any transport: [`RemoteExecutor`].
+//!
+//! The far side needs `bash` (4.4 or later), `sleep` and a `/proc` file system; nothing is
+//! installed there. Each call runs a small script (`scripts/call.sh`) that starts the
+//! command, reads its wait status, kills what it left behind and reports the status in a
+//! frame at the end of stderr; a second script (`scripts/kill.sh`) ends a call on timeout,
+//! abort or kill.
 
+#![deny(missing_docs)]
+
+mod call;
+mod executor;
+mod frame;
+mod process;
 mod transport;
 
+pub use executor::RemoteExecutor;
+pub use process::RemoteShellProcess;
 pub use transport::{RemoteChild, RemoteError, RemoteExecSpec, RemoteExit, RemoteTransport};

@@ -219,6 +219,10 @@ pub struct ShellRunResult {
     /// Network facts, present iff the command ran in its own network namespace.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub network: Option<NetworkFacts>,
+    /// The kernel's out-of-memory killer ended the command or one of its processes (an
+    /// executor with a memory limit knows; serialized only when true).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub out_of_memory: bool,
 }
 
 /// Lifecycle of a background process: `Running` then exactly one terminal state.
@@ -294,6 +298,11 @@ pub trait ShellProcess: Send + Sync {
     fn latest_line(&self) -> Option<String> {
         None
     }
+    /// Whether the kernel's out-of-memory killer struck the process (known once it settled,
+    /// and only by executors with a memory limit).
+    fn out_of_memory(&self) -> bool {
+        false
+    }
 }
 
 /// Told the path of each spill file a background process opens.
@@ -365,6 +374,12 @@ pub trait ShellExecutor: Send + Sync {
     async fn run(&self, spec: ShellExecSpec) -> Result<ShellRunResult, ShellError>;
     /// Background start: returns immediately; no timeout applies.
     fn start(&self, spec: ShellExecSpec) -> Result<Arc<dyn ShellProcess>, ShellError>;
+    /// Whether results may carry [`ShellRunResult::out_of_memory`] (an executor that runs
+    /// commands under a memory limit it can observe); the tool's output schema says so only
+    /// then. Default: no.
+    fn reports_out_of_memory(&self) -> bool {
+        false
+    }
 }
 
 #[cfg(test)]

@@ -210,7 +210,11 @@ impl OutputCollector {
         self.state.lock().total
     }
 
-    pub(crate) fn push(&self, chunk: &[u8]) {
+    /// Takes in the next chunk of the stream (redacted first when there is a redactor).
+    ///
+    /// The pump of a process this crate spawned calls it; a process started elsewhere (on
+    /// a remote host, in a container) is fed here by its own pump.
+    pub fn push(&self, chunk: &[u8]) {
         match &self.redact {
             None => self.collect(chunk),
             Some(stream) => {
@@ -308,7 +312,8 @@ impl OutputCollector {
     }
 
     /// Marks the stream complete and seals the spill file (no more bytes will arrive).
-    pub(crate) fn finish(&self) {
+    /// Idempotent.
+    pub fn finish(&self) {
         if let Some(stream) = &self.redact {
             let mut stream = stream.lock();
             if !self.state.lock().finished {

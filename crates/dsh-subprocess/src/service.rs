@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use nix::sys::signal::Signal;
 use parking_lot::Mutex;
 
+use crate::collector::{CaptureLimits, OutputCollector};
 use crate::containment::{Containment, ContainmentStatus, Reaper};
 use crate::env::AmbientEnv;
 use crate::error::SpawnError;
@@ -143,6 +144,16 @@ impl SubprocessService {
     /// injected); never creates it.
     pub fn existing_spill_dir(&self) -> Option<PathBuf> {
         self.spill.existing_dir()
+    }
+
+    /// A collector for one stream of a process this service did not spawn (one started on
+    /// a remote host, say), with the service's spill directory and redactor: what the
+    /// caller [`push`](OutputCollector::push)es is bounded, spilled and redacted exactly as
+    /// a local child's output is. The caller [`finish`](OutputCollector::finish)es it when
+    /// the stream ends.
+    pub fn collector(&self, limits: CaptureLimits) -> OutputCollector {
+        let factory = limits.spill_cap.and(Some(self.spill.factory()));
+        OutputCollector::with_redactor(limits, factory, self.redactor.as_ref())
     }
 
     /// The redactor applied to collected output, if it has values to redact.

@@ -65,6 +65,9 @@ pub(crate) fn render_result(value: &ForegroundView, escalation: bool) -> String 
     if value.timed_out {
         markers.push(format!("[timed out after {}ms]", js_number_text(value.timeout_ms)));
     }
+    if value.out_of_memory {
+        markers.push("[killed: out of memory]".to_owned());
+    }
     match (&value.signal, value.exit_code) {
         (Some(signal), _) => markers.push(format!("[killed by signal: {signal}]")),
         (None, Some(0)) => {}
@@ -148,7 +151,21 @@ mod tests {
             stderr: stream(stderr),
             sandbox: None,
             network: None,
+            out_of_memory: false,
         }
+    }
+
+    #[test]
+    fn an_out_of_memory_kill_is_a_fact_before_the_exit_marker() {
+        let mut v = view("", "", Some(137), None);
+        v.out_of_memory = true;
+        assert_eq!(render_result(&v, false), "(no output)\n[killed: out of memory]\n[exit code: 137]");
+        let mut v = view("", "", None, Some("SIGKILL"));
+        v.out_of_memory = true;
+        assert_eq!(
+            render_result(&v, false),
+            "(no output)\n[killed: out of memory]\n[killed by signal: SIGKILL]"
+        );
     }
 
     #[test]

@@ -76,7 +76,7 @@ impl BashTool {
                 "bash",
                 texts::description(background_enabled, escalation, persist),
                 parameters(background_enabled, escalation, persist),
-                output_schema(network),
+                output_schema(network, shell.reports_out_of_memory()),
             ),
             shell,
             env,

@@ -49,6 +49,9 @@ pub(crate) fn foreground_value(result: &ShellRunResult) -> Value {
     if let Some(network) = &result.network {
         m.insert("network".into(), json!({ "policy": network.policy.as_str(), "denied": network.denied }));
     }
+    if result.out_of_memory {
+        m.insert("outOfMemory".into(), json!(true));
+    }
     Value::Object(m)
 }
 
@@ -69,8 +72,9 @@ fn stream_schema() -> Schema {
 }
 
 /// Output schema: exactly one of the background and foreground shapes, both closed. With
-/// `network` (a network policy that isolates), the foreground shape may carry `network`.
-pub(crate) fn output_schema(network: bool) -> Schema {
+/// `network` (a network policy that isolates), the foreground shape may carry `network`;
+/// with `out_of_memory` (an executor that reports it), `outOfMemory`.
+pub(crate) fn output_schema(network: bool, out_of_memory: bool) -> Schema {
     let modes: Vec<Value> = SandboxMode::ALL.iter().map(|m| json!(m.as_str())).collect();
     let background = Schema::object(
         vec![
@@ -110,6 +114,9 @@ pub(crate) fn output_schema(network: bool) -> Schema {
         );
         fields.push(("network", network, false));
     }
+    if out_of_memory {
+        fields.push(("outOfMemory", Schema::boolean(), false));
+    }
     let foreground = Schema::object(fields, false);
     Schema::one_of(vec![background, foreground])
 }
@@ -148,6 +155,8 @@ pub(crate) struct ForegroundView {
     pub sandbox: Option<SandboxView>,
     #[serde(default)]
     pub network: Option<NetworkView>,
+    #[serde(default)]
+    pub out_of_memory: bool,
 }
 
 /// Network facts as logged.
@@ -200,12 +209,13 @@ mod tests {
             stderr: CollectedOutput::default(),
             sandbox: None,
             network: None,
+            out_of_memory: false,
         }
     }
 
     fn valid(value: &Value) -> Vec<String> {
         let mut out = Vec::new();
-        validate_value(&output_schema(true), value, "output", &mut out);
+        validate_value(&output_schema(true, false), value, "output", &mut out);
         out
     }
 
@@ -280,7 +290,7 @@ mod tests {
         let mut r = result();
         let plain = foreground_value(&r);
         assert!(plain.get("network").is_none());
-        assert!(!output_schema(false).to_json().to_string().contains("\"network\""));
+        assert!(!output_schema(false, false).to_json().to_string().contains("\"network\""));
         r.network = Some(dsh_sandbox::NetworkFacts {
             policy: NetworkMode::Ask,
             denied: vec!["example.com:443".into()],
@@ -288,10 +298,10 @@ mod tests {
         let value = foreground_value(&r);
         assert_eq!(value["network"], json!({"policy": "ask", "denied": ["example.com:443"]}));
         let mut out = Vec::new();
-        validate_value(&output_schema(true), &value, "output", &mut out);
+        validate_value(&output_schema(true, false), &value, "output", &mut out);
         assert!(out.is_empty(), "{out:?}");
         let mut out = Vec::new();
-        validate_value(&output_schema(false), &value, "output", &mut out);
+        validate_value(&output_schema(false, false), &value, "output", &mut out);
         assert!(!out.is_empty(), "a closed schema without network refuses the key");
     }
 }

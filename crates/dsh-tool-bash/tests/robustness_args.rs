@@ -78,6 +78,7 @@ fn rich_result(spec: &ShellExecSpec) -> ShellRunResult {
         },
         sandbox: None,
         network: None,
+        out_of_memory: false,
     }
 }
 
@@ -99,6 +100,7 @@ fn denied_result(spec: &ShellExecSpec) -> ShellRunResult {
             network_denied: Vec::new(),
         }),
         network: None,
+        out_of_memory: false,
     }
 }
 

@@ -165,6 +165,7 @@ pub fn ok_result(spec: &ShellExecSpec) -> ShellRunResult {
             network_denied: Vec::new(),
         }),
         network: None,
+        out_of_memory: false,
     }
 }
 
@@ -190,6 +191,7 @@ pub fn result(stdout: &str, stderr: &str, exit_code: Option<i32>, signal: Option
         },
         sandbox: None,
         network: None,
+        out_of_memory: false,
     }
 }
 

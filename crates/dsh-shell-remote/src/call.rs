@@ -1,0 +1,290 @@
+//! One call on the far side: the call script started through a transport, its streams
+//! pumped into collectors on the harness's side, its end read from the status frame.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use dsh_bash_local::ENV_OVERRIDES;
+use dsh_shell::{CollectedOutput, ShellExecSpec};
+use dsh_subprocess::{Errno, OsSpawnError, OutputCollector, SpawnStage, signal_name};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::sync::{mpsc, watch};
+
+use crate::frame::{FrameFact, FrameFilter};
+use crate::transport::{RemoteError, RemoteExecSpec, RemoteExit, RemoteTransport};
+
+/// The call script (see `scripts/call.sh`).
+const CALL_SCRIPT: &str = include_str!("scripts/call.sh");
+/// The kill script (see `scripts/kill.sh`).
+const KILL_SCRIPT: &str = include_str!("scripts/kill.sh");
+
+/// How a call ended, in the seam's terms.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum CallEnd {
+    /// The command ran and ended.
+    Ended {
+        /// Its exit status, when it exited.
+        exit_code: Option<i32>,
+        /// The signal that ended it, when one did.
+        signal: Option<String>,
+        /// The kernel's out-of-memory killer struck while it ran.
+        out_of_memory: bool,
+    },
+    /// It never started: its working directory could not be entered.
+    Spawn(OsSpawnError),
+    /// The transport lost it (the far side went away mid-call).
+    Lost(String),
+}
+
+/// A started call: its collected streams, its stdin (when kept), and its end.
+pub(crate) struct Call {
+    /// The marker its processes carry (`DSH_CALL=<id>`).
+    pub(crate) id: String,
+    pub(crate) stdout: Arc<OutputCollector>,
+    pub(crate) stderr: Arc<OutputCollector>,
+    end: watch::Receiver<Option<CallEnd>>,
+}
+
+/// How many chunks of input may wait for a command that does not read them.
+pub(crate) const INPUT_QUEUE: usize = 64;
+
+impl Call {
+    /// Starts `spec`'s command through `transport`, collecting into `stdout` and `stderr`;
+    /// with `input`, the command's stdin stays open and takes what arrives there (until the
+    /// sender is dropped). Fails only when the transport cannot start the call script.
+    pub(crate) async fn start(
+        transport: &Arc<dyn RemoteTransport>,
+        spec: &ShellExecSpec,
+        stdout: Arc<OutputCollector>,
+        stderr: Arc<OutputCollector>,
+        input: Option<mpsc::Receiver<Vec<u8>>>,
+        grace: Duration,
+    ) -> Result<Arc<Call>, RemoteError> {
+        let id = uuid::Uuid::new_v4().simple().to_string();
+        let exec = RemoteExecSpec {
+            argv: vec![
+                "bash".to_owned(),
+                "-c".to_owned(),
+                CALL_SCRIPT.to_owned(),
+                "dsh-call".to_owned(),
+                id.clone(),
+                spec.workdir.to_string_lossy().into_owned(),
+                spec.command.clone(),
+            ],
+            cwd: None,
+            env: call_env(spec),
+            stdin: spec.stdin.is_some() || input.is_some(),
+        };
+        let child = transport.exec(exec).await?;
+        let (end_tx, end) = watch::channel(None);
+        match (child.stdin, &spec.stdin, input) {
+            (Some(mut writer), Some(bytes), _) => {
+                let bytes = bytes.clone();
+                tokio::spawn(async move {
+                    // A command that exits without reading its input is not an error.
+                    let _ = writer.write_all(&bytes).await;
+                    let _ = writer.shutdown().await;
+                });
+            }
+            (Some(writer), None, Some(input)) => input_writer(writer, input),
+            _ => {}
+        }
+        let workdir = spec.workdir.clone();
+        let (out, err) = (Arc::clone(&stdout), Arc::clone(&stderr));
+        tokio::spawn(async move {
+            // Once the status frame came, the command is over: a process detached from the
+            // call that still holds its streams holds them for at most the grace.
+            let seen = watch::Sender::new(false);
+            let (_, frame) = tokio::join!(
+                pump(child.stdout, &out, None, &seen, grace),
+                pump_framed(child.stderr, &err, &seen, grace)
+            );
+            out.finish();
+            err.finish();
+            let exit = match frame {
+                Some(_) => tokio::time::timeout(grace, child.exit)
+                    .await
+                    .unwrap_or(Ok(RemoteExit { code: None, out_of_memory: false })),
+                None => child.exit.await,
+            };
+            end_tx.send_replace(Some(call_end(frame, exit, &workdir)));
+        });
+        Ok(Arc::new(Call { id, stdout, stderr, end }))
+    }
+
+    /// Resolves with how the call ended (its streams are complete by then).
+    pub(crate) async fn ended(&self) -> CallEnd {
+        let mut end = self.end.clone();
+        match end.wait_for(Option::is_some).await {
+            Ok(end) => end.clone().unwrap_or_else(|| CallEnd::Lost("the call was lost".to_owned())),
+            Err(_) => CallEnd::Lost("the call was lost".to_owned()),
+        }
+    }
+
+    /// The latest line of output, from whichever stream was written last.
+    pub(crate) fn latest_line(&self) -> Option<String> {
+        let (out, err) = (&self.stdout, &self.stderr);
+        let streams = if err.written_at() > out.written_at() { [err, out] } else { [out, err] };
+        streams.into_iter().find_map(|stream| {
+            let peek = stream.peek_tail(dsh_subprocess::LATEST_LINE_WINDOW);
+            dsh_subprocess::latest_line(&peek.bytes, peek.cut)
+        })
+    }
+}
+
+/// The command's environment on top of the far side's own: the non-interactive overrides,
+/// then the request's `env`, then its `DSH_*` snapshot. Nothing of the harness's own
+/// environment crosses.
+fn call_env(spec: &ShellExecSpec) -> BTreeMap<String, String> {
+    let overrides = ENV_OVERRIDES.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned()));
+    let requested = [&spec.env, &spec.dsh_env].into_iter().flatten().flat_map(|m| m.clone());
+    overrides.chain(requested).collect()
+}
+
+/// A task writing queued input to the command's stdin; dropping the sender closes it.
+fn input_writer(mut writer: Box<dyn AsyncWrite + Send + Unpin>, mut input: mpsc::Receiver<Vec<u8>>) {
+    tokio::spawn(async move {
+        while let Some(chunk) = input.recv().await {
+            if writer.write_all(&chunk).await.is_err() || writer.flush().await.is_err() {
+                return;
+            }
+        }
+        let _ = writer.shutdown().await;
+    });
+}
+
+/// Copies `stream` into `collector` (through `filter`, which tells `seen` when the status
+/// frame came) until end of file, or until `grace` after the frame came.
+async fn pump(
+    mut stream: Box<dyn AsyncRead + Send + Unpin>,
+    collector: &OutputCollector,
+    mut filter: Option<&mut FrameFilter>,
+    seen: &watch::Sender<bool>,
+    grace: Duration,
+) {
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut seen_rx = seen.subscribe();
+    let cutoff = async {
+        let _ = seen_rx.wait_for(|seen| *seen).await;
+        tokio::time::sleep(grace).await;
+    };
+    tokio::pin!(cutoff);
+    loop {
+        let n = tokio::select! {
+            read = stream.read(&mut buf) => match read {
+                Ok(0) | Err(_) => break,
+                Ok(n) => n,
+            },
+            () = &mut cutoff => break,
+        };
+        match filter.as_deref_mut() {
+            Some(filter) => {
+                collector.push(&filter.feed(&buf[..n]));
+                if filter.frame().is_some() {
+                    seen.send_replace(true);
+                }
+            }
+            None => collector.push(&buf[..n]),
+        }
+    }
+}
+
+async fn pump_framed(
+    stream: Box<dyn AsyncRead + Send + Unpin>,
+    collector: &OutputCollector,
+    seen: &watch::Sender<bool>,
+    grace: Duration,
+) -> Option<crate::frame::StatusFrame> {
+    let mut filter = FrameFilter::default();
+    pump(stream, collector, Some(&mut filter), seen, grace).await;
+    let (rest, frame) = filter.finish();
+    collector.push(&rest);
+    frame
+}
+
+fn call_end(
+    frame: Option<crate::frame::StatusFrame>,
+    exit: Result<RemoteExit, RemoteError>,
+    workdir: &Path,
+) -> CallEnd {
+    let remote_oom = exit.as_ref().is_ok_and(|e| e.out_of_memory);
+    match (frame, exit) {
+        (Some(frame), _) => {
+            let out_of_memory = frame.out_of_memory || remote_oom;
+            match frame.fact {
+                FrameFact::Exit(code) => {
+                    CallEnd::Ended { exit_code: Some(code), signal: None, out_of_memory }
+                }
+                FrameFact::Signal(number) => {
+                    CallEnd::Ended { exit_code: None, signal: Some(signal_name(number)), out_of_memory }
+                }
+                FrameFact::Spawn(code) => CallEnd::Spawn(OsSpawnError {
+                    program: "bash".to_owned(),
+                    errno: errno_named(&code),
+                    stage: SpawnStage::Cwd,
+                    cwd: workdir.to_path_buf(),
+                }),
+            }
+        }
+        // No frame: the call script itself was cut short (its container stopped, its
+        // connection dropped). The transport's status is all there is.
+        (None, Ok(exit)) => match exit.code {
+            Some(code) => CallEnd::Ended { exit_code: Some(code), signal: None, out_of_memory: remote_oom },
+            None => CallEnd::Lost("the far side ended the call without a status".to_owned()),
+        },
+        (None, Err(error)) => CallEnd::Lost(error.to_string()),
+    }
+}
+
+fn errno_named(name: &str) -> Errno {
+    match name {
+        "ENOENT" => Errno::ENOENT,
+        "ENOTDIR" => Errno::ENOTDIR,
+        "EACCES" => Errno::EACCES,
+        _ => Errno::UnknownErrno,
+    }
+}
+
+/// Sends `signal` (`TERM` escalating to `KILL` after `grace_ms`, or `INT`) to every process
+/// of the call `id` on the far side; resolves once the kill script is done.
+pub(crate) async fn signal_call(
+    transport: &Arc<dyn RemoteTransport>,
+    id: &str,
+    signal: &str,
+    grace_ms: u64,
+) -> Result<(), RemoteError> {
+    let exec = RemoteExecSpec {
+        argv: vec![
+            "bash".to_owned(),
+            "-c".to_owned(),
+            KILL_SCRIPT.to_owned(),
+            "dsh-kill".to_owned(),
+            id.to_owned(),
+            signal.to_owned(),
+            grace_ms.to_string(),
+        ],
+        cwd: None,
+        env: BTreeMap::new(),
+        stdin: false,
+    };
+    let child = transport.exec(exec).await?;
+    let drain = |mut stream: Box<dyn AsyncRead + Send + Unpin>| async move {
+        let mut sink = Vec::new();
+        let _ = stream.read_to_end(&mut sink).await;
+    };
+    let (_, _, exit) = tokio::join!(drain(child.stdout), drain(child.stderr), child.exit);
+    exit.map(|_| ())
+}
+
+/// A collector's final state in the seam's terms.
+pub(crate) fn collected(collector: &OutputCollector) -> CollectedOutput {
+    let stream = collector.collected();
+    CollectedOutput {
+        text: stream.text,
+        truncated: stream.truncated,
+        spill_path: stream.spill_path,
+        spill_error: stream.spill_error,
+    }
+}

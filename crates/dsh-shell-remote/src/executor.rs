@@ -1,0 +1,185 @@
+//! The remote executor: the `shell` seam over a [`RemoteTransport`].
+
+use std::sync::Arc;
+
+use dsh_bash_local::{BASH_TIMEOUT, ConfigError, LocalBashConfig, byte_cap, memory_cap, shell_spawn_error};
+use dsh_core::Deadline;
+use dsh_sandbox::SandboxMode;
+use dsh_shell::{ShellError, ShellExecRequest, ShellExecSpec, ShellExecutor, ShellProcess, ShellRunResult};
+use dsh_subprocess::{CaptureLimits, OutputCollector, SubprocessService};
+
+use crate::call::{Call, CallEnd, collected, signal_call};
+use crate::process::RemoteShellProcess;
+use crate::transport::RemoteTransport;
+
+/// Runs `bash -c <command>` on the far side of a [`RemoteTransport`], with the local
+/// executor's request rules (defaults, caps, messages: [`dsh_bash_local::resolve`]) and its
+/// results: output is collected on the harness's side by the [`SubprocessService`]'s
+/// collectors (tail-bounded, spilled to its spill directory, redacted), timeouts and aborts
+/// end every process of the call (`TERM`, the grace, `KILL`), and exit facts tell an exit
+/// from a signal.
+///
+/// How a call is contained on the far side: each command's processes carry a per-call
+/// marker in their environment (`DSH_CALL`); when the command ends, or on a timeout or
+/// abort, every process carrying it is killed, which also reaches `setsid` and
+/// double-forked escapes (processes with `DSH_DETACH=1` are spared, as locally). A process
+/// that scrubs the marker from its own environment escapes the per-call kill, not the
+/// transport's teardown at the end of the session.
+pub struct RemoteExecutor {
+    transport: Arc<dyn RemoteTransport>,
+    config: LocalBashConfig,
+    service: Arc<SubprocessService>,
+}
+
+/// A foreground run whose future is dropped (its caller went away) must not leave the
+/// command running on the far side: the guard ends it unless the run finished.
+struct EndUnlessFinished {
+    transport: Arc<dyn RemoteTransport>,
+    id: String,
+    grace_ms: u64,
+    finished: bool,
+}
+
+impl Drop for EndUnlessFinished {
+    fn drop(&mut self) {
+        if self.finished {
+            return;
+        }
+        let (transport, id, grace) = (Arc::clone(&self.transport), self.id.clone(), self.grace_ms);
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                if let Err(e) = signal_call(&transport, &id, "TERM", grace).await {
+                    tracing::warn!(error = %e, "could not end an abandoned remote call");
+                }
+            });
+        }
+    }
+}
+
+impl RemoteExecutor {
+    /// Validates `config` (the local executor's keys and messages) and builds the executor.
+    /// `service` provides the spill directory and the redactor of collected output; it
+    /// starts nothing.
+    pub fn new(
+        transport: Arc<dyn RemoteTransport>,
+        config: LocalBashConfig,
+        service: Arc<SubprocessService>,
+    ) -> Result<Self, ConfigError> {
+        config.validate()?;
+        Ok(Self { transport, config, service })
+    }
+
+    /// The transport commands run through.
+    pub fn transport(&self) -> &Arc<dyn RemoteTransport> {
+        &self.transport
+    }
+
+    /// The validated configuration.
+    pub fn config(&self) -> &LocalBashConfig {
+        &self.config
+    }
+
+    pub(crate) fn grace_ms(&self) -> u64 {
+        byte_cap(self.config.grace_ms).max(1)
+    }
+
+    /// The grace as the mechanics take it.
+    pub(crate) fn grace(&self) -> std::time::Duration {
+        dsh_bash_local::grace_duration(self.config.grace_ms)
+    }
+
+    pub(crate) fn collectors(&self, stdout_cap: usize) -> (Arc<OutputCollector>, Arc<OutputCollector>) {
+        let spill = Some(byte_cap(self.config.max_spill_bytes));
+        let stderr_cap = memory_cap(self.config.max_output_bytes);
+        (
+            Arc::new(self.service.collector(CaptureLimits::new("stdout", stdout_cap, spill))),
+            Arc::new(self.service.collector(CaptureLimits::new("stderr", stderr_cap, spill))),
+        )
+    }
+
+    /// A spec this executor cannot honour.
+    fn refuse(&self, spec: &ShellExecSpec) -> Result<(), ShellError> {
+        if spec.shared_file.is_some() {
+            return Err(ShellError::Invalid(format!(
+                "the {} executor cannot carry shell state between calls (persist)",
+                self.transport.kind()
+            )));
+        }
+        Ok(())
+    }
+
+    fn unavailable(&self, error: impl std::fmt::Display) -> ShellError {
+        ShellError::Other(format!("{} executor: {error}", self.transport.kind()))
+    }
+}
+
+#[async_trait::async_trait]
+impl ShellExecutor for RemoteExecutor {
+    fn sandbox_mode(&self) -> Option<SandboxMode> {
+        None
+    }
+
+    fn resolve(&self, request: ShellExecRequest) -> Result<ShellExecSpec, ShellError> {
+        dsh_bash_local::resolve(&self.config, request)
+    }
+
+    async fn run(&self, spec: ShellExecSpec) -> Result<ShellRunResult, ShellError> {
+        self.refuse(&spec)?;
+        let deadline = Deadline::new(spec.signal.as_ref(), spec.timeout.millis(), BASH_TIMEOUT)
+            .map_err(|e| ShellError::Other(e.to_string()))?;
+        if let Some(reason) = deadline.signal().reason() {
+            return Err(ShellError::AbortedBeforeSpawn(reason.message.clone()));
+        }
+        let (stdout, stderr) = self.collectors(spec.stdout_max_bytes);
+        let call = Call::start(&self.transport, &spec, stdout, stderr, None, self.grace())
+            .await
+            .map_err(|e| self.unavailable(e))?;
+        let mut guard = EndUnlessFinished {
+            transport: Arc::clone(&self.transport),
+            id: call.id.clone(),
+            grace_ms: self.grace_ms(),
+            finished: false,
+        };
+        let _probe = spec.output_probe.as_ref().map(|slot| {
+            let observed = Arc::clone(&call);
+            slot.install(Arc::new(move || observed.latest_line()))
+        });
+        let end = tokio::select! {
+            end = call.ended() => end,
+            () = deadline.signal().aborted() => {
+                if let Err(e) = signal_call(&self.transport, &call.id, "TERM", self.grace_ms()).await {
+                    tracing::warn!(error = %e, "could not end a remote call");
+                }
+                call.ended().await
+            }
+        };
+        guard.finished = true;
+        let (timed_out, aborted) = (deadline.timed_out(), deadline.aborted());
+        drop(deadline);
+        match end {
+            CallEnd::Ended { exit_code, signal, out_of_memory } => Ok(ShellRunResult {
+                exit_code,
+                signal,
+                timed_out,
+                aborted,
+                timeout: spec.timeout,
+                stdout: collected(&call.stdout),
+                stderr: collected(&call.stderr),
+                sandbox: None,
+                network: None,
+                out_of_memory,
+            }),
+            CallEnd::Spawn(error) => Err(shell_spawn_error(&error)),
+            CallEnd::Lost(message) => Err(self.unavailable(message)),
+        }
+    }
+
+    fn start(&self, spec: ShellExecSpec) -> Result<Arc<dyn ShellProcess>, ShellError> {
+        self.refuse(&spec)?;
+        Ok(RemoteShellProcess::start(self, spec))
+    }
+
+    fn reports_out_of_memory(&self) -> bool {
+        true
+    }
+}

@@ -1,0 +1,296 @@
+//! Background processes on the far side: status, consuming reads, input, kill, settlement.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use dsh_core::AbortSignal;
+use dsh_shell::{
+    ProcessStatus, ShellExecSpec, ShellProcess, ShellProcessRead, ShellSandboxInfo, SpillObserver,
+};
+use dsh_subprocess::OutputCollector;
+use futures::future::BoxFuture;
+use parking_lot::Mutex;
+use tokio::sync::{mpsc, watch};
+
+use crate::call::{Call, CallEnd, INPUT_QUEUE, signal_call};
+use crate::executor::RemoteExecutor;
+use crate::transport::RemoteTransport;
+
+struct State {
+    status: ProcessStatus,
+    exit_code: Option<i32>,
+    signal: Option<String>,
+    out_of_memory: bool,
+    /// `spawn failed: Error: …` (or why the far side lost the job), delivered once as the
+    /// stderr part of the next read.
+    note: Option<String>,
+    stdout_offset: u64,
+    stderr_offset: u64,
+    /// The collected streams, until a read reached the end of a settled process.
+    streams: Option<(Arc<OutputCollector>, Arc<OutputCollector>)>,
+    /// The spill files of released streams, for the reads after their release.
+    spill_paths: (Option<PathBuf>, Option<PathBuf>),
+    spill_error: Option<String>,
+    /// The call's marker once the far side started it.
+    call_id: Option<String>,
+    /// A kill arrived before the far side started the call.
+    kill_requested: bool,
+    /// The command's stdin (started with `keep_stdin`), until closed.
+    input: Option<mpsc::Sender<Vec<u8>>>,
+}
+
+/// A background `bash -c` on the far side of a transport.
+pub struct RemoteShellProcess {
+    transport: Arc<dyn RemoteTransport>,
+    grace_ms: u64,
+    state: Mutex<State>,
+    done: watch::Sender<bool>,
+}
+
+impl RemoteShellProcess {
+    /// Starts `spec` in the background: returns at once (running); the far side is asked
+    /// in a task, and a failure to start settles the process as `killed` with the reason
+    /// readable once.
+    pub(crate) fn start(executor: &RemoteExecutor, spec: ShellExecSpec) -> Arc<Self> {
+        let stdout_cap = dsh_bash_local::memory_cap(executor.config().max_output_bytes);
+        let (stdout, stderr) = executor.collectors(stdout_cap);
+        let (input, input_rx) = match spec.keep_stdin && spec.stdin.is_none() {
+            true => {
+                let (tx, rx) = mpsc::channel(INPUT_QUEUE);
+                (Some(tx), Some(rx))
+            }
+            false => (None, None),
+        };
+        let state = State {
+            status: ProcessStatus::Running,
+            exit_code: None,
+            signal: None,
+            out_of_memory: false,
+            note: None,
+            stdout_offset: 0,
+            stderr_offset: 0,
+            streams: Some((Arc::clone(&stdout), Arc::clone(&stderr))),
+            spill_paths: (None, None),
+            spill_error: None,
+            call_id: None,
+            kill_requested: false,
+            input,
+        };
+        let process = Arc::new(Self {
+            transport: Arc::clone(executor.transport()),
+            grace_ms: executor.grace_ms(),
+            state: Mutex::new(state),
+            done: watch::Sender::new(false),
+        });
+        let running = Arc::clone(&process);
+        let kind = executor.transport().kind();
+        let grace = executor.grace();
+        tokio::spawn(async move {
+            let signal = spec.signal.clone();
+            let end = match Call::start(&running.transport, &spec, stdout, stderr, input_rx, grace).await {
+                Ok(call) => running.supervise(call, signal.as_ref()).await,
+                Err(e) => CallEnd::Lost(format!("{kind} executor: {e}")),
+            };
+            running.settle(end, signal.as_ref());
+        });
+        process
+    }
+
+    async fn supervise(&self, call: Arc<Call>, signal: Option<&AbortSignal>) -> CallEnd {
+        let kill_now = {
+            let mut state = self.state.lock();
+            state.call_id = Some(call.id.clone());
+            state.kill_requested
+        };
+        if kill_now {
+            self.end_call(&call.id, "TERM");
+        }
+        let aborted = async {
+            match signal {
+                Some(signal) => signal.aborted().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            end = call.ended() => end,
+            () = aborted => {
+                self.end_call(&call.id, "TERM");
+                call.ended().await
+            }
+        }
+    }
+
+    /// Sends `signal` to the call's processes, in a task (the caller does not wait).
+    fn end_call(&self, id: &str, signal: &'static str) {
+        let (transport, id, grace) = (Arc::clone(&self.transport), id.to_owned(), self.grace_ms);
+        tokio::spawn(async move {
+            if let Err(e) = signal_call(&transport, &id, signal, grace).await {
+                tracing::warn!(error = %e, "could not signal a remote job");
+            }
+        });
+    }
+
+    fn settle(&self, end: CallEnd, signal: Option<&AbortSignal>) {
+        {
+            let mut state = self.state.lock();
+            state.input = None;
+            match end {
+                CallEnd::Ended { exit_code, signal: ended_by, out_of_memory } => {
+                    if state.status == ProcessStatus::Running {
+                        let aborted = signal.is_some_and(AbortSignal::is_aborted);
+                        state.status = if aborted || ended_by.is_some() {
+                            ProcessStatus::Killed
+                        } else {
+                            ProcessStatus::Completed
+                        };
+                    }
+                    state.exit_code = exit_code;
+                    state.signal = ended_by;
+                    state.out_of_memory = out_of_memory;
+                }
+                CallEnd::Spawn(error) => {
+                    state.status = ProcessStatus::Killed;
+                    state.note = Some(format!("spawn failed: Error: {error}"));
+                }
+                CallEnd::Lost(message) => {
+                    state.status = ProcessStatus::Killed;
+                    state.note = Some(format!("{message}\n"));
+                }
+            }
+        }
+        self.done.send_replace(true);
+    }
+}
+
+impl ShellProcess for RemoteShellProcess {
+    fn status(&self) -> ProcessStatus {
+        self.state.lock().status
+    }
+
+    fn exit_code(&self) -> Option<i32> {
+        self.state.lock().exit_code
+    }
+
+    fn signal(&self) -> Option<String> {
+        self.state.lock().signal.clone()
+    }
+
+    fn done(&self) -> BoxFuture<'static, ()> {
+        let mut done = self.done.subscribe();
+        Box::pin(async move {
+            // The sender lives as long as the process; a closed channel also means "over".
+            let _ = done.wait_for(|d| *d).await;
+        })
+    }
+
+    fn sandbox(&self) -> Option<ShellSandboxInfo> {
+        None
+    }
+
+    fn read_output(&self) -> ShellProcessRead {
+        let mut state = self.state.lock();
+        let mut read = ShellProcessRead::default();
+        let mut stderr = state.note.take().unwrap_or_default();
+        if let Some((out_stream, err_stream)) = state.streams.clone() {
+            let out = out_stream.read_from(state.stdout_offset);
+            let err = err_stream.read_from(state.stderr_offset);
+            state.stdout_offset = out.next_offset;
+            state.stderr_offset = err.next_offset;
+            read.delta = out.text;
+            stderr.push_str(&err.text);
+            read.lossy = out.lossy || err.lossy;
+            read.stdout_spill_path = out.spill_path;
+            read.stderr_spill_path = err.spill_path;
+            read.spill_error = out.spill_error.or(err.spill_error);
+            // Settled (its streams are complete) and read to the end: release the output.
+            if *self.done.borrow()
+                && out.next_offset == out_stream.total()
+                && err.next_offset == err_stream.total()
+            {
+                state.streams = None;
+                state.spill_paths = (read.stdout_spill_path.clone(), read.stderr_spill_path.clone());
+                state.spill_error = read.spill_error.clone();
+            }
+        } else {
+            (read.stdout_spill_path, read.stderr_spill_path) = state.spill_paths.clone();
+            read.spill_error = state.spill_error.clone();
+        }
+        if !stderr.is_empty() {
+            if !read.delta.is_empty() && !read.delta.ends_with('\n') {
+                read.delta.push('\n');
+            }
+            read.delta.push_str("[stderr]\n");
+            read.delta.push_str(&stderr);
+        }
+        read
+    }
+
+    fn kill(&self) -> bool {
+        let mut state = self.state.lock();
+        if state.status != ProcessStatus::Running {
+            return false;
+        }
+        state.status = ProcessStatus::Killed;
+        match state.call_id.clone() {
+            Some(id) => {
+                drop(state);
+                self.end_call(&id, "TERM");
+            }
+            None => state.kill_requested = true,
+        }
+        true
+    }
+
+    fn write_input(&self, bytes: &[u8]) -> Result<(), String> {
+        let state = self.state.lock();
+        let input = match (&state.input, state.status) {
+            (Some(input), ProcessStatus::Running) => input.clone(),
+            (_, ProcessStatus::Running) => return Err("its input is closed".to_owned()),
+            _ => return Err("it has ended".to_owned()),
+        };
+        drop(state);
+        match input.try_send(bytes.to_vec()) {
+            Ok(()) => Ok(()),
+            Err(mpsc::error::TrySendError::Full(_)) => {
+                Err("its input is full: the job is not reading it".to_owned())
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => Err("it closed its input".to_owned()),
+        }
+    }
+
+    fn close_input(&self) -> bool {
+        self.state.lock().input.take().is_some()
+    }
+
+    fn interrupt(&self) -> bool {
+        let state = self.state.lock();
+        match (&state.call_id, state.status) {
+            (Some(id), ProcessStatus::Running) => {
+                let id = id.clone();
+                drop(state);
+                self.end_call(&id, "INT");
+                true
+            }
+            _ => false,
+        }
+    }
+
+    fn latest_line(&self) -> Option<String> {
+        let (out, err) = self.state.lock().streams.clone()?;
+        let streams = if err.written_at() > out.written_at() { [err, out] } else { [out, err] };
+        streams.into_iter().find_map(|stream| {
+            let peek = stream.peek_tail(dsh_subprocess::LATEST_LINE_WINDOW);
+            dsh_subprocess::latest_line(&peek.bytes, peek.cut)
+        })
+    }
+
+    fn out_of_memory(&self) -> bool {
+        self.state.lock().out_of_memory
+    }
+
+    fn watch_spills(&self, observer: SpillObserver) {
+        let Some((out, err)) = self.state.lock().streams.clone() else { return };
+        out.watch_spill(Arc::clone(&observer));
+        err.watch_spill(observer);
+    }
+}
