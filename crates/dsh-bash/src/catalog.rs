@@ -34,6 +34,9 @@ pub const LOCAL_EXECUTOR: &str = "bash-local";
 /// The sandboxing executor that replaces [`LOCAL_EXECUTOR`] under `--sandbox`.
 pub const SANDBOX_EXECUTOR: &str = "bash-sandbox";
 
+/// The executor that replaces [`LOCAL_EXECUTOR`] under `--executor ssh`.
+pub const SSH_EXECUTOR: &str = "shell-ssh";
+
 /// The known plugins.
 pub struct Catalog {
     entries: Vec<Arc<dyn PluginFactory>>,
@@ -63,6 +66,7 @@ impl Catalog {
                 entry::<dsh_sandbox_local::SandboxLocalPlugin>(),
                 entry::<dsh_sandbox_policy::SandboxPolicyPlugin>(),
                 entry::<dsh_approval::ApprovalPlugin>(),
+                entry::<dsh_shell_ssh::ShellSshPlugin>(),
             ],
         }
     }

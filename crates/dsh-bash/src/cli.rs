@@ -86,6 +86,22 @@ pub struct CompositionArgs {
     /// `host:port` or `*.suffix` (sandbox-policy `allowHosts`).
     #[arg(long, global = true, value_name = "PATTERN")]
     pub allow_host: Vec<String>,
+    /// Where commands run: `local` (this host, the default) or `ssh` (on --ssh-host, through
+    /// one SSH connection per session).
+    #[arg(long, global = true, value_name = "EXECUTOR", value_parser = ["local", "ssh"])]
+    pub executor: Option<String>,
+    /// The host of `--executor ssh`: `[user@]host[:port]` (shell-ssh `host`). Its key must be in
+    /// the known-hosts file: an unknown host is refused, never added.
+    #[arg(long, global = true, value_name = "[USER@]HOST[:PORT]")]
+    pub ssh_host: Option<String>,
+    /// Log in to the SSH host with this private key only (shell-ssh `identity`); default the
+    /// ssh agent's keys (SSH_AUTH_SOCK).
+    #[arg(long, global = true, value_name = "FILE")]
+    pub ssh_identity: Option<PathBuf>,
+    /// Check the SSH host's key against this file (shell-ssh `knownHosts`); default
+    /// ~/.ssh/known_hosts.
+    #[arg(long, global = true, value_name = "FILE")]
+    pub ssh_known_hosts: Option<PathBuf>,
 }
 
 /// A scripted or interactive answer to approval requests.

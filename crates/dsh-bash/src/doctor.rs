@@ -32,6 +32,7 @@ pub async fn run(composition: &CompositionArgs) -> anyhow::Result<u8> {
         None => composition.add_dir.iter().map(|d| dsh_core::home::absolutize(d)).collect(),
     };
     let network = standing.map(|policy| policy.network);
+    let executor = ssh_executor_line(comp.ctx()).await;
     comp.dispose().await;
     // Probing runs runner programs synchronously.
     let runners = tokio::task::spawn_blocking(move || sandbox_runners(provider))
@@ -44,6 +45,9 @@ pub async fn run(composition: &CompositionArgs) -> anyhow::Result<u8> {
     match &bash {
         Some(path) => report.push(format!("bash: {} ({})", path.display(), bash_version(path))),
         None => report.push("bash: not found on PATH".to_owned()),
+    }
+    if let Some((line, _)) = &executor {
+        report.push(line.clone());
     }
     report.push(format!("spill directory: {}", spill_directory(spill_dir.as_deref())));
     report.push(format!("containment: {}", containment.as_deref().unwrap_or("none (no subprocess service)")));
@@ -75,8 +79,32 @@ pub async fn run(composition: &CompositionArgs) -> anyhow::Result<u8> {
         writeln!(stdout, "{line}").context("writing stdout")?;
     }
     stdout.flush().context("writing stdout")?;
-    let healthy = bash.is_some() && plugins.iter().all(|p| p.applied);
+    let answers = executor.is_none_or(|(_, answers)| answers);
+    let healthy = bash.is_some() && answers && plugins.iter().all(|p| p.applied);
     Ok(if healthy { 0 } else { 1 })
+}
+
+/// `executor: ssh user@host:port, answers (Linux …)`, or why it does not, when the SSH
+/// executor is composed; with whether it answers. Opens the connection, as a first call would.
+async fn ssh_executor_line(ctx: &dsh_core::Context) -> Option<(String, bool)> {
+    use dsh_shell_remote::RemoteTransport;
+    let transport = ctx.get(dsh_shell_ssh::SSH_TRANSPORT)?;
+    let known_hosts = match transport.config().known_hosts_file() {
+        Some(file) => file.display().to_string(),
+        None => "ssh's default".to_owned(),
+    };
+    Some(match transport.probe().await {
+        Ok(uname) => (
+            format!("executor: {}, answers ({uname}); known hosts: {known_hosts}", transport.describe()),
+            true,
+        ),
+        Err(e) => {
+            let described = transport.describe();
+            let error = e.to_string();
+            let why = error.strip_prefix(&format!("{described}: ")).unwrap_or(&error);
+            (format!("executor: {described}, does not answer: {why}"), false)
+        }
+    })
 }
 
 /// Where each sandbox mode lets commands write, for the workspace root calls get when their

@@ -79,13 +79,26 @@ impl Plan {
         if let Some(mode) = &args.sandbox {
             plan.swap_in_sandbox(catalog, mode)?;
         }
+        if args.executor.as_deref() == Some("ssh") {
+            if let Some(mode) = &args.sandbox {
+                bail!(
+                    "--executor ssh runs commands on another host, where --sandbox {mode} cannot confine them: use one or the other"
+                );
+            }
+            plan.swap_executor(catalog, catalog::SSH_EXECUTOR)?;
+        }
         if args.approve.is_some() || args.approval_policy.is_some() {
             plan.ensure(catalog, "approval")?;
         }
         for name in host {
             plan.ensure(catalog, name)?;
         }
-        plan.apply_tables(catalog, file, args.sandbox.is_some())?;
+        let replacement = match (&args.sandbox, args.executor.as_deref()) {
+            (Some(_), _) => Some(catalog::SANDBOX_EXECUTOR),
+            (None, Some("ssh")) => Some(catalog::SSH_EXECUTOR),
+            (None, _) => None,
+        };
+        plan.apply_tables(catalog, file, replacement)?;
         plan.apply_switches(args)?;
         // This host keeps the crash-safe job journal unless the file says otherwise.
         plan.set_default("jobs", "journal", Value::Bool(true))?;
@@ -140,19 +153,33 @@ impl Plan {
         Ok(())
     }
 
+    /// `--executor ssh`: the SSH executor takes the local executor's place.
+    fn swap_executor(&mut self, catalog: &Catalog, executor: &str) -> anyhow::Result<()> {
+        let factory = lookup(catalog, executor)?;
+        match (self.index(catalog::LOCAL_EXECUTOR), self.index(executor)) {
+            (Some(local), None) => self.rows[local] = Row { factory, config: Value::Null },
+            (Some(local), Some(_)) => {
+                self.rows.remove(local);
+            }
+            (None, _) => self.ensure(catalog, executor)?,
+        }
+        Ok(())
+    }
+
     fn apply_tables(
         &mut self,
         catalog: &Catalog,
         file: &CompositionFile,
-        sandboxed: bool,
+        replacement: Option<&'static str>,
     ) -> anyhow::Result<()> {
         let mut seen: Vec<&'static str> = Vec::new();
-        // Under --sandbox, settings written for the local executor configure its replacement
-        // (same keys), unless the file configures the replacement itself.
-        let sandbox_has_own_table = file
+        // Under --sandbox (or --executor ssh), settings written for the local executor
+        // configure its replacement (the same keys), unless the file configures the
+        // replacement itself.
+        let replacement_has_own_table = file
             .tables
             .iter()
-            .any(|(name, _)| catalog.find(name).is_some_and(|f| f.short_name() == catalog::SANDBOX_EXECUTOR));
+            .any(|(name, _)| catalog.find(name).is_some_and(|f| Some(f.short_name()) == replacement));
         for (name, value) in &file.tables {
             let factory = lookup(catalog, name)?;
             let mut short = factory.short_name();
@@ -160,8 +187,10 @@ impl Plan {
                 bail!("plugin \"{short}\" is configured twice");
             }
             seen.push(short);
-            if sandboxed && short == catalog::LOCAL_EXECUTOR && !sandbox_has_own_table {
-                short = catalog::SANDBOX_EXECUTOR;
+            if let Some(replacement) =
+                replacement.filter(|_| short == catalog::LOCAL_EXECUTOR && !replacement_has_own_table)
+            {
+                short = replacement;
             }
             let Some(i) = self.index(short) else {
                 bail!("[{name}] configures plugin \"{short}\", which is not in the composition");
@@ -191,6 +220,7 @@ impl Plan {
         if let Some(mode) = &args.sandbox {
             self.set("sandbox-policy", "mode", Value::String(mode.clone()))?;
         }
+        self.apply_ssh_switches(args)?;
         if let Some(policy) = &args.approval_policy {
             self.set("approval", "policy", Value::String(policy.clone()))?;
         }
@@ -209,6 +239,32 @@ impl Plan {
             self.set("sandbox-policy", "network", Value::String(network.clone()))?;
         }
         self.append_names("sandbox-policy", "allowHosts", &args.allow_host)?;
+        Ok(())
+    }
+
+    /// `--ssh-host`, `--ssh-identity`, `--ssh-known-hosts`: the SSH executor's connection.
+    fn apply_ssh_switches(&mut self, args: &CompositionArgs) -> anyhow::Result<()> {
+        let given = args.ssh_host.is_some() || args.ssh_identity.is_some() || args.ssh_known_hosts.is_some();
+        if given && self.index(catalog::SSH_EXECUTOR).is_none() {
+            bail!(
+                "--ssh-host, --ssh-identity and --ssh-known-hosts configure the SSH executor: add --executor ssh"
+            );
+        }
+        if let Some(host) = &args.ssh_host {
+            self.set(catalog::SSH_EXECUTOR, "host", Value::String(host.clone()))?;
+        }
+        for (key, path) in [("identity", &args.ssh_identity), ("knownHosts", &args.ssh_known_hosts)] {
+            let Some(path) = path else { continue };
+            let path = dsh_core::home::absolutize(path);
+            let Some(text) = path.to_str() else {
+                bail!(
+                    "--ssh-{} {}: not valid UTF-8",
+                    if key == "identity" { "identity" } else { "known-hosts" },
+                    path.display()
+                );
+            };
+            self.set(catalog::SSH_EXECUTOR, key, Value::String(text.to_owned()))?;
+        }
         Ok(())
     }
 

@@ -28,19 +28,25 @@
 //!   known-hosts file come from the harness's configuration.
 //! * Every word of the remote command line is quoted (see [`remote_command_line`]).
 //!
-//! # What it is not
+//! # The executor
 //!
-//! Not an executor by itself: the `shell` contract (the `DSH_*` environment, bounded capture,
-//! timeouts that kill the remote process tree) is built over any transport in
-//! `dsh-shell-remote`. The remote account's login shell must be a POSIX shell.
+//! The plugin [`ShellSshPlugin`] (`shell-ssh`) provides `shell`: the remote executor of
+//! `dsh-shell-remote` over this transport, which builds the `shell` contract (bounded capture
+//! with spill files on the harness's side, timeouts that kill the call's processes on the
+//! host) over any transport. The remote account's login shell must be a POSIX shell, and the
+//! host needs `bash` and `/proc`. Each command is one session channel of the connection: the
+//! host's `sshd` `MaxSessions` (10 by default) bounds the calls and background jobs running at
+//! once.
 
 mod command_line;
 #[cfg(feature = "fixture")]
 pub mod fixture;
+mod plugin;
 mod refusal;
 mod target;
 mod transport;
 
 pub use command_line::remote_command_line;
+pub use plugin::{CheckedShellSshConfig, SSH_TRANSPORT, ShellSshConfig, ShellSshPlugin};
 pub use target::{DEFAULT_PORT, SshTarget, TargetError};
 pub use transport::{DEFAULT_CONNECT_TIMEOUT, SshConfig, SshTransport};

@@ -73,7 +73,8 @@ pub(crate) async fn ssh(_c: &Composed, args: &Args) -> anyhow::Result<Outcome> {
 
 /// `true` through the transport: started, both streams read to their end, exit awaited.
 async fn exec_true(transport: &SshTransport) -> anyhow::Result<()> {
-    let mut child = transport.exec(RemoteExecSpec { argv: vec!["true".into()], ..Default::default() }).await?;
+    let mut child =
+        transport.exec(RemoteExecSpec { argv: vec!["true".into()], ..Default::default() }).await?;
     let (mut out, mut err) = (Vec::new(), Vec::new());
     let (a, b) = tokio::join!(child.stdout.read_to_end(&mut out), child.stderr.read_to_end(&mut err));
     a?;
