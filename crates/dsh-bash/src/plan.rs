@@ -518,6 +518,37 @@ journal = false
     }
 
     #[test]
+    fn executor_ssh_swaps_the_executor_in_place_with_its_connection() {
+        let args = CompositionArgs {
+            executor: Some("ssh".into()),
+            ssh_host: Some("me@box:2222".into()),
+            ssh_identity: Some(PathBuf::from("/keys/id")),
+            ssh_known_hosts: Some(PathBuf::from("/keys/known")),
+            ..Default::default()
+        };
+        let plan = build(
+            "[bash-local]
+graceMs = 200
+",
+            args,
+        )
+        .expect("plan");
+        let names = plan.names();
+        let local = catalog::DEFAULT_COMPOSITION.iter().position(|n| *n == "bash-local").expect("default");
+        assert_eq!(names[local], "shell-ssh");
+        assert!(!names.contains(&"bash-local"));
+        assert_eq!(names.len(), catalog::DEFAULT_COMPOSITION.len());
+        let config = plan.rows[local].config.clone();
+        assert_eq!(
+            config,
+            json!({"graceMs": 200, "host": "me@box:2222", "identity": "/keys/id", "knownHosts": "/keys/known"})
+        );
+        assert!(plan.parse().is_ok(), "shell-ssh takes the keys");
+        let local_only = CompositionArgs { executor: Some("local".into()), ..Default::default() };
+        assert_eq!(build("", local_only).expect("plan").names(), catalog::DEFAULT_COMPOSITION);
+    }
+
+    #[test]
     fn host_masked_paths_join_the_files_own() {
         let args = CompositionArgs { sandbox: Some("workspace-write".into()), ..Default::default() };
         let mut plan = build("[sandbox-local]\nmaskedPaths = [\"/etc/mine\"]\n", args.clone()).expect("plan");

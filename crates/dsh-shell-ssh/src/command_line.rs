@@ -5,10 +5,15 @@
 //! become shell syntax there:
 //!
 //! ```text
-//! cd -- '<cwd>' && exec env -- 'K=V' … '<argv0>' '<argv1>' …
+//! cd -- '<cwd>' && exec env -u SSH_CLIENT -u SSH2_CLIENT -- 'K=V' … '<argv0>' '<argv1>' …
 //! ```
 //!
 //! The remote login shell must be a POSIX shell (sh, dash, bash, zsh, ksh).
+//!
+//! `SSH_CLIENT` (and the old `SSH2_CLIENT`) are taken from the program's environment: with
+//! them, every non-interactive `bash` the program starts concludes that `sshd` started it
+//! and reads `~/.bashrc`, which a local `bash -c` never does (and which may print, or take
+//! long). `SSH_CONNECTION` stays for programs that want to know where the call came from.
 
 use dsh_shell_remote::{RemoteError, RemoteExecSpec};
 
@@ -34,7 +39,7 @@ pub fn remote_command_line(spec: &RemoteExecSpec) -> Result<String, RemoteError>
             "&&".to_owned(),
         ]);
     }
-    words.extend(["exec".to_owned(), "env".to_owned(), "--".to_owned()]);
+    words.extend(["exec", "env", "-u", "SSH_CLIENT", "-u", "SSH2_CLIENT", "--"].map(str::to_owned));
     for (name, value) in &spec.env {
         if !is_variable_name(name) {
             return Err(refuse(format!("{name:?} is not an environment variable name")));
@@ -81,9 +86,12 @@ mod tests {
         };
         assert_eq!(
             remote_command_line(&spec).expect("written"),
-            "cd -- '/srv/my dir' && exec env -- 'A=1 2' 'B=' bash -c 'echo $A'"
+            "cd -- '/srv/my dir' && exec env -u SSH_CLIENT -u SSH2_CLIENT -- 'A=1 2' 'B=' bash -c 'echo $A'"
         );
-        assert_eq!(remote_command_line(&self::spec(&["true"])).expect("written"), "exec env -- true");
+        assert_eq!(
+            remote_command_line(&self::spec(&["true"])).expect("written"),
+            "exec env -u SSH_CLIENT -u SSH2_CLIENT -- true"
+        );
     }
 
     #[test]

@@ -295,3 +295,18 @@ async fn one_master_carries_concurrent_calls_and_shutdown_ends_it() {
     );
     transport.shutdown().await.expect("shutdown is idempotent");
 }
+
+#[tokio::test]
+async fn programs_do_not_look_started_by_sshd_to_bash() {
+    let Some(sshd) = LoopbackSshd::start_or_skip() else { return };
+    let transport = SshTransport::new(sshd.config());
+    // Without SSH_CLIENT a non-interactive bash reads no ~/.bashrc, as under the local executor.
+    let ran = run(
+        &transport,
+        argv(&["sh", "-c", "echo \"${SSH_CLIENT-unset} ${SSH2_CLIENT-unset} ${SSH_CONNECTION:+kept}\""]),
+        None,
+    )
+    .await;
+    assert_eq!((ran.stdout.as_str(), ran.exit), ("unset unset kept\n", code(0)));
+    transport.shutdown().await.expect("shut down");
+}

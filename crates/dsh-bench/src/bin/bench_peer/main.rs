@@ -35,8 +35,9 @@
 //!                               loopback connect (1-byte echo each)
 //! bench_peer redact SECRETS BYTES [--corpus text|a]   the output redactor alone, in process (GB/s)
 //! bench_peer ssh N [--ssh-host H] [--ssh-identity F] [--ssh-known-hosts F]
-//!                               `true` through the SSH transport vs a raw `ssh host true` over
-//!                               the same master, interleaved (a loopback sshd without --ssh-host)
+//!                               `true` through the SSH executor and transport vs a raw
+//!                               `ssh host true` over the same master, interleaved (a loopback
+//!                               sshd without --ssh-host)
 //! bench_peer report FILE...    the comparison table of collected JSON lines
 //! ```
 //!

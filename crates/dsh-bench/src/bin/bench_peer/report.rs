@@ -375,10 +375,11 @@ fn ssh(d: &Lines, t: &mut Table) {
     }
     t.section("`true` over SSH, one master connection (p50)");
     t.info("raw `ssh -S <master> host true`", Unit::Ms, raw, None);
+    t.info("SshTransport exec(`true`)", Unit::Ms, d.med("rust", "ssh", &[], "results.transport.p50_ms"), raw);
     t.add(
-        "SshTransport exec(`true`)",
+        "SSH executor run(`true`) (--executor ssh)",
         Unit::Ms,
-        d.med("rust", "ssh", &[], "results.transport.p50_ms"),
+        d.med("rust", "ssh", &[], "results.run.p50_ms"),
         raw,
         Target::RatioAtMost(1.2, "<= 1.2x raw ssh"),
     );

@@ -1,25 +1,28 @@
-//! `true` over SSH: the SSH transport (and executor) against a raw `ssh host true` through
-//! the same master connection, interleaved in one run.
+//! `true` over SSH: the SSH executor (`RemoteExecutor` over `SshTransport`, what
+//! `--executor ssh` runs) and the bare transport against a raw `ssh host true` through the
+//! same master connection, interleaved in one run.
 //!
 //! Without `--ssh-host` a loopback `sshd` is started for the run (generated keys), so the
 //! figures are the SSH machinery's own cost, not a network's.
 
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
+use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{Context as _, bail};
-use dsh_shell_remote::{RemoteExecSpec, RemoteTransport};
+use dsh_bash_local::LocalBashConfig;
+use dsh_shell_remote::{RemoteExecSpec, RemoteExecutor, RemoteTransport};
 use dsh_shell_ssh::fixture::LoopbackSshd;
 use dsh_shell_ssh::{SshConfig, SshTarget, SshTransport};
 use serde_json::json;
 use tokio::io::AsyncReadExt;
 
 use crate::measure::{ms, pct, round, stats};
-use crate::{Args, Composed, Outcome};
+use crate::{Args, Composed, Outcome, run};
 
 /// `bench_peer ssh N [--warmup W] [--ssh-host H --ssh-identity F --ssh-known-hosts F]`.
-pub(crate) async fn ssh(_c: &Composed, args: &Args) -> anyhow::Result<Outcome> {
+pub(crate) async fn ssh(c: &Composed, args: &Args) -> anyhow::Result<Outcome> {
     let n = args.int_at(1, "N")?;
     let warmup = args.int_flag("warmup", 20)?;
     let (config, _sshd) = match args.flag("ssh-host") {
@@ -37,15 +40,25 @@ pub(crate) async fn ssh(_c: &Composed, args: &Args) -> anyhow::Result<Outcome> {
             (sshd.config(), Some(sshd))
         }
     };
-    let transport = SshTransport::new(config.clone());
+    let transport = Arc::new(SshTransport::new(config.clone()));
+    let remote: Arc<dyn RemoteTransport> = transport.clone();
+    let executor = RemoteExecutor::new(remote, LocalBashConfig::default(), Arc::clone(&c.service))?;
     exec_true(&transport).await?;
     let socket = transport.control_socket().await.context("the master is open")?;
     let raw = || raw_ssh_true(&config, &socket);
+    let run_true = || async {
+        let result = run(&executor, "true").await?;
+        match result.exit_code {
+            Some(0) => anyhow::Ok(()),
+            code => bail!("run(true) over ssh: exit {code:?}, stderr {:?}", result.stderr.text),
+        }
+    };
     for _ in 0..warmup {
         raw()?;
         exec_true(&transport).await?;
+        run_true().await?;
     }
-    let mut samples: [Vec<f64>; 2] = Default::default();
+    let mut samples: [Vec<f64>; 3] = Default::default();
     for _ in 0..n {
         let t = Instant::now();
         raw()?;
@@ -53,6 +66,9 @@ pub(crate) async fn ssh(_c: &Composed, args: &Args) -> anyhow::Result<Outcome> {
         let t = Instant::now();
         exec_true(&transport).await?;
         samples[1].push(ms(t.elapsed()));
+        let t = Instant::now();
+        run_true().await?;
+        samples[2].push(ms(t.elapsed()));
     }
     transport.shutdown().await?;
     let p50 = |s: &[f64]| {
@@ -65,7 +81,9 @@ pub(crate) async fn ssh(_c: &Composed, args: &Args) -> anyhow::Result<Outcome> {
         results: json!({
             "raw_ssh": stats(&samples[0]),
             "transport": stats(&samples[1]),
+            "run": stats(&samples[2]),
             "transport_vs_raw_p50": round(p50(&samples[1]) / p50(&samples[0]), 3),
+            "run_vs_raw_p50": round(p50(&samples[2]) / p50(&samples[0]), 3),
         }),
         shape: serde_json::Value::Null,
     })
