@@ -86,10 +86,27 @@ pub struct CompositionArgs {
     /// `host:port` or `*.suffix` (sandbox-policy `allowHosts`).
     #[arg(long, global = true, value_name = "PATTERN")]
     pub allow_host: Vec<String>,
-    /// Where commands run: `local` (this host, the default) or `ssh` (on --ssh-host, through
-    /// one SSH connection per session).
-    #[arg(long, global = true, value_name = "EXECUTOR", value_parser = ["local", "ssh"])]
+    /// Where commands run: `local` (this host), `container` (one container per harness,
+    /// from --image or in --container; plugin shell-container) or `ssh` (on --ssh-host, one
+    /// SSH connection per harness; plugin shell-ssh).
+    #[arg(long, global = true, value_name = "KIND", value_parser = ["local", "container", "ssh"])]
     pub executor: Option<String>,
+    /// The image the container executor creates its container from (shell-container `image`).
+    #[arg(long, global = true, value_name = "IMAGE")]
+    pub image: Option<String>,
+    /// A running container the container executor runs commands in (shell-container
+    /// `container`).
+    #[arg(long, global = true, value_name = "NAME")]
+    pub container: Option<String>,
+    /// Memory limit of the container, e.g. `256m` (shell-container `memory`).
+    #[arg(long, global = true, value_name = "SIZE")]
+    pub memory: Option<String>,
+    /// CPU limit of the container, e.g. `1.5` (shell-container `cpus`).
+    #[arg(long, global = true, value_name = "CPUS")]
+    pub cpus: Option<f64>,
+    /// Process limit of the container (shell-container `pidsLimit`).
+    #[arg(long, global = true, value_name = "N")]
+    pub pids_limit: Option<i64>,
     /// The host of `--executor ssh`: `[user@]host[:port]` (shell-ssh `host`). Its key must be in
     /// the known-hosts file: an unknown host is refused, never added.
     #[arg(long, global = true, value_name = "[USER@]HOST[:PORT]")]

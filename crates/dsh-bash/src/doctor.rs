@@ -1,8 +1,9 @@
 //! `dsh-bash doctor`: host facts a user needs when something does not work.
 //!
-//! Reports the `bash` the executor will find, where spill files go, which sandbox runners the
-//! host offers, and the composition with each plugin's state. Exit 0 when bash was found and
-//! every plugin applied, 1 otherwise.
+//! Reports the `bash` the executor will find, where commands run (a remote executor's far
+//! side is probed), where spill files go, which sandbox runners the
+//! host offers, and the composition with each plugin's state. Exit 0 when bash was found, a
+//! remote executor's far side answers and every plugin applied, 1 otherwise.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -18,6 +19,19 @@ use crate::catalog::Catalog;
 use crate::cli::CompositionArgs;
 use crate::composition::{Composition, Pending};
 
+/// `executor: local`, or the remote executor's kind, where it runs, and whether its far
+/// side answers (the engine's version) or why not.
+async fn executor_line(ctx: &dsh_core::Context) -> (String, bool) {
+    let Some(transport) = ctx.get(dsh_shell_remote::REMOTE_TRANSPORT) else {
+        return ("executor: local".to_owned(), true);
+    };
+    let (answer, answers) = match transport.probe().await {
+        Ok(facts) => (facts, true),
+        Err(e) => (format!("does not answer: {e}"), false),
+    };
+    (format!("executor: {} ({}); {answer}", transport.kind(), transport.describe()), answers)
+}
+
 pub async fn run(composition: &CompositionArgs) -> anyhow::Result<u8> {
     let comp = Composition::start(composition, Pending::Report).await?;
     let plugins = comp.ctx().plugins();
@@ -32,7 +46,14 @@ pub async fn run(composition: &CompositionArgs) -> anyhow::Result<u8> {
         None => composition.add_dir.iter().map(|d| dsh_core::home::absolutize(d)).collect(),
     };
     let network = standing.map(|policy| policy.network);
-    let executor = ssh_executor_line(comp.ctx()).await;
+    let (executor, executor_answers) = executor_line(comp.ctx()).await;
+    let known_hosts =
+        comp.ctx().get(dsh_shell_ssh::SSH_TRANSPORT).map(|ssh| match ssh.config().known_hosts_file() {
+            Some(file) => {
+                format!("ssh known hosts: {} (an unknown host key is refused, never added)", file.display())
+            }
+            None => "ssh known hosts: ssh's default (an unknown host key is refused, never added)".to_owned(),
+        });
     comp.dispose().await;
     // Probing runs runner programs synchronously.
     let runners = tokio::task::spawn_blocking(move || sandbox_runners(provider))
@@ -46,9 +67,8 @@ pub async fn run(composition: &CompositionArgs) -> anyhow::Result<u8> {
         Some(path) => report.push(format!("bash: {} ({})", path.display(), bash_version(path))),
         None => report.push("bash: not found on PATH".to_owned()),
     }
-    if let Some((line, _)) = &executor {
-        report.push(line.clone());
-    }
+    report.push(executor);
+    report.extend(known_hosts);
     report.push(format!("spill directory: {}", spill_directory(spill_dir.as_deref())));
     report.push(format!("containment: {}", containment.as_deref().unwrap_or("none (no subprocess service)")));
     report.push(
@@ -79,32 +99,8 @@ pub async fn run(composition: &CompositionArgs) -> anyhow::Result<u8> {
         writeln!(stdout, "{line}").context("writing stdout")?;
     }
     stdout.flush().context("writing stdout")?;
-    let answers = executor.is_none_or(|(_, answers)| answers);
-    let healthy = bash.is_some() && answers && plugins.iter().all(|p| p.applied);
+    let healthy = bash.is_some() && executor_answers && plugins.iter().all(|p| p.applied);
     Ok(if healthy { 0 } else { 1 })
-}
-
-/// `executor: ssh user@host:port, answers (Linux …)`, or why it does not, when the SSH
-/// executor is composed; with whether it answers. Opens the connection, as a first call would.
-async fn ssh_executor_line(ctx: &dsh_core::Context) -> Option<(String, bool)> {
-    use dsh_shell_remote::RemoteTransport;
-    let transport = ctx.get(dsh_shell_ssh::SSH_TRANSPORT)?;
-    let known_hosts = match transport.config().known_hosts_file() {
-        Some(file) => file.display().to_string(),
-        None => "ssh's default".to_owned(),
-    };
-    Some(match transport.probe().await {
-        Ok(uname) => (
-            format!("executor: {}, answers ({uname}); known hosts: {known_hosts}", transport.describe()),
-            true,
-        ),
-        Err(e) => {
-            let described = transport.describe();
-            let error = e.to_string();
-            let why = error.strip_prefix(&format!("{described}: ")).unwrap_or(&error);
-            (format!("executor: {described}, does not answer: {why}"), false)
-        }
-    })
 }
 
 /// Where each sandbox mode lets commands write, for the workspace root calls get when their

@@ -79,13 +79,9 @@ impl Plan {
         if let Some(mode) = &args.sandbox {
             plan.swap_in_sandbox(catalog, mode)?;
         }
-        if args.executor.as_deref() == Some("ssh") {
-            if let Some(mode) = &args.sandbox {
-                bail!(
-                    "--executor ssh runs commands on another host, where --sandbox {mode} cannot confine them: use one or the other"
-                );
-            }
-            plan.swap_executor(catalog, catalog::SSH_EXECUTOR)?;
+        let replacing = args.executor.as_deref();
+        if let Some(kind) = &args.executor {
+            plan.select_executor(catalog, kind, args.sandbox.is_some())?;
         }
         if args.approve.is_some() || args.approval_policy.is_some() {
             plan.ensure(catalog, "approval")?;
@@ -93,10 +89,11 @@ impl Plan {
         for name in host {
             plan.ensure(catalog, name)?;
         }
-        let replacement = match (&args.sandbox, args.executor.as_deref()) {
-            (Some(_), _) => Some(catalog::SANDBOX_EXECUTOR),
-            (None, Some("ssh")) => Some(catalog::SSH_EXECUTOR),
-            (None, _) => None,
+        let replacement = match (args.sandbox.is_some(), replacing) {
+            (true, _) => Some(catalog::SANDBOX_EXECUTOR),
+            (false, Some("container")) => Some(catalog::CONTAINER_EXECUTOR),
+            (false, Some("ssh")) => Some(catalog::SSH_EXECUTOR),
+            (false, _) => None,
         };
         plan.apply_tables(catalog, file, replacement)?;
         plan.apply_switches(args)?;
@@ -153,17 +150,52 @@ impl Plan {
         Ok(())
     }
 
-    /// `--executor ssh`: the SSH executor takes the local executor's place.
-    fn swap_executor(&mut self, catalog: &Catalog, executor: &str) -> anyhow::Result<()> {
-        let factory = lookup(catalog, executor)?;
-        match (self.index(catalog::LOCAL_EXECUTOR), self.index(executor)) {
-            (Some(local), None) => self.rows[local] = Row { factory, config: Value::Null },
-            (Some(local), Some(_)) => {
-                self.rows.remove(local);
+    /// `--executor`: `container` swaps the container executor in for the local one (it
+    /// does not combine with `--sandbox`: the container is the confinement), `ssh` the SSH
+    /// executor (nor does it: the host is not confined from here); `local` keeps the plan as
+    /// it is.
+    fn select_executor(&mut self, catalog: &Catalog, kind: &str, sandboxed: bool) -> anyhow::Result<()> {
+        match kind {
+            "local" => Ok(()),
+            "container" if sandboxed => {
+                bail!(
+                    "--executor container does not combine with --sandbox: the container is the confinement"
+                )
             }
-            (None, _) => self.ensure(catalog, executor)?,
+            "container" => {
+                let Some(executor) = catalog.find(catalog::CONTAINER_EXECUTOR) else {
+                    bail!(
+                        "--executor container needs the plugin \"{}\", which is not part of this build",
+                        catalog::CONTAINER_EXECUTOR
+                    );
+                };
+                match (self.index(catalog::LOCAL_EXECUTOR), self.index(catalog::CONTAINER_EXECUTOR)) {
+                    (Some(local), None) => self.rows[local] = Row { factory: executor, config: Value::Null },
+                    (Some(local), Some(_)) => {
+                        self.rows.remove(local);
+                    }
+                    (None, _) => self.ensure(catalog, catalog::CONTAINER_EXECUTOR)?,
+                }
+                Ok(())
+            }
+            "ssh" if sandboxed => {
+                bail!(
+                    "--executor ssh runs commands on another host, where --sandbox cannot confine them: use one or the other"
+                )
+            }
+            "ssh" => {
+                let executor = lookup(catalog, catalog::SSH_EXECUTOR)?;
+                match (self.index(catalog::LOCAL_EXECUTOR), self.index(catalog::SSH_EXECUTOR)) {
+                    (Some(local), None) => self.rows[local] = Row { factory: executor, config: Value::Null },
+                    (Some(local), Some(_)) => {
+                        self.rows.remove(local);
+                    }
+                    (None, _) => self.ensure(catalog, catalog::SSH_EXECUTOR)?,
+                }
+                Ok(())
+            }
+            other => bail!("--executor {other} is not part of this build (available: local, container, ssh)"),
         }
-        Ok(())
     }
 
     fn apply_tables(
@@ -173,9 +205,9 @@ impl Plan {
         replacement: Option<&'static str>,
     ) -> anyhow::Result<()> {
         let mut seen: Vec<&'static str> = Vec::new();
-        // Under --sandbox (or --executor ssh), settings written for the local executor
-        // configure its replacement (the same keys), unless the file configures the
-        // replacement itself.
+        // Under --sandbox or --executor container, settings written for the local executor
+        // configure its replacement (same keys), unless the file configures the replacement
+        // itself.
         let replacement_has_own_table = file
             .tables
             .iter()
@@ -187,8 +219,8 @@ impl Plan {
                 bail!("plugin \"{short}\" is configured twice");
             }
             seen.push(short);
-            if let Some(replacement) =
-                replacement.filter(|_| short == catalog::LOCAL_EXECUTOR && !replacement_has_own_table)
+            if let Some(replacement) = replacement.filter(|_| short == catalog::LOCAL_EXECUTOR)
+                && !replacement_has_own_table
             {
                 short = replacement;
             }
@@ -212,7 +244,8 @@ impl Plan {
         }
         if let Some(root) = &args.workspace_root {
             let root = workspace_root(root)?;
-            for executor in [catalog::LOCAL_EXECUTOR, catalog::SANDBOX_EXECUTOR] {
+            for executor in [catalog::LOCAL_EXECUTOR, catalog::SANDBOX_EXECUTOR, catalog::CONTAINER_EXECUTOR]
+            {
                 self.set(executor, "cwd", Value::String(root.clone()))?;
             }
             self.set("sandbox-policy", "workspaceRoot", Value::String(root))?;
@@ -229,7 +262,18 @@ impl Plan {
         self.append_paths("sandbox-policy", "writableRoots", &absolute(&args.add_dir), "--add-dir")?;
         self.append_paths(catalog::SANDBOX_PROVIDER, "denyRead", &absolute(&args.deny_read), "--deny-read")?;
         self.append_names("subprocess", "redactValues", &args.redact_env)?;
+        self.apply_container_switches(args)?;
         let network = args.network.as_ref().filter(|n| *n != "allow");
+        let container =
+            self.index(catalog::CONTAINER_EXECUTOR).is_some() && self.index("sandbox-policy").is_none();
+        if container && (args.network.as_deref() == Some("ask") || !args.allow_host.is_empty()) {
+            bail!(
+                "the container executor takes --network allow or deny (no network at all); --network ask and --allow-host need --sandbox"
+            );
+        }
+        if container && let Some(network) = &args.network {
+            return self.set(catalog::CONTAINER_EXECUTOR, "network", Value::String(network.clone()));
+        }
         if (network.is_some() || !args.allow_host.is_empty()) && self.index("sandbox-policy").is_none() {
             bail!(
                 "--network and --allow-host confine commands' network access: they need a sandbox (add --sandbox workspace-write or --sandbox read-only)"
@@ -242,7 +286,8 @@ impl Plan {
         Ok(())
     }
 
-    /// `--ssh-host`, `--ssh-identity`, `--ssh-known-hosts`: the SSH executor's connection.
+    /// `--ssh-host`, `--ssh-identity`, `--ssh-known-hosts`: the SSH executor's connection;
+    /// without it in the plan they are refused.
     fn apply_ssh_switches(&mut self, args: &CompositionArgs) -> anyhow::Result<()> {
         let given = args.ssh_host.is_some() || args.ssh_identity.is_some() || args.ssh_known_hosts.is_some();
         if given && self.index(catalog::SSH_EXECUTOR).is_none() {
@@ -253,17 +298,36 @@ impl Plan {
         if let Some(host) = &args.ssh_host {
             self.set(catalog::SSH_EXECUTOR, "host", Value::String(host.clone()))?;
         }
-        for (key, path) in [("identity", &args.ssh_identity), ("knownHosts", &args.ssh_known_hosts)] {
+        for (option, key, path) in [
+            ("--ssh-identity", "identity", &args.ssh_identity),
+            ("--ssh-known-hosts", "knownHosts", &args.ssh_known_hosts),
+        ] {
             let Some(path) = path else { continue };
             let path = dsh_core::home::absolutize(path);
             let Some(text) = path.to_str() else {
-                bail!(
-                    "--ssh-{} {}: not valid UTF-8",
-                    if key == "identity" { "identity" } else { "known-hosts" },
-                    path.display()
-                );
+                bail!("{option} {}: not valid UTF-8", path.display());
             };
             self.set(catalog::SSH_EXECUTOR, key, Value::String(text.to_owned()))?;
+        }
+        Ok(())
+    }
+
+    /// `--image`, `--container`, `--memory`, `--cpus`, `--pids-limit`: the container
+    /// executor's keys; without it in the plan they are refused.
+    fn apply_container_switches(&mut self, args: &CompositionArgs) -> anyhow::Result<()> {
+        let values = [
+            ("--image", "image", args.image.clone().map(Value::String)),
+            ("--container", "container", args.container.clone().map(Value::String)),
+            ("--memory", "memory", args.memory.clone().map(Value::String)),
+            ("--cpus", "cpus", args.cpus.and_then(serde_json::Number::from_f64).map(Value::Number)),
+            ("--pids-limit", "pidsLimit", args.pids_limit.map(Value::from)),
+        ];
+        for (option, key, value) in values {
+            let Some(value) = value else { continue };
+            if self.index(catalog::CONTAINER_EXECUTOR).is_none() {
+                bail!("{option} configures the container executor: add --executor container");
+            }
+            self.set(catalog::CONTAINER_EXECUTOR, key, value)?;
         }
         Ok(())
     }

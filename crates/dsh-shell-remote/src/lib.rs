@@ -21,6 +21,13 @@ mod frame;
 mod process;
 mod transport;
 
+use std::sync::Arc;
+
 pub use executor::RemoteExecutor;
 pub use process::RemoteShellProcess;
 pub use transport::{RemoteChild, RemoteError, RemoteExecSpec, RemoteExit, RemoteTransport};
+
+/// The transport the composition's remote executor runs through, for `doctor` (which
+/// probes it) and hosts that report where commands run.
+pub const REMOTE_TRANSPORT: dsh_core::ServiceKey<Arc<dyn RemoteTransport>> =
+    dsh_core::ServiceKey::new("remoteTransport");

@@ -305,3 +305,16 @@ async fn background_input_reaches_the_command_until_closed() {
     assert_eq!(process.read_output().delta, "got one\ngot two\neof\n");
     assert_eq!(process.write_input(b"x"), Err("it has ended".to_owned()));
 }
+
+#[tokio::test]
+async fn a_command_that_ends_at_once_still_reports_its_own_status() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let executor = executor(dir.path());
+    // A parent that reaps it before the wait status is read would leave no status at all
+    // (the call script's race to lose): many calls, each over before the script looks.
+    for i in 0..100 {
+        let command = if i % 2 == 0 { "true" } else { "exit 3" };
+        let result = run(&executor, request(command)).await;
+        assert_eq!(result.exit_code, Some(if i % 2 == 0 { 0 } else { 3 }), "{i}: {result:?}");
+    }
+}

@@ -1,5 +1,5 @@
 //! `shell-ssh`: the plugin providing the remote executor over an SSH host (`shell`), and the
-//! transport itself (`sshTransport`, for `doctor`).
+//! transport itself (`remoteTransport`, and `sshTransport` with its SSH facts, for `doctor`).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -8,7 +8,7 @@ use std::time::Duration;
 use dsh_bash_local::LocalBashConfig;
 use dsh_core::{ConfigError, Disposer, Handles, Plugin, PluginError, PluginScope, ServiceKey};
 use dsh_shell::{SHELL, ShellExecutor};
-use dsh_shell_remote::{RemoteExecutor, RemoteTransport};
+use dsh_shell_remote::{REMOTE_TRANSPORT, RemoteExecutor, RemoteTransport};
 use dsh_subprocess::plugin::Subprocess;
 use schemars::JsonSchema;
 use serde::Deserialize;
@@ -122,10 +122,11 @@ impl Plugin for ShellSshPlugin {
     ) -> Result<(), PluginError> {
         let transport = Arc::new(SshTransport::new(config.ssh.clone()));
         let remote: Arc<dyn RemoteTransport> = transport.clone();
-        let executor = RemoteExecutor::new(remote, config.executor.clone(), service)
+        let executor = RemoteExecutor::new(Arc::clone(&remote), config.executor.clone(), service)
             .map_err(|e| PluginError::config(e.to_string().replacen("bash-local:", "shell-ssh:", 1)))?;
         let executor: Arc<dyn ShellExecutor> = Arc::new(executor);
         scope.provide(SHELL, executor)?;
+        scope.provide(REMOTE_TRANSPORT, remote)?;
         scope.provide(SSH_TRANSPORT, transport.clone())?;
         // Disposed after the jobs (loaded later, disposed earlier) ended their processes.
         scope.add(Disposer::new_async(move || async move {

@@ -4,6 +4,7 @@ mod bash;
 mod batch;
 mod call;
 mod composition;
+mod container;
 mod escalation_hint;
 mod faults;
 mod first_hour;

@@ -274,11 +274,8 @@ fn an_unknown_host_key_is_refused_with_its_fingerprint() {
     doctor.push("doctor");
     let out = sandbox.run(&doctor, "");
     assert_eq!(out.code, Some(1), "{out:?}");
-    assert!(
-        out.stdout.contains(&format!("executor: ssh {target}, does not answer: {refusal}\n")),
-        "{}",
-        out.stdout
-    );
+    let line = format!("executor: ssh (ssh {target}); does not answer: ssh {target}: {refusal}\n");
+    assert!(out.stdout.contains(&line), "{}", out.stdout);
     assert_eq!(std::fs::read_to_string(&empty).expect("known_hosts"), "", "the key was added");
 }
 
@@ -292,7 +289,7 @@ fn doctor_reports_the_host_and_that_it_answers() {
     assert_eq!(out.code, Some(0), "{out:?}");
     let uname = std::process::Command::new("uname").arg("-srm").output().expect("uname");
     let line = format!(
-        "executor: ssh {}, answers ({}); known hosts: {}\n",
+        "executor: ssh (ssh {}); {}\nssh known hosts: {} (an unknown host key is refused, never added)\n",
         sshd.target(),
         String::from_utf8_lossy(&uname.stdout).trim(),
         sshd.known_hosts().display()
@@ -322,7 +319,7 @@ fn ssh_options_are_refused_where_they_cannot_apply() {
     let out = run(&["--executor", "ssh", "--ssh-host", "h", "--sandbox", "read-only"]);
     assert!(
         out.stderr.contains(
-            "--executor ssh runs commands on another host, where --sandbox read-only cannot confine them"
+            "--executor ssh runs commands on another host, where --sandbox cannot confine them: use one or the other"
         ),
         "{out:?}"
     );

@@ -57,7 +57,9 @@ exec 4<&0 5>&1 6>&2
 exec 7< <(
     export DSH_CALL="$id"
     set -m
-    bash -c "$cmd" <&4 >&5 2>&6 4<&- 5>&- 6>&- &
+    # The command starts once its parent is the `sleep`: a bash parent would reap it.
+    bash -c 'n=0; while [ $n -lt 100000 ] && { ! read -r c </proc/$PPID/comm || [ "$c" != sleep ]; }
+        do n=$((n + 1)); done 2>/dev/null; exec bash -c "$1"' dsh-cmd "$cmd" <&4 >&5 2>&6 4<&- 5>&- 6>&- &
     printf '%s\n' "$!"
     unset DSH_CALL
     exec sleep 2147483647 </dev/null 2>/dev/null 4<&- 5>&- 6>&-

@@ -33,6 +33,8 @@
 //!                               (each also with network deny)
 //! bench_peer proxy N           a CONNECT round trip through the network proxy vs a direct
 //!                               loopback connect (1-byte echo each)
+//! bench_peer container N [--image IMAGE]   run("true") through the container executor vs the
+//!                               transport's bare exec vs `docker exec <container> true`
 //! bench_peer redact SECRETS BYTES [--corpus text|a]   the output redactor alone, in process (GB/s)
 //! bench_peer ssh N [--ssh-host H] [--ssh-identity F] [--ssh-known-hosts F]
 //!                               `true` through the SSH executor and transport vs a raw
@@ -46,6 +48,7 @@
 //! that the output does not contain (see `redact.rs`).
 
 mod baselines;
+mod container;
 mod hosts;
 mod http;
 mod measure;
@@ -219,7 +222,7 @@ struct Outcome {
     shape: Value,
 }
 
-const USAGE: &str = "usage: bench_peer <latency|throughput|concurrent|background|timeout|overhead|pipe|raw-concurrent|batch|mcp|mcp-http|mcp-load|confined|proxy|ssh|redact> ARG [--config JSON] [--secrets N] [--warmup W] [--timeout-ms MS] [--command CMD] | bench_peer report FILE...";
+const USAGE: &str = "usage: bench_peer <latency|throughput|concurrent|background|timeout|overhead|pipe|raw-concurrent|batch|mcp|mcp-http|mcp-load|confined|proxy|container|ssh|redact> ARG [--config JSON] [--secrets N] [--warmup W] [--timeout-ms MS] [--command CMD] [--image IMAGE] [--ssh-host H] | bench_peer report FILE...";
 
 fn main() -> std::process::ExitCode {
     let argv: Vec<String> = std::env::args().skip(1).collect();
@@ -262,6 +265,7 @@ fn main() -> std::process::ExitCode {
         "confined",
         "proxy",
         "ssh",
+        "container",
     ];
     if !known.contains(&name.as_str()) {
         eprintln!("{USAGE}");
@@ -310,6 +314,7 @@ fn bench(name: &str, args: &Args) -> anyhow::Result<Value> {
                     "confined" => baselines::confined(c, &args).await,
                     "proxy" => baselines::proxy(&args).await,
                     "ssh" => ssh::ssh(c, &args).await,
+                    "container" => container::container(c, &args).await,
                     other => bail!("unknown benchmark {other}"),
                 }
             })

@@ -175,6 +175,7 @@ pub(crate) fn print(files: &[String]) -> anyhow::Result<()> {
     confinement(&d, &mut t);
     network_proxy(&d, &mut t);
     ssh(&d, &mut t);
+    container(&d, &mut t);
     redaction(&d, &mut t);
     t.section("timeout 500 ms of `sleep 30`: overshoot (wall - timeout)");
     let p = [("timeoutMs", json!(500)), ("command", json!("sleep 30"))];
@@ -354,6 +355,28 @@ fn confinement(d: &Lines, t: &mut Table) {
             }
         }
     }
+}
+
+fn container(d: &Lines, t: &mut Table) {
+    t.section("container executor: per-call `true` in one container (p50)");
+    if let Some(why) =
+        d.of("rust", "container").find_map(|l| l["results"]["skipped"].as_str().map(str::to_owned))
+    {
+        t.info(&format!("skipped ({why})"), Unit::Ms, None, None);
+        return;
+    }
+    let raw = d.med("rust", "container", &[], "results.docker_exec.p50_ms");
+    t.info("docker exec <container> true (the CLI)", Unit::Ms, raw, None);
+    let bare = d.med("rust", "container", &[], "results.bollard_exec.p50_ms");
+    t.info("the transport's bare exec (bollard)", Unit::Ms, bare, raw);
+    let run = d.med("rust", "container", &[], "results.executor_run.p50_ms");
+    t.add(
+        "run(\"true\") through the container executor",
+        Unit::Ms,
+        run,
+        raw,
+        Target::RatioAtMost(1.2, "<= 1.2x docker exec"),
+    );
 }
 
 fn network_proxy(d: &Lines, t: &mut Table) {

@@ -1,0 +1,361 @@
+//! `--executor container`: the bash tool's host-independent conformance cases through one
+//! container per harness, containment inside it, limits, network and teardown.
+//!
+//! These need a Docker-compatible engine answering on the local socket and the test image
+//! (`scripts/container-test-image`, built here when missing). Without them the tests skip,
+//! saying why, unless `CI=true` or `DSH_CONTAINER_REQUIRE=1`: then they fail.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::harness::{Run, Sandbox, output};
+
+/// The test image (built from this host's programs by `scripts/container-test-image`).
+const IMAGE: &str = "dsh-bash-test:minimal";
+
+/// Whether the engine answers and the test image exists (built when missing); otherwise
+/// skips, or fails when an engine is required.
+fn engine() -> bool {
+    let required = std::env::var("CI").is_ok_and(|v| v == "true")
+        || std::env::var("DSH_CONTAINER_REQUIRE").is_ok_and(|v| v == "1");
+    let reason = match Command::new("docker").args(["version", "--format", "{{.Server.Version}}"]).output() {
+        Err(e) => format!("the docker client cannot run: {e}"),
+        Ok(out) if !out.status.success() => {
+            format!("the container engine does not answer: {}", String::from_utf8_lossy(&out.stderr).trim())
+        }
+        Ok(_) => {
+            let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/container-test-image");
+            match Command::new(script).arg(IMAGE).output() {
+                Ok(out) if out.status.success() => return true,
+                Ok(out) => {
+                    format!("the test image cannot be built: {}", String::from_utf8_lossy(&out.stderr).trim())
+                }
+                Err(e) => format!("the test image cannot be built: {e}"),
+            }
+        }
+    };
+    assert!(!required, "a container engine is required (CI=true or DSH_CONTAINER_REQUIRE=1): {reason}");
+    eprintln!("SKIP: {reason}");
+    false
+}
+
+fn container_args<'a>(extra: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec!["--executor", "container", "--image", IMAGE];
+    args.extend_from_slice(extra);
+    args
+}
+
+/// Runs `batch` through the container executor with `extra` switches; the result lines.
+fn batch(sandbox: &Sandbox, extra: &[&str], requests: &[Value]) -> Vec<Value> {
+    let input: String = requests.iter().map(|r| format!("{r}\n")).collect();
+    let mut args = container_args(extra);
+    args.push("batch");
+    let out = sandbox.run(&args, &input);
+    assert_eq!(out.code, Some(0), "{out:?}");
+    let lines = out.json_lines();
+    assert_eq!(lines.len(), requests.len(), "{out:?}");
+    lines
+}
+
+fn bash(id: u32, command: &str) -> Value {
+    json!({"tool": "bash", "id": id, "args": {"command": command, "description": "d"}})
+}
+
+fn text(line: &Value) -> &str {
+    line["content"][0]["text"].as_str().expect("text")
+}
+
+/// A composition file with `table` as the container executor's config; its path.
+fn config(sandbox: &Sandbox, table: &str) -> String {
+    let path = sandbox.write("container.toml", &format!("[shell-container]\n{table}"));
+    path.to_str().expect("utf-8").to_owned()
+}
+
+/// The containers labelled as this harness process's.
+fn containers_of(pid: u32) -> Vec<String> {
+    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").expect("boot id");
+    let filter = format!("label=dev.dsh-bash.harness={}/{pid}", boot.trim());
+    let out = Command::new("docker").args(["ps", "-aq", "--filter", &filter]).output().expect("docker ps");
+    String::from_utf8_lossy(&out.stdout).lines().map(str::to_owned).collect()
+}
+
+#[test]
+fn bf_cases_pass_through_the_container_executor() {
+    if !engine() {
+        return;
+    }
+    let sandbox = Sandbox::new();
+    let config = config(&sandbox, "graceMs = 200\n");
+    let started = Instant::now();
+    let lines = batch(
+        &sandbox,
+        &["--config", &config],
+        &[
+            bash(1, "echo hello"),
+            bash(2, "true"),
+            bash(3, "echo out; echo err >&2"),
+            bash(4, "printf out; printf err >&2"),
+            bash(5, "printf x; exit 7"),
+            json!({"tool": "bash", "id": 6, "args": {"command": "sleep 60", "description": "d", "timeoutMs": 100}}),
+            json!({"tool": "bash", "id": 7,
+                   "args": {"command": "trap '' TERM; echo armed; sleep 60", "description": "d", "timeoutMs": 500}}),
+            bash(8, "kill -TERM $$"),
+            bash(9, "kill -KILL $$"),
+            bash(10, "sleep 30 & echo shell-done"),
+            bash(11, "exit 143"),
+        ],
+    );
+    assert!(started.elapsed() < Duration::from_secs(30), "{:?}", started.elapsed());
+    assert_eq!(text(&lines[0]), "hello\n");
+    assert_eq!(
+        lines[0]["structured"],
+        json!({"kind": "foreground", "exitCode": 0, "signal": null, "timedOut": false, "aborted": false,
+               "timeoutMs": 120000, "stdout": {"text": "hello\n", "truncated": false},
+               "stderr": {"text": "", "truncated": false}})
+    );
+    let texts: Vec<&str> = lines[1..].iter().map(text).collect();
+    assert_eq!(
+        texts,
+        [
+            "(no output)",
+            "out\n[stderr]\nerr\n",
+            "out\n[stderr]\nerr",
+            "x\n[exit code: 7]",
+            "(no output)\n[timed out after 100ms]\n[killed by signal: SIGTERM]",
+            "armed\n[timed out after 500ms]\n[killed by signal: SIGKILL]",
+            "(no output)\n[killed by signal: SIGTERM]",
+            "(no output)\n[killed by signal: SIGKILL]",
+            "shell-done\n",
+            "(no output)\n[exit code: 143]",
+        ]
+    );
+    assert_eq!(lines[5]["structured"]["timedOut"], json!(true));
+}
+
+#[test]
+fn bf_08_truncated_output_spills_on_the_harness_side_and_the_command_can_read_it() {
+    if !engine() {
+        return;
+    }
+    let sandbox = Sandbox::new();
+    let spill_dir = tempfile::tempdir().expect("tempdir");
+    let spill = spill_dir.path().to_str().expect("utf-8");
+    let path = sandbox.write(
+        "container.toml",
+        &format!("[subprocess]\nspillDir = \"{spill}\"\n[shell-container]\nmaxOutputBytes = 100\n"),
+    );
+    let lines = batch(
+        &sandbox,
+        &["--config", path.to_str().expect("utf-8")],
+        &[
+            bash(1, r#"for i in $(seq 1 100); do printf "line-%04d\n" $i; done"#),
+            // The spill directory is bound read-only into the container at the same path.
+            bash(
+                2,
+                &format!("cat {spill}/*-stdout.log | wc -l; touch {spill}/x 2>/dev/null || echo read-only"),
+            ),
+        ],
+    );
+    let all: String = (1..=100).map(|i| format!("line-{i:04}\n")).collect();
+    let path = lines[0]["structured"]["stdout"]["spillPath"].as_str().expect("spill path");
+    assert!(path.starts_with(spill), "{path}");
+    assert_eq!(text(&lines[0]), format!("{}\n[output truncated; full output: {path}]", &all[900..]));
+    assert_eq!(std::fs::read_to_string(path).expect("spill file"), all);
+    assert_eq!(text(&lines[1]), "100\nread-only\n");
+}
+
+#[test]
+fn jb_cases_background_jobs_run_in_the_container() {
+    if !engine() {
+        return;
+    }
+    let sandbox = Sandbox::new();
+    let background = |id: u32, command: &str| json!({"tool": "bash", "id": id, "args": {"command": command, "description": "d", "run_in_background": true}});
+    let wait =
+        |id: u32, job: &str| json!({"tool": "job_output", "id": id, "args": {"job_id": job, "wait": true}});
+    let lines = batch(
+        &sandbox,
+        &[],
+        &[
+            background(1, "echo bg-ok"),
+            wait(2, "bash-1"),
+            wait(3, "bash-1"),
+            background(4, "sleep 60"),
+            json!({"tool": "job_kill", "id": 5, "args": {"job_id": "bash-2"}}),
+            wait(6, "bash-2"),
+            background(7, "kill -TERM $$"),
+            wait(8, "bash-3"),
+            background(9, "echo x; exit 3"),
+            wait(10, "bash-4"),
+            json!({"tool": "bash", "id": 11,
+                   "args": {"command": "true", "description": "d", "workdir": "/nonexistent-dsh", "run_in_background": true}}),
+            wait(12, "bash-5"),
+        ],
+    );
+    let texts: Vec<&str> = lines.iter().map(text).collect();
+    assert_eq!(texts[0], "started background job bash-1");
+    assert_eq!(texts[1], "bg-ok\n[status: completed, exit code: 0]");
+    assert_eq!(texts[2], "(no new output)\n[status: completed, exit code: 0]");
+    assert_eq!(texts[4], "requested cancellation of job bash-2");
+    assert!(texts[5].ends_with("[status: killed, signal: SIGTERM]"), "{}", texts[5]);
+    assert!(texts[7].ends_with("[status: killed, signal: SIGTERM]"), "{}", texts[7]);
+    assert_eq!(texts[9], "x\n[status: completed, exit code: 3]");
+    assert_eq!(
+        texts[11],
+        "[stderr]\nspawn failed: Error: spawn bash ENOENT: working directory /nonexistent-dsh does not exist\n[status: killed, killed before exit]"
+    );
+}
+
+#[test]
+fn a_setsid_or_double_fork_escape_dies_with_its_call_inside_the_container() {
+    if !engine() {
+        return;
+    }
+    let sandbox = Sandbox::new();
+    let lines = batch(
+        &sandbox,
+        &[],
+        &[
+            bash(1, "setsid sleep 300 & (sleep 301 &); sleep 0.3; ps -eo args | grep -c '^sleep 30[01]$'"),
+            bash(2, "ps -eo args | grep -c '^sleep 30[01]$'"),
+        ],
+    );
+    assert_eq!(text(&lines[0]), "2\n", "both escapes ran");
+    assert_eq!(text(&lines[1]), "0\n[exit code: 1]", "the escapes died with their call");
+}
+
+#[test]
+fn a_memory_hog_under_a_limit_is_reported_as_out_of_memory() {
+    if !engine() {
+        return;
+    }
+    let sandbox = Sandbox::new();
+    let lines = batch(
+        &sandbox,
+        &["--memory", "256m"],
+        &[bash(1, "head -c 2G /dev/zero | tail"), bash(2, "echo fine")],
+    );
+    assert!(text(&lines[0]).ends_with("\n[killed: out of memory]\n[exit code: 137]"), "{}", text(&lines[0]));
+    assert_eq!(lines[0]["structured"]["outOfMemory"], json!(true));
+    assert_eq!(text(&lines[1]), "fine\n");
+    assert_eq!(lines[1]["structured"].get("outOfMemory"), None);
+}
+
+#[test]
+fn network_deny_cannot_reach_a_listener_on_the_host() {
+    if !engine() {
+        return;
+    }
+    let listener = std::net::TcpListener::bind("0.0.0.0:0").expect("listen");
+    listener.set_nonblocking(true).expect("nonblocking");
+    let port = listener.local_addr().expect("address").port();
+    let hosts = String::from_utf8(Command::new("hostname").arg("-I").output().expect("hostname -I").stdout)
+        .expect("utf-8");
+    let mut targets = vec!["127.0.0.1".to_owned()];
+    targets.extend(hosts.split_whitespace().filter(|h| !h.contains(':')).map(str::to_owned));
+    let probe: String = targets
+        .iter()
+        .map(|host| format!("(exec 3<>/dev/tcp/{host}/{port}) 2>/dev/null && echo reached {host}; "))
+        .collect();
+    let sandbox = Sandbox::new();
+    let lines = batch(&sandbox, &["--network", "deny"], &[bash(1, &format!("{probe}ls /sys/class/net"))]);
+    assert_eq!(text(&lines[0]), "lo\n");
+    assert!(
+        matches!(listener.accept(), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock),
+        "a connection came"
+    );
+}
+
+#[test]
+fn the_container_lives_while_the_harness_runs_and_teardown_removes_it() {
+    if !engine() {
+        return;
+    }
+    let sandbox = Sandbox::new();
+    let mut args = container_args(&[]);
+    args.extend(["call", "bash", r#"{"command":"touch started; sleep 3; echo done","description":"d"}"#]);
+    let child = sandbox
+        .command(&args)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .spawn();
+    let child = child.expect("spawn");
+    let pid = child.id();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !sandbox.path().join("started").exists() {
+        assert!(Instant::now() < deadline, "the command never started");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(containers_of(pid).len(), 1, "one labelled container while the harness runs");
+    let out = child.wait_with_output().expect("wait");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "done\n");
+    assert_eq!(containers_of(pid), Vec::<String>::new(), "teardown removed the container");
+}
+
+#[test]
+fn containers_left_by_a_harness_that_is_gone_are_removed_on_start() {
+    if !engine() {
+        return;
+    }
+    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").expect("boot id");
+    // A pid that cannot be alive: above the kernel's limit.
+    let label = format!("dev.dsh-bash.harness={}/4194305", boot.trim());
+    let created = Command::new("docker")
+        .args(["run", "-d", "--label", &label, IMAGE, "sleep", "300"])
+        .output()
+        .expect("docker run");
+    assert!(created.status.success(), "{created:?}");
+    let leftover = String::from_utf8_lossy(&created.stdout).trim().to_owned();
+    let out = Sandbox::new()
+        .run(&container_args(&["call", "bash", r#"{"command":"echo ok","description":"d"}"#]), "");
+    assert_eq!(out.stdout, "ok\n", "{out:?}");
+    let inspect = Command::new("docker").args(["inspect", &leftover]).output().expect("docker inspect");
+    assert!(!inspect.status.success(), "the leftover container {leftover} is still there");
+}
+
+#[test]
+fn doctor_reports_the_executor_and_whether_the_engine_answers() {
+    if !engine() {
+        return;
+    }
+    let out = Sandbox::new().run(&container_args(&["doctor"]), "");
+    let line = out.stdout.lines().find(|l| l.starts_with("executor: ")).expect("executor line");
+    assert!(line.starts_with("executor: container (container dsh-"), "{line}");
+    assert!(line.contains(&format!("(image {IMAGE})); ")) && line.ends_with(" answers"), "{line}");
+    let sandbox = Sandbox::new();
+    let mut command = sandbox.command(&container_args(&["doctor"]));
+    command.env("DOCKER_HOST", "unix:///nonexistent/docker.sock");
+    let out = output(command, b"");
+    assert_eq!(out.code, Some(1), "{out:?}");
+    let line = out.stdout.lines().find(|l| l.starts_with("executor: ")).expect("executor line");
+    assert!(
+        line.ends_with("; does not answer: the container engine cannot be reached: Socket not found: /nonexistent/docker.sock"),
+        "{line}"
+    );
+}
+
+#[test]
+fn the_local_executor_is_the_default_and_container_options_need_the_container_executor() {
+    let out = Sandbox::new().run(&["doctor"], "");
+    assert!(out.stdout.lines().any(|l| l == "executor: local"), "{out:?}");
+    let refused = |args: &[&str]| -> Run { Sandbox::new().run(args, "") };
+    let out = refused(&["--image", IMAGE, "call", "bash", r#"{"command":"true","description":"d"}"#]);
+    assert_eq!(
+        out.stderr.trim_end(),
+        "dsh-bash: --image configures the container executor: add --executor container"
+    );
+    let out = refused(&["--executor", "ssh", "doctor"]);
+    assert_eq!(
+        out.stderr.trim_end(),
+        "dsh-bash: shell-ssh: host is required ([user@]host[:port]; --ssh-host)"
+    );
+    let out = refused(&["--executor", "container", "--sandbox", "read-only", "doctor"]);
+    assert_eq!(
+        out.stderr.trim_end(),
+        "dsh-bash: --executor container does not combine with --sandbox: the container is the confinement"
+    );
+    let out = refused(&["--executor", "container", "doctor"]);
+    assert!(out.stderr.contains("shell-container: set image (to create the session's container) or container (to use a running one)"), "{out:?}");
+}

@@ -1,0 +1,108 @@
+//! The container executor against the engine's own per-call cost: `run("true")` through
+//! `RemoteExecutor` over `ContainerTransport`, the transport's bare exec of `true` (bollard
+//! alone), and `docker exec <container> true` (the CLI), interleaved in one container.
+
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::bail;
+use dsh_bash_local::LocalBashConfig;
+use dsh_shell::ShellExecRequest;
+use dsh_shell_container::{ContainerSettings, ContainerTransport};
+use dsh_shell_remote::{RemoteExecSpec, RemoteExecutor, RemoteTransport};
+use serde_json::{Map, Value, json};
+use tokio::io::AsyncReadExt;
+
+use crate::measure::{ms, stats};
+use crate::{Args, Composed, Outcome, run_with};
+
+/// `true` through the transport alone: exec, both streams to their end, the exit.
+async fn bare_exec(transport: &ContainerTransport) -> anyhow::Result<()> {
+    let spec = RemoteExecSpec { argv: vec!["true".to_owned()], ..RemoteExecSpec::default() };
+    let mut child = transport.exec(spec).await?;
+    let mut sink = Vec::new();
+    child.stdout.read_to_end(&mut sink).await?;
+    child.stderr.read_to_end(&mut sink).await?;
+    let exit = child.exit.await?;
+    if exit.code != Some(0) {
+        bail!("true exited {:?}", exit.code);
+    }
+    Ok(())
+}
+
+fn docker_exec(container: &str) -> anyhow::Result<()> {
+    let status = Command::new("docker")
+        .args(["exec", container, "true"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()?;
+    if !status.success() {
+        bail!("docker exec {container} true: {status}");
+    }
+    Ok(())
+}
+
+pub(crate) async fn container(c: &Composed, args: &Args) -> anyhow::Result<Outcome> {
+    let n = args.int_at(1, "N")?;
+    let warmup = args.int_flag("warmup", 5)?;
+    let image = args.flag("image").unwrap_or("dsh-bash-test:minimal").to_owned();
+    let workspace = tempfile::Builder::new().prefix("dsh-bench-container-").tempdir()?;
+    let session = format!("bench{}", std::process::id());
+    let root = std::fs::canonicalize(workspace.path())?;
+    let settings = ContainerSettings {
+        image: Some(image.clone()),
+        workspace: root.clone(),
+        ..ContainerSettings::default()
+    };
+    let transport = Arc::new(ContainerTransport::new(settings, session.clone()));
+    let params = json!({"n": n, "warmup": warmup, "command": "true", "image": image, "interleaved": true});
+    // The first exec creates the container; an engine that does not answer skips the rows.
+    if let Err(e) = bare_exec(&transport).await {
+        let _ = transport.shutdown().await;
+        return Ok(Outcome { params, results: json!({"skipped": e.to_string()}), shape: Value::Null });
+    }
+    let executor = RemoteExecutor::new(
+        Arc::clone(&transport) as Arc<dyn RemoteTransport>,
+        LocalBashConfig::default(),
+        Arc::clone(&c.service),
+    )?;
+    let name = format!("dsh-{session}");
+    let request = || ShellExecRequest {
+        command: "true".to_owned(),
+        workdir: Some(root.clone()),
+        ..ShellExecRequest::default()
+    };
+    let measured = async {
+        for _ in 0..warmup {
+            docker_exec(&name)?;
+            bare_exec(&transport).await?;
+            run_with(&executor, request()).await?;
+        }
+        let mut samples: [Vec<f64>; 3] = Default::default();
+        for _ in 0..n {
+            let t = Instant::now();
+            docker_exec(&name)?;
+            samples[0].push(ms(t.elapsed()));
+            let t = Instant::now();
+            bare_exec(&transport).await?;
+            samples[1].push(ms(t.elapsed()));
+            let t = Instant::now();
+            let r = run_with(&executor, request()).await?;
+            samples[2].push(ms(t.elapsed()));
+            if r.exit_code != Some(0) {
+                bail!("run(true): exit {:?}: {}", r.exit_code, r.stderr.text);
+            }
+        }
+        anyhow::Ok(samples)
+    }
+    .await;
+    transport.shutdown().await?;
+    let samples = measured?;
+    let mut results = Map::new();
+    for (key, s) in ["docker_exec", "bollard_exec", "executor_run"].into_iter().zip(&samples) {
+        results.insert(key.into(), Value::Object(stats(s)));
+    }
+    Ok(Outcome { params, results: Value::Object(results), shape: Value::Null })
+}

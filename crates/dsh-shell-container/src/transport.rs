@@ -1,0 +1,321 @@
+//! The container transport: one container per harness, programs started with `exec`.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+use bollard::Docker;
+use bollard::container::LogOutput;
+use bollard::exec::{CreateExecOptions, StartExecResults};
+use bollard::models::{ContainerCreateBody, HostConfig};
+use bollard::query_parameters::{CreateContainerOptions, ListContainersOptions, RemoveContainerOptions};
+use bytes::Bytes;
+use dsh_shell_remote::{RemoteChild, RemoteError, RemoteExecSpec, RemoteExit, RemoteTransport};
+use futures::StreamExt;
+use tokio::sync::{Mutex, OnceCell, mpsc, oneshot};
+use tokio_util::io::StreamReader;
+
+use crate::labels::{HARNESS_LABEL, SESSION_LABEL, harness_id, harness_is_gone};
+
+/// Where and how the transport runs programs.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ContainerSettings {
+    /// Create the session's container from this image (when `container` is not set).
+    pub image: Option<String>,
+    /// Run in this existing container instead (never created or removed by the transport).
+    pub container: Option<String>,
+    /// Bind-mounted read-write at the same path (the workspace).
+    pub workspace: PathBuf,
+    /// Further host directories bind-mounted read-only at the same path (the spill
+    /// directory, so commands can read the spill files they are told about).
+    pub read_only: Vec<PathBuf>,
+    /// Memory limit in bytes (swap included: no swap beyond it).
+    pub memory: Option<i64>,
+    /// CPU limit in billionths of a CPU.
+    pub nano_cpus: Option<i64>,
+    /// Limit on the number of processes.
+    pub pids_limit: Option<i64>,
+    /// No network at all (`network_mode: none`).
+    pub network_none: bool,
+    /// `uid:gid` programs run as; `None`: the image's user.
+    pub user: Option<String>,
+}
+
+enum Readiness {
+    /// No container yet.
+    Idle,
+    /// The container programs run in, and whether the transport created it.
+    Ready { id: String, owned: bool },
+    /// Shut down: nothing runs any more.
+    Closed,
+}
+
+/// Runs programs in one container through the Docker Engine API (the local socket, or
+/// `DOCKER_HOST`; Podman through its Docker-compatible service).
+///
+/// The container is created and started by the first [`exec`](RemoteTransport::exec)
+/// (labelled with the harness and the session, `init` as PID 1 reaping orphans, the
+/// workspace bound at its own path, the limits applied) and removed by
+/// [`shutdown`](RemoteTransport::shutdown). Before the first container is created,
+/// containers left by harnesses that are gone (crashed) are removed.
+pub struct ContainerTransport {
+    settings: ContainerSettings,
+    session: String,
+    docker: OnceCell<Docker>,
+    readiness: Mutex<Readiness>,
+}
+
+fn unavailable(what: &str, error: impl std::fmt::Display) -> RemoteError {
+    RemoteError::Unavailable(format!("{what}: {error}"))
+}
+
+impl ContainerTransport {
+    /// A transport for one session (`session` names its container `dsh-<session>` and
+    /// labels it). Connects lazily.
+    pub fn new(settings: ContainerSettings, session: String) -> Self {
+        Self { settings, session, docker: OnceCell::new(), readiness: Mutex::new(Readiness::Idle) }
+    }
+
+    /// The settings the transport runs with.
+    pub fn settings(&self) -> &ContainerSettings {
+        &self.settings
+    }
+
+    async fn docker(&self) -> Result<&Docker, RemoteError> {
+        self.docker
+            .get_or_try_init(|| async {
+                let docker = Docker::connect_with_local_defaults()
+                    .map_err(|e| unavailable("the container engine cannot be reached", e))?;
+                docker
+                    .negotiate_version()
+                    .await
+                    .map_err(|e| unavailable("the container engine does not answer", e))
+            })
+            .await
+    }
+
+    /// The container to exec in, created and started on first use.
+    async fn container(&self) -> Result<String, RemoteError> {
+        let mut readiness = self.readiness.lock().await;
+        match &*readiness {
+            Readiness::Ready { id, .. } => return Ok(id.clone()),
+            Readiness::Closed => {
+                return Err(RemoteError::Unavailable("the container executor was shut down".to_owned()));
+            }
+            Readiness::Idle => {}
+        }
+        let docker = self.docker().await?;
+        let (id, owned) = match &self.settings.container {
+            Some(name) => {
+                let inspected = docker
+                    .inspect_container(name, None)
+                    .await
+                    .map_err(|e| unavailable(&format!("container {name}"), e))?;
+                if !inspected.state.and_then(|s| s.running).unwrap_or(false) {
+                    return Err(RemoteError::Unavailable(format!("container {name} is not running")));
+                }
+                (name.clone(), false)
+            }
+            None => (self.create(docker).await?, true),
+        };
+        *readiness = Readiness::Ready { id: id.clone(), owned };
+        Ok(id)
+    }
+
+    async fn create(&self, docker: &Docker) -> Result<String, RemoteError> {
+        remove_leftovers(docker).await;
+        let Some(image) = &self.settings.image else {
+            return Err(RemoteError::Unavailable("no image to create the container from".to_owned()));
+        };
+        let same_path = |path: &PathBuf, mode: &str| {
+            let path = path.to_string_lossy();
+            format!("{path}:{path}:{mode}")
+        };
+        let mut binds = vec![same_path(&self.settings.workspace, "rw")];
+        binds.extend(self.settings.read_only.iter().map(|p| same_path(p, "ro")));
+        let labels = HashMap::from([
+            (HARNESS_LABEL.to_owned(), harness_id()),
+            (SESSION_LABEL.to_owned(), self.session.clone()),
+        ]);
+        let host = HostConfig {
+            binds: Some(binds),
+            memory: self.settings.memory,
+            memory_swap: self.settings.memory,
+            nano_cpus: self.settings.nano_cpus,
+            pids_limit: self.settings.pids_limit,
+            network_mode: self.settings.network_none.then(|| "none".to_owned()),
+            init: Some(true),
+            ..HostConfig::default()
+        };
+        let body = ContainerCreateBody {
+            image: Some(image.clone()),
+            cmd: Some(vec!["sleep".to_owned(), "2147483647".to_owned()]),
+            working_dir: Some(self.settings.workspace.to_string_lossy().into_owned()),
+            user: self.settings.user.clone(),
+            labels: Some(labels),
+            network_disabled: self.settings.network_none.then_some(true),
+            host_config: Some(host),
+            ..ContainerCreateBody::default()
+        };
+        let name = format!("dsh-{}", self.session);
+        let options =
+            CreateContainerOptions { name: Some(name.clone()), ..CreateContainerOptions::default() };
+        let created = docker
+            .create_container(Some(options), body)
+            .await
+            .map_err(|e| unavailable(&format!("cannot create a container from image {image}"), e))?;
+        if let Err(e) = docker.start_container(&created.id, None).await {
+            let _ = docker.remove_container(&created.id, Some(force())).await;
+            return Err(unavailable(&format!("cannot start container {name}"), e));
+        }
+        Ok(created.id)
+    }
+}
+
+fn force() -> RemoveContainerOptions {
+    RemoveContainerOptions { force: true, v: true, ..RemoveContainerOptions::default() }
+}
+
+/// Removes the containers of harnesses that are gone (best effort: a failure is logged).
+async fn remove_leftovers(docker: &Docker) {
+    let filters = HashMap::from([("label".to_owned(), vec![HARNESS_LABEL.to_owned()])]);
+    let options =
+        ListContainersOptions { all: true, filters: Some(filters), ..ListContainersOptions::default() };
+    let containers = match docker.list_containers(Some(options)).await {
+        Ok(containers) => containers,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot list containers left by earlier harnesses");
+            return;
+        }
+    };
+    for container in containers {
+        let harness =
+            container.labels.as_ref().and_then(|l| l.get(HARNESS_LABEL)).cloned().unwrap_or_default();
+        let Some(id) = container.id.filter(|_| harness_is_gone(&harness)) else { continue };
+        match docker.remove_container(&id, Some(force())).await {
+            Ok(()) => tracing::info!(container = %id, "removed a container left by a harness that is gone"),
+            Err(e) => tracing::warn!(container = %id, error = %e, "cannot remove a leftover container"),
+        }
+    }
+}
+
+/// How many chunks of one stream may wait for its reader.
+const STREAM_QUEUE: usize = 64;
+
+type ChunkSender = mpsc::Sender<std::io::Result<Bytes>>;
+
+fn reader(rx: mpsc::Receiver<std::io::Result<Bytes>>) -> Box<dyn tokio::io::AsyncRead + Send + Unpin> {
+    Box::new(StreamReader::new(tokio_stream_of(rx)))
+}
+
+fn tokio_stream_of(
+    mut rx: mpsc::Receiver<std::io::Result<Bytes>>,
+) -> impl futures::Stream<Item = std::io::Result<Bytes>> + Send + Unpin {
+    Box::pin(futures::stream::poll_fn(move |cx| rx.poll_recv(cx)))
+}
+
+#[async_trait::async_trait]
+impl RemoteTransport for ContainerTransport {
+    fn kind(&self) -> &'static str {
+        "container"
+    }
+
+    fn describe(&self) -> String {
+        match (&self.settings.container, &self.settings.image) {
+            (Some(name), _) => format!("container {name}"),
+            (None, Some(image)) => format!("container dsh-{} (image {image})", self.session),
+            (None, None) => "container (no image)".to_owned(),
+        }
+    }
+
+    async fn exec(&self, spec: RemoteExecSpec) -> Result<RemoteChild, RemoteError> {
+        let container = self.container().await?;
+        let docker = self.docker().await?.clone();
+        let env: Vec<String> = spec.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let options = CreateExecOptions {
+            cmd: Some(spec.argv.clone()),
+            env: Some(env),
+            working_dir: spec.cwd.as_ref().map(|d| d.to_string_lossy().into_owned()),
+            attach_stdin: Some(spec.stdin),
+            attach_stdout: Some(true),
+            attach_stderr: Some(true),
+            user: self.settings.user.clone(),
+            ..CreateExecOptions::default()
+        };
+        let failed = |e: bollard::errors::Error| RemoteError::Failed(format!("container {container}: {e}"));
+        let exec = docker.create_exec(&container, options).await.map_err(failed)?;
+        let StartExecResults::Attached { mut output, input } =
+            docker.start_exec(&exec.id, None).await.map_err(failed)?
+        else {
+            return Err(RemoteError::Failed("the engine started the exec detached".to_owned()));
+        };
+        let (out_tx, out_rx) = mpsc::channel(STREAM_QUEUE);
+        let (err_tx, err_rx) = mpsc::channel(STREAM_QUEUE);
+        let (exit_tx, exit_rx) = oneshot::channel();
+        let exec_id = exec.id;
+        tokio::spawn(async move {
+            let send = |tx: &ChunkSender, message: Bytes| {
+                let tx = tx.clone();
+                async move { tx.send(Ok(message)).await.is_ok() }
+            };
+            let (mut out_open, mut err_open) = (true, true);
+            while let Some(item) = output.next().await {
+                match item {
+                    Ok(LogOutput::StdOut { message }) if out_open => out_open = send(&out_tx, message).await,
+                    Ok(LogOutput::StdErr { message }) if err_open => err_open = send(&err_tx, message).await,
+                    Ok(_) => {}
+                    Err(e) => {
+                        tracing::warn!(error = %e, "the exec's output stream failed");
+                        break;
+                    }
+                }
+                if !out_open && !err_open {
+                    break;
+                }
+            }
+            drop((out_tx, err_tx, output));
+            let exit = docker
+                .inspect_exec(&exec_id)
+                .await
+                .map(|inspected| RemoteExit {
+                    code: inspected.exit_code.and_then(|c| i32::try_from(c).ok()),
+                    out_of_memory: false,
+                })
+                .map_err(|e| RemoteError::Failed(format!("cannot read the exec's exit: {e}")));
+            let _ = exit_tx.send(exit);
+        });
+        let stdin: Option<Box<dyn tokio::io::AsyncWrite + Send + Unpin>> =
+            if spec.stdin { Some(Box::new(input)) } else { None };
+        let exit = Box::pin(async move {
+            exit_rx.await.unwrap_or_else(|_| Err(RemoteError::Failed("the exec was lost".to_owned())))
+        });
+        Ok(RemoteChild { stdin, stdout: reader(out_rx), stderr: reader(err_rx), exit })
+    }
+
+    async fn probe(&self) -> Result<String, RemoteError> {
+        let docker = self.docker().await?;
+        let version =
+            docker.version().await.map_err(|e| unavailable("the container engine does not answer", e))?;
+        let name = version
+            .components
+            .as_ref()
+            .and_then(|c| c.first())
+            .map(|c| c.name.clone())
+            .unwrap_or_else(|| "engine".to_owned());
+        Ok(format!(
+            "{name} {} (API {}) answers",
+            version.version.as_deref().unwrap_or("?"),
+            version.api_version.as_deref().unwrap_or("?")
+        ))
+    }
+
+    async fn shutdown(&self) -> Result<(), RemoteError> {
+        let mut readiness = self.readiness.lock().await;
+        let previous = std::mem::replace(&mut *readiness, Readiness::Closed);
+        let Readiness::Ready { id, owned: true } = previous else { return Ok(()) };
+        let docker = self.docker().await?;
+        docker
+            .remove_container(&id, Some(force()))
+            .await
+            .map_err(|e| RemoteError::Failed(format!("cannot remove container {id}: {e}")))
+    }
+}
