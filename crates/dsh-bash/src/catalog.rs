@@ -34,6 +34,8 @@ pub const LOCAL_EXECUTOR: &str = "bash-local";
 /// The sandboxing executor that replaces [`LOCAL_EXECUTOR`] under `--sandbox`.
 pub const SANDBOX_EXECUTOR: &str = "bash-sandbox";
 
+/// The executor that replaces [`LOCAL_EXECUTOR`] under `--executor ssh`.
+pub const SSH_EXECUTOR: &str = "shell-ssh";
 /// The container executor that replaces [`LOCAL_EXECUTOR`] under `--executor container`.
 pub const CONTAINER_EXECUTOR: &str = "shell-container";
 
@@ -66,6 +68,7 @@ impl Catalog {
                 entry::<dsh_sandbox_local::SandboxLocalPlugin>(),
                 entry::<dsh_sandbox_policy::SandboxPolicyPlugin>(),
                 entry::<dsh_approval::ApprovalPlugin>(),
+                entry::<dsh_shell_ssh::ShellSshPlugin>(),
                 entry::<dsh_shell_container::ShellContainerPlugin>(),
             ],
         }

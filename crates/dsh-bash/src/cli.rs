@@ -88,7 +88,8 @@ pub struct CompositionArgs {
     #[arg(long, global = true, value_name = "PATTERN")]
     pub allow_host: Vec<String>,
     /// Where commands run: `local` (this host), `container` (one container per harness,
-    /// from --image or in --container; plugin shell-container) or `ssh`.
+    /// from --image or in --container; plugin shell-container) or `ssh` (on --ssh-host, one
+    /// SSH connection per harness; plugin shell-ssh).
     #[arg(long, global = true, value_name = "KIND", value_parser = ["local", "container", "ssh"])]
     pub executor: Option<String>,
     /// The image the container executor creates its container from (shell-container `image`).
@@ -107,6 +108,18 @@ pub struct CompositionArgs {
     /// Process limit of the container (shell-container `pidsLimit`).
     #[arg(long, global = true, value_name = "N")]
     pub pids_limit: Option<i64>,
+    /// The host of `--executor ssh`: `[user@]host[:port]` (shell-ssh `host`). Its key must be in
+    /// the known-hosts file: an unknown host is refused, never added.
+    #[arg(long, global = true, value_name = "[USER@]HOST[:PORT]")]
+    pub ssh_host: Option<String>,
+    /// Log in to the SSH host with this private key only (shell-ssh `identity`); default the
+    /// ssh agent's keys (SSH_AUTH_SOCK).
+    #[arg(long, global = true, value_name = "FILE")]
+    pub ssh_identity: Option<PathBuf>,
+    /// Check the SSH host's key against this file (shell-ssh `knownHosts`); default
+    /// ~/.ssh/known_hosts.
+    #[arg(long, global = true, value_name = "FILE")]
+    pub ssh_known_hosts: Option<PathBuf>,
 }
 
 /// A scripted or interactive answer to approval requests.

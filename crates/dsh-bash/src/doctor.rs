@@ -47,6 +47,13 @@ pub async fn run(composition: &CompositionArgs) -> anyhow::Result<u8> {
     };
     let network = standing.map(|policy| policy.network);
     let (executor, executor_answers) = executor_line(comp.ctx()).await;
+    let known_hosts =
+        comp.ctx().get(dsh_shell_ssh::SSH_TRANSPORT).map(|ssh| match ssh.config().known_hosts_file() {
+            Some(file) => {
+                format!("ssh known hosts: {} (an unknown host key is refused, never added)", file.display())
+            }
+            None => "ssh known hosts: ssh's default (an unknown host key is refused, never added)".to_owned(),
+        });
     comp.dispose().await;
     // Probing runs runner programs synchronously.
     let runners = tokio::task::spawn_blocking(move || sandbox_runners(provider))
@@ -61,6 +68,7 @@ pub async fn run(composition: &CompositionArgs) -> anyhow::Result<u8> {
         None => report.push("bash: not found on PATH".to_owned()),
     }
     report.push(executor);
+    report.extend(known_hosts);
     report.push(format!("spill directory: {}", spill_directory(spill_dir.as_deref())));
     report.push(format!("containment: {}", containment.as_deref().unwrap_or("none (no subprocess service)")));
     report.push(

@@ -79,7 +79,7 @@ impl Plan {
         if let Some(mode) = &args.sandbox {
             plan.swap_in_sandbox(catalog, mode)?;
         }
-        let container = args.executor.as_deref() == Some("container");
+        let replacing = args.executor.as_deref();
         if let Some(kind) = &args.executor {
             plan.select_executor(catalog, kind, args.sandbox.is_some())?;
         }
@@ -89,10 +89,11 @@ impl Plan {
         for name in host {
             plan.ensure(catalog, name)?;
         }
-        let replacement = match (args.sandbox.is_some(), container) {
+        let replacement = match (args.sandbox.is_some(), replacing) {
             (true, _) => Some(catalog::SANDBOX_EXECUTOR),
-            (false, true) => Some(catalog::CONTAINER_EXECUTOR),
-            (false, false) => None,
+            (false, Some("container")) => Some(catalog::CONTAINER_EXECUTOR),
+            (false, Some("ssh")) => Some(catalog::SSH_EXECUTOR),
+            (false, _) => None,
         };
         plan.apply_tables(catalog, file, replacement)?;
         plan.apply_switches(args)?;
@@ -150,8 +151,9 @@ impl Plan {
     }
 
     /// `--executor`: `container` swaps the container executor in for the local one (it
-    /// does not combine with `--sandbox`: the container is the confinement); `local` keeps
-    /// the plan as it is.
+    /// does not combine with `--sandbox`: the container is the confinement), `ssh` the SSH
+    /// executor (nor does it: the host is not confined from here); `local` keeps the plan as
+    /// it is.
     fn select_executor(&mut self, catalog: &Catalog, kind: &str, sandboxed: bool) -> anyhow::Result<()> {
         match kind {
             "local" => Ok(()),
@@ -176,7 +178,23 @@ impl Plan {
                 }
                 Ok(())
             }
-            other => bail!("--executor {other} is not part of this build (available: local, container)"),
+            "ssh" if sandboxed => {
+                bail!(
+                    "--executor ssh runs commands on another host, where --sandbox cannot confine them: use one or the other"
+                )
+            }
+            "ssh" => {
+                let executor = lookup(catalog, catalog::SSH_EXECUTOR)?;
+                match (self.index(catalog::LOCAL_EXECUTOR), self.index(catalog::SSH_EXECUTOR)) {
+                    (Some(local), None) => self.rows[local] = Row { factory: executor, config: Value::Null },
+                    (Some(local), Some(_)) => {
+                        self.rows.remove(local);
+                    }
+                    (None, _) => self.ensure(catalog, catalog::SSH_EXECUTOR)?,
+                }
+                Ok(())
+            }
+            other => bail!("--executor {other} is not part of this build (available: local, container, ssh)"),
         }
     }
 
@@ -236,6 +254,7 @@ impl Plan {
         if let Some(mode) = &args.sandbox {
             self.set("sandbox-policy", "mode", Value::String(mode.clone()))?;
         }
+        self.apply_ssh_switches(args)?;
         if let Some(policy) = &args.approval_policy {
             self.set("approval", "policy", Value::String(policy.clone()))?;
         }
@@ -265,6 +284,32 @@ impl Plan {
             self.set("sandbox-policy", "network", Value::String(network.clone()))?;
         }
         self.append_names("sandbox-policy", "allowHosts", &args.allow_host)?;
+        Ok(())
+    }
+
+    /// `--ssh-host`, `--ssh-identity`, `--ssh-known-hosts`: the SSH executor's connection;
+    /// without it in the plan they are refused.
+    fn apply_ssh_switches(&mut self, args: &CompositionArgs) -> anyhow::Result<()> {
+        let given = args.ssh_host.is_some() || args.ssh_identity.is_some() || args.ssh_known_hosts.is_some();
+        if given && self.index(catalog::SSH_EXECUTOR).is_none() {
+            bail!(
+                "--ssh-host, --ssh-identity and --ssh-known-hosts configure the SSH executor: add --executor ssh"
+            );
+        }
+        if let Some(host) = &args.ssh_host {
+            self.set(catalog::SSH_EXECUTOR, "host", Value::String(host.clone()))?;
+        }
+        for (option, key, path) in [
+            ("--ssh-identity", "identity", &args.ssh_identity),
+            ("--ssh-known-hosts", "knownHosts", &args.ssh_known_hosts),
+        ] {
+            let Some(path) = path else { continue };
+            let path = dsh_core::home::absolutize(path);
+            let Some(text) = path.to_str() else {
+                bail!("{option} {}: not valid UTF-8", path.display());
+            };
+            self.set(catalog::SSH_EXECUTOR, key, Value::String(text.to_owned()))?;
+        }
         Ok(())
     }
 
@@ -535,6 +580,37 @@ journal = false
             |name: &str| plan.rows.iter().find(|r| r.factory.short_name() == name).map(|r| &r.config);
         assert_eq!(config_of("bash-sandbox"), Some(&json!({"graceMs": 200})));
         assert_eq!(config_of("sandbox-policy"), Some(&json!({"mode": "workspace-write"})));
+    }
+
+    #[test]
+    fn executor_ssh_swaps_the_executor_in_place_with_its_connection() {
+        let args = CompositionArgs {
+            executor: Some("ssh".into()),
+            ssh_host: Some("me@box:2222".into()),
+            ssh_identity: Some(PathBuf::from("/keys/id")),
+            ssh_known_hosts: Some(PathBuf::from("/keys/known")),
+            ..Default::default()
+        };
+        let plan = build(
+            "[bash-local]
+graceMs = 200
+",
+            args,
+        )
+        .expect("plan");
+        let names = plan.names();
+        let local = catalog::DEFAULT_COMPOSITION.iter().position(|n| *n == "bash-local").expect("default");
+        assert_eq!(names[local], "shell-ssh");
+        assert!(!names.contains(&"bash-local"));
+        assert_eq!(names.len(), catalog::DEFAULT_COMPOSITION.len());
+        let config = plan.rows[local].config.clone();
+        assert_eq!(
+            config,
+            json!({"graceMs": 200, "host": "me@box:2222", "identity": "/keys/id", "knownHosts": "/keys/known"})
+        );
+        assert!(plan.parse().is_ok(), "shell-ssh takes the keys");
+        let local_only = CompositionArgs { executor: Some("local".into()), ..Default::default() };
+        assert_eq!(build("", local_only).expect("plan").names(), catalog::DEFAULT_COMPOSITION);
     }
 
     #[test]

@@ -349,7 +349,7 @@ fn the_local_executor_is_the_default_and_container_options_need_the_container_ex
     let out = refused(&["--executor", "ssh", "doctor"]);
     assert_eq!(
         out.stderr.trim_end(),
-        "dsh-bash: --executor ssh is not part of this build (available: local, container)"
+        "dsh-bash: shell-ssh: host is required ([user@]host[:port]; --ssh-host)"
     );
     let out = refused(&["--executor", "container", "--sandbox", "read-only", "doctor"]);
     assert_eq!(

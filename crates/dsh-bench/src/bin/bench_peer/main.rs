@@ -36,6 +36,10 @@
 //! bench_peer container N [--image IMAGE]   run("true") through the container executor vs the
 //!                               transport's bare exec vs `docker exec <container> true`
 //! bench_peer redact SECRETS BYTES [--corpus text|a]   the output redactor alone, in process (GB/s)
+//! bench_peer ssh N [--ssh-host H] [--ssh-identity F] [--ssh-known-hosts F]
+//!                               `true` through the SSH executor and transport vs a raw
+//!                               `ssh host true` over the same master, interleaved (a loopback
+//!                               sshd without --ssh-host)
 //! bench_peer report FILE...    the comparison table of collected JSON lines
 //! ```
 //!
@@ -51,6 +55,7 @@ mod measure;
 mod peer;
 mod redact;
 mod report;
+mod ssh;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -217,7 +222,7 @@ struct Outcome {
     shape: Value,
 }
 
-const USAGE: &str = "usage: bench_peer <latency|throughput|concurrent|background|timeout|overhead|pipe|raw-concurrent|batch|mcp|mcp-http|mcp-load|confined|proxy|container|redact> ARG [--config JSON] [--secrets N] [--warmup W] [--timeout-ms MS] [--command CMD] [--image IMAGE] | bench_peer report FILE...";
+const USAGE: &str = "usage: bench_peer <latency|throughput|concurrent|background|timeout|overhead|pipe|raw-concurrent|batch|mcp|mcp-http|mcp-load|confined|proxy|container|ssh|redact> ARG [--config JSON] [--secrets N] [--warmup W] [--timeout-ms MS] [--command CMD] [--image IMAGE] [--ssh-host H] | bench_peer report FILE...";
 
 fn main() -> std::process::ExitCode {
     let argv: Vec<String> = std::env::args().skip(1).collect();
@@ -259,6 +264,7 @@ fn main() -> std::process::ExitCode {
         "mcp-load",
         "confined",
         "proxy",
+        "ssh",
         "container",
     ];
     if !known.contains(&name.as_str()) {
@@ -307,6 +313,7 @@ fn bench(name: &str, args: &Args) -> anyhow::Result<Value> {
                     "overhead" => baselines::overhead(c, &args).await,
                     "confined" => baselines::confined(c, &args).await,
                     "proxy" => baselines::proxy(&args).await,
+                    "ssh" => ssh::ssh(c, &args).await,
                     "container" => container::container(c, &args).await,
                     other => bail!("unknown benchmark {other}"),
                 }

@@ -174,6 +174,7 @@ pub(crate) fn print(files: &[String]) -> anyhow::Result<()> {
     concurrency(&d, &mut t, has_ts);
     confinement(&d, &mut t);
     network_proxy(&d, &mut t);
+    ssh(&d, &mut t);
     container(&d, &mut t);
     redaction(&d, &mut t);
     t.section("timeout 500 ms of `sleep 30`: overshoot (wall - timeout)");
@@ -399,6 +400,23 @@ fn network_proxy(d: &Lines, t: &mut Table) {
         Unit::Ms,
         d.med("rust", "proxy", &[], "results.proxy.p50_ms"),
         direct,
+    );
+}
+
+fn ssh(d: &Lines, t: &mut Table) {
+    let raw = d.med("rust", "ssh", &[], "results.raw_ssh.p50_ms");
+    if raw.is_none() {
+        return;
+    }
+    t.section("`true` over SSH, one master connection (p50)");
+    t.info("raw `ssh -S <master> host true`", Unit::Ms, raw, None);
+    t.info("SshTransport exec(`true`)", Unit::Ms, d.med("rust", "ssh", &[], "results.transport.p50_ms"), raw);
+    t.add(
+        "SSH executor run(`true`) (--executor ssh)",
+        Unit::Ms,
+        d.med("rust", "ssh", &[], "results.run.p50_ms"),
+        raw,
+        Target::RatioAtMost(1.2, "<= 1.2x raw ssh"),
     );
 }
 

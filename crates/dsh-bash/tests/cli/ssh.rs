@@ -1,0 +1,333 @@
+//! `--executor ssh`: the conformance subset through the tool, with commands on a loopback
+//! `sshd` the test starts (this machine is the remote host, so the remote side is checked
+//! through `/proc`).
+
+use std::path::Path;
+
+use dsh_shell_ssh::fixture::LoopbackSshd;
+use serde_json::{Value, json};
+
+use crate::harness::{Run, Sandbox};
+
+/// The options that point a composition at `sshd`.
+fn ssh_options(sshd: &LoopbackSshd) -> Vec<String> {
+    vec![
+        "--executor".into(),
+        "ssh".into(),
+        "--ssh-host".into(),
+        sshd.target().to_string(),
+        "--ssh-identity".into(),
+        sshd.identity().display().to_string(),
+        "--ssh-known-hosts".into(),
+        sshd.known_hosts().display().to_string(),
+    ]
+}
+
+/// `dsh-bash <ssh options> [extra] batch` with one line per request (ids 1, 2, …); the
+/// answers in id order.
+fn batch(sandbox: &Sandbox, sshd: &LoopbackSshd, extra: &[&str], requests: &[Value]) -> Vec<Value> {
+    let mut args: Vec<String> = ssh_options(sshd);
+    args.extend(extra.iter().map(|a| (*a).to_owned()));
+    args.push("batch".into());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let input: String = requests
+        .iter()
+        .enumerate()
+        .map(|(i, request)| {
+            let mut request = request.clone();
+            request["id"] = json!(i + 1);
+            format!("{request}\n")
+        })
+        .collect();
+    let out = sandbox.run(&args, &input);
+    assert_eq!(out.code, Some(0), "{out:?}");
+    let mut lines = out.json_lines();
+    lines.sort_by_key(|l| l["id"].as_u64());
+    assert_eq!(lines.len(), requests.len(), "{}", out.stdout);
+    lines
+}
+
+fn bash(command: &str) -> Value {
+    json!({"tool": "bash", "args": {"command": command, "description": "d"}})
+}
+
+fn text(line: &Value) -> &str {
+    line["content"][0]["text"].as_str().unwrap_or_else(|| panic!("no text: {line}"))
+}
+
+/// The processes on this machine whose command line contains `needle`.
+fn processes_with(needle: &str) -> Vec<String> {
+    std::fs::read_dir("/proc")
+        .expect("/proc")
+        .flatten()
+        .filter_map(|entry| {
+            entry.file_name().to_str()?.parse::<u32>().ok()?;
+            let cmdline = std::fs::read(entry.path().join("cmdline")).ok()?;
+            let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+            cmdline.contains(needle).then_some(cmdline)
+        })
+        .collect()
+}
+
+/// No `ssh` master for `sshd`'s port is left.
+fn assert_no_master_left(sshd: &LoopbackSshd) {
+    let port = format!(" -p {} ", sshd.port());
+    let masters: Vec<String> =
+        processes_with(&port).into_iter().filter(|c| c.starts_with("ssh ") && c.contains(" -M ")).collect();
+    assert_eq!(masters, Vec::<String>::new(), "the master connection outlived the harness");
+}
+
+#[test]
+fn bf_foreground_results_through_ssh() {
+    let Some(sshd) = LoopbackSshd::start_or_skip() else { return };
+    let sandbox = Sandbox::new();
+    let lines = batch(
+        &sandbox,
+        &sshd,
+        &[],
+        &[
+            json!({"tool": "bash", "args": {"command": "echo hello", "description": "test command", "timeoutMs": 10000}}),
+            bash("true"),
+            bash("echo out; echo err >&2"),
+            bash("printf x; exit 7"),
+            bash("kill -TERM $$"),
+            bash("kill -KILL $$"),
+            bash("sleep 30 & echo shell-done"),
+            bash("exit 255"),
+            bash("echo \"$DSH_SESSION_ID\" | wc -c; hostname"),
+        ],
+    );
+    assert_eq!(text(&lines[0]), "hello\n");
+    assert_eq!(
+        lines[0]["structured"],
+        json!({"kind": "foreground", "exitCode": 0, "signal": null, "timedOut": false, "aborted": false,
+               "timeoutMs": 10000, "stdout": {"text": "hello\n", "truncated": false},
+               "stderr": {"text": "", "truncated": false}})
+    );
+    assert_eq!(text(&lines[1]), "(no output)");
+    assert_eq!(text(&lines[2]), "out\n[stderr]\nerr\n");
+    assert_eq!(text(&lines[3]), "x\n[exit code: 7]");
+    assert_eq!(lines[3]["structured"]["exitCode"], json!(7));
+    assert_eq!(text(&lines[4]), "(no output)\n[killed by signal: SIGTERM]");
+    assert_eq!(text(&lines[5]), "(no output)\n[killed by signal: SIGKILL]");
+    assert_eq!(text(&lines[6]), "shell-done\n");
+    // A command's own 255 is an exit, not a lost connection.
+    assert_eq!((text(&lines[7]), &lines[7]["isError"]), ("(no output)\n[exit code: 255]", &json!(false)));
+    let hostname = std::fs::read_to_string("/proc/sys/kernel/hostname").expect("hostname");
+    assert!(text(&lines[8]).ends_with(&format!("\n{}", hostname)), "{}", text(&lines[8]));
+    assert_no_master_left(&sshd);
+}
+
+#[test]
+fn bf_timeouts_kill_the_remote_process_tree() {
+    let Some(sshd) = LoopbackSshd::start_or_skip() else { return };
+    let sandbox = Sandbox::new();
+    // A duration no other process uses marks this call's sleeps on the (local) remote side.
+    let marker = format!("6001.{}", std::process::id());
+    let tree =
+        format!("sleep {marker} & (sleep {marker} &) ; setsid sleep {marker} & echo armed; sleep {marker}");
+    let trapped = "trap '' TERM; echo armed; sleep 60";
+    let lines = batch(
+        &sandbox,
+        &sshd,
+        &["--config", &sandbox.write("grace.toml", "[shell-ssh]\ngraceMs = 200\n").display().to_string()],
+        &[
+            json!({"tool": "bash", "args": {"command": "sleep 60", "description": "d", "timeoutMs": 100}}),
+            json!({"tool": "bash", "args": {"command": tree, "description": "d", "timeoutMs": 3000}}),
+            json!({"tool": "bash", "args": {"command": trapped, "description": "d", "timeoutMs": 1500}}),
+        ],
+    );
+    assert_eq!(text(&lines[0]), "(no output)\n[timed out after 100ms]\n[killed by signal: SIGTERM]");
+    assert_eq!(
+        (&lines[0]["structured"]["timedOut"], &lines[0]["structured"]["signal"]),
+        (&json!(true), &json!("SIGTERM"))
+    );
+    assert_eq!(text(&lines[1]), "armed\n[timed out after 3000ms]\n[killed by signal: SIGTERM]");
+    assert_eq!(processes_with(&format!("sleep {marker}")), Vec::<String>::new(), "a remote process survived");
+    assert_eq!(text(&lines[2]), "armed\n[timed out after 1500ms]\n[killed by signal: SIGKILL]");
+    assert_no_master_left(&sshd);
+}
+
+#[test]
+fn bf_08_and_10_output_is_bounded_and_spilled_on_the_harness_side() {
+    let Some(sshd) = LoopbackSshd::start_or_skip() else { return };
+    let sandbox = Sandbox::new();
+    let spill = sandbox.path().join("spill");
+    std::fs::create_dir(&spill).expect("spill dir");
+    let config = format!(
+        "[shell-ssh]\nmaxOutputBytes = 100\n[subprocess]\nspillDir = {:?}\n",
+        spill.display().to_string()
+    );
+    let config = sandbox.write("bounded.toml", &config).display().to_string();
+    let lines = batch(
+        &sandbox,
+        &sshd,
+        &["--config", &config],
+        &[
+            bash("for i in $(seq 1 100); do printf \"line-%04d\\n\" $i; done"),
+            bash("echo ok; for i in $(seq 1 100); do printf \"line-%04d\\n\" $i >&2; done"),
+        ],
+    );
+    let tail: String = (91..=100).map(|i| format!("line-{i:04}\n")).collect();
+    let all: String = (1..=100).map(|i| format!("line-{i:04}\n")).collect();
+    let stdout_spill = lines[0]["structured"]["stdout"]["spillPath"].as_str().expect("a spill path");
+    assert_eq!(text(&lines[0]), format!("{tail}\n[output truncated; full output: {stdout_spill}]"));
+    assert!(Path::new(stdout_spill).starts_with(&spill), "{stdout_spill}");
+    assert_eq!(std::fs::read_to_string(stdout_spill).expect("spill file"), all);
+    let stderr_spill = lines[1]["structured"]["stderr"]["spillPath"].as_str().expect("a spill path");
+    assert!(stderr_spill.ends_with("-stderr.log"), "{stderr_spill}");
+    assert_eq!(
+        text(&lines[1]),
+        format!("ok\n[stderr]\n{tail}\n[output truncated; full output: {stderr_spill}]")
+    );
+}
+
+#[test]
+fn ex_workdirs_on_the_host() {
+    let Some(sshd) = LoopbackSshd::start_or_skip() else { return };
+    let sandbox = Sandbox::new();
+    let there = sshd.dir().display().to_string();
+    let lines = batch(
+        &sandbox,
+        &sshd,
+        &[],
+        &[
+            json!({"tool": "bash", "args": {"command": "pwd", "description": "d", "workdir": there}}),
+            json!({"tool": "bash", "args": {"command": "true", "description": "d", "workdir": "/nonexistent-dsh"}}),
+        ],
+    );
+    assert_eq!(text(&lines[0]), format!("{there}\n"));
+    assert_eq!(lines[1]["isError"], json!(true), "{}", lines[1]);
+    assert!(
+        text(&lines[1]).contains("ENOENT") || text(&lines[1]).contains("No such file"),
+        "{}",
+        text(&lines[1])
+    );
+}
+
+#[test]
+fn jb_background_jobs_run_on_the_host() {
+    let Some(sshd) = LoopbackSshd::start_or_skip() else { return };
+    let sandbox = Sandbox::new();
+    let background = |command: &str| json!({"tool": "bash", "args": {"command": command, "description": "d", "run_in_background": true}});
+    let wait = |id: &str| json!({"tool": "job_output", "args": {"job_id": id, "wait": true}});
+    // The remote side is this machine: a foreground call waits until the job's command runs
+    // there before it is killed.
+    let marker = format!("6002.{}", std::process::id());
+    let lines = batch(
+        &sandbox,
+        &sshd,
+        &[],
+        &[
+            background("echo bg-ok"),
+            wait("bash-1"),
+            background(&format!("sleep {marker}")),
+            bash(&format!("until pgrep -f 'sleep {marker}' >/dev/null; do sleep 0.05; done")),
+            json!({"tool": "job_kill", "args": {"job_id": "bash-2"}}),
+            wait("bash-2"),
+            background("kill -TERM $$"),
+            wait("bash-3"),
+            background("echo x; exit 3"),
+            wait("bash-4"),
+            json!({"tool": "job_output", "args": {"job_id": "bash-4"}}),
+        ],
+    );
+    assert_eq!(text(&lines[0]), "started background job bash-1");
+    assert_eq!(text(&lines[1]), "bg-ok\n[status: completed, exit code: 0]");
+    assert_eq!(text(&lines[4]), "requested cancellation of job bash-2");
+    assert_eq!(text(&lines[5]), "(no new output)\n[status: killed, signal: SIGTERM]");
+    assert_eq!(processes_with(&format!("sleep {marker}")), Vec::<String>::new(), "the killed job survived");
+    assert!(text(&lines[7]).ends_with("[status: killed, signal: SIGTERM]"), "{}", text(&lines[7]));
+    assert_eq!(text(&lines[9]), "x\n[status: completed, exit code: 3]");
+    assert_eq!(text(&lines[10]), "(no new output)\n[status: completed, exit code: 3]");
+    assert_no_master_left(&sshd);
+}
+
+#[test]
+fn an_unknown_host_key_is_refused_with_its_fingerprint() {
+    let Some(sshd) = LoopbackSshd::start_or_skip() else { return };
+    let sandbox = Sandbox::new();
+    let empty = sandbox.write("known_hosts", "");
+    let target = sshd.target().to_string();
+    let args = [
+        "--executor",
+        "ssh",
+        "--ssh-host",
+        &target,
+        "--ssh-identity",
+        &sshd.identity().display().to_string(),
+        "--ssh-known-hosts",
+        &empty.display().to_string(),
+    ];
+    let refusal = format!(
+        "refused: unknown host key ED25519 {}: not in {} and not added; if that fingerprint is the host's, add its key to that file",
+        sshd.host_fingerprint(),
+        empty.display()
+    );
+    let mut call: Vec<&str> = args.to_vec();
+    call.extend(["call", "bash", r#"{"command":"echo reached","description":"d"}"#]);
+    let out = sandbox.run(&call, "");
+    assert_eq!(out.code, Some(1), "{out:?}");
+    assert!(out.stdout.starts_with("Error: ") && out.stdout.contains(&refusal), "{out:?}");
+    assert!(!out.stdout.contains("reached"));
+    let mut doctor: Vec<&str> = args.to_vec();
+    doctor.push("doctor");
+    let out = sandbox.run(&doctor, "");
+    assert_eq!(out.code, Some(1), "{out:?}");
+    let line = format!("executor: ssh (ssh {target}); does not answer: ssh {target}: {refusal}\n");
+    assert!(out.stdout.contains(&line), "{}", out.stdout);
+    assert_eq!(std::fs::read_to_string(&empty).expect("known_hosts"), "", "the key was added");
+}
+
+#[test]
+fn doctor_reports_the_host_and_that_it_answers() {
+    let Some(sshd) = LoopbackSshd::start_or_skip() else { return };
+    let sandbox = Sandbox::new();
+    let mut args: Vec<String> = ssh_options(&sshd);
+    args.push("doctor".into());
+    let out = sandbox.run(&args.iter().map(String::as_str).collect::<Vec<_>>(), "");
+    assert_eq!(out.code, Some(0), "{out:?}");
+    let uname = std::process::Command::new("uname").arg("-srm").output().expect("uname");
+    let line = format!(
+        "executor: ssh (ssh {}); {}\nssh known hosts: {} (an unknown host key is refused, never added)\n",
+        sshd.target(),
+        String::from_utf8_lossy(&uname.stdout).trim(),
+        sshd.known_hosts().display()
+    );
+    assert!(out.stdout.contains(&line), "{}", out.stdout);
+    assert!(out.stdout.contains("  shell-ssh (@deepseek-ai/dsh-shell-ssh): applied\n"), "{}", out.stdout);
+    assert!(!out.stdout.contains("bash-local (@deepseek-ai/dsh-bash-local): applied"), "{}", out.stdout);
+    assert_no_master_left(&sshd);
+}
+
+#[test]
+fn ssh_options_are_refused_where_they_cannot_apply() {
+    let sandbox = Sandbox::new();
+    let call = ["call", "bash", r#"{"command":"true","description":"d"}"#];
+    let run = |args: &[&str]| -> Run {
+        let mut all = args.to_vec();
+        all.extend(call);
+        sandbox.run(&all, "")
+    };
+    let out = run(&["--ssh-host", "example.invalid"]);
+    assert!(
+        out.stderr.contains(
+            "--ssh-host, --ssh-identity and --ssh-known-hosts configure the SSH executor: add --executor ssh"
+        ),
+        "{out:?}"
+    );
+    let out = run(&["--executor", "ssh", "--ssh-host", "h", "--sandbox", "read-only"]);
+    assert!(
+        out.stderr.contains(
+            "--executor ssh runs commands on another host, where --sandbox cannot confine them: use one or the other"
+        ),
+        "{out:?}"
+    );
+    let out = run(&["--executor", "ssh"]);
+    assert!(out.stderr.contains("shell-ssh: host is required ([user@]host[:port]; --ssh-host)"), "{out:?}");
+    let out = run(&["--executor", "ssh", "--ssh-host=-oProxyCommand=touch"]);
+    assert!(out.stderr.contains("not a host name or address"), "{out:?}");
+    for out in [run(&["--ssh-host", "h"]), run(&["--executor", "ssh"])] {
+        assert_ne!(out.code, Some(0), "{out:?}");
+    }
+}
