@@ -63,6 +63,7 @@ impl Catalog {
                 entry::<dsh_sandbox_local::SandboxLocalPlugin>(),
                 entry::<dsh_sandbox_policy::SandboxPolicyPlugin>(),
                 entry::<dsh_approval::ApprovalPlugin>(),
+                entry::<dsh_askpass::AskpassPlugin>(),
             ],
         }
     }

@@ -12,7 +12,7 @@ use crate::containment::{Containment, ContainmentStatus, Reaper};
 use crate::env::AmbientEnv;
 use crate::error::SpawnError;
 use crate::handle::ProcessHandle;
-use crate::redact::Redactor;
+use crate::redact::{Redactor, RedactorError, SharedRedactor};
 use crate::spawn::{SpawnSpec, spawn_process};
 use crate::spill::{DefaultSpillNamer, SpillLocation, SpillNamer};
 
@@ -81,8 +81,8 @@ pub struct SubprocessService {
     pub(crate) containment: ContainmentStatus,
     /// Present when containment is active.
     pub(crate) reaper: Option<Arc<Reaper>>,
-    /// Present when there are values to redact.
-    pub(crate) redactor: Option<Arc<Redactor>>,
+    /// The values to redact, the configured ones and those added since.
+    pub(crate) redactor: Arc<SharedRedactor>,
     next_id: AtomicU64,
 }
 
@@ -107,7 +107,9 @@ impl SubprocessService {
             live: Arc::new(LiveSet::default()),
             containment,
             reaper,
-            redactor: options.redactor.filter(|r| !r.is_empty()),
+            redactor: Arc::new(SharedRedactor::new(
+                options.redactor.unwrap_or_else(|| Arc::new(Redactor::empty())),
+            )),
             next_id: AtomicU64::new(1),
         })
     }
@@ -145,9 +147,16 @@ impl SubprocessService {
         self.spill.existing_dir()
     }
 
-    /// The redactor applied to collected output, if it has values to redact.
-    pub fn redactor(&self) -> Option<&Arc<Redactor>> {
-        self.redactor.as_ref()
+    /// The redactor applied to collected output now, if it has values to redact.
+    pub fn redactor(&self) -> Option<Arc<Redactor>> {
+        Some(self.redactor.current()).filter(|r| !r.is_empty())
+    }
+
+    /// Redacts `value` as `[redacted:NAME]` from now on, in the output of every process of
+    /// this service, including the ones already running (a secret a user typed for a running
+    /// command). Unlike configured values, a short one is redacted too.
+    pub fn redact_also(&self, name: &str, value: &[u8]) -> Result<(), RedactorError> {
+        self.redactor.add(name, value)
     }
 
     /// How many process trees the service still tracks.
