@@ -157,3 +157,57 @@ fn askpass_is_off_by_default_and_changes_no_schema_or_prompt() {
         assert_eq!(on.stdout, off.stdout, "{what:?} is byte-identical with --askpass");
     }
 }
+
+#[test]
+fn the_terminal_answerer_reads_the_secret_without_echo() {
+    use std::io::{Read, Write};
+    use std::process::{Command, Stdio};
+    let sandbox = Sandbox::new();
+    let cwd = sandbox.path().display().to_string();
+    let args = json!({
+        "command": r#"p=$("$SUDO_ASKPASS" "Password: "); echo "digest=$(printf %s "$p" | sha256sum | cut -c1-16)""#,
+        "description": "d",
+    })
+    .to_string();
+    let mut line = crate::harness::shell_quote(env!("CARGO_BIN_EXE_dsh-bash"));
+    for arg in ["--askpass", "--approve", "tty", "call", "-q", "--session", "s1", "--cwd", &cwd, "bash", &args] {
+        line.push(' ');
+        line.push_str(&crate::harness::shell_quote(arg));
+    }
+    // util-linux `script` gives dsh-bash a terminal and forwards our stdin to it.
+    let mut child = Command::new("script")
+        .args(["-qfec", &line, "/dev/null"])
+        .env("DSH_HOME", sandbox.path().join("home"))
+        .current_dir(sandbox.path())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("script (util-linux) must be installed");
+    let mut screen = child.stdout.take().expect("stdout");
+    let mut shown = Vec::new();
+    let question = b"end of input refuses): ";
+    // Types only once the question is on the terminal (echo is off by then).
+    while !shown.windows(question.len()).any(|w| w == question) {
+        let mut byte = [0u8; 1];
+        assert_eq!(screen.read(&mut byte).expect("read the terminal"), 1, "{}", String::from_utf8_lossy(&shown));
+        shown.push(byte[0]);
+    }
+    let mut stdin = child.stdin.take().expect("stdin");
+    stdin.write_all(format!("{SECRET}\n").as_bytes()).expect("type the secret");
+    screen.read_to_end(&mut shown).expect("read the rest");
+    drop(stdin);
+    assert!(child.wait().expect("wait").success());
+    let shown = String::from_utf8_lossy(&shown).replace("\r\n", "\n");
+    assert_eq!(
+        shown,
+        format!(
+            "\n[askpass] session s1: a command run by tool \"bash\" asks for a secret.\n\
+             Its prompt (the command's own words): Password: \n\
+             Type it for the command only (not echoed, never shown to the model; end of input refuses): \n\
+             \ndigest={}\n",
+            digest(SECRET)
+        ),
+        "the secret was not echoed"
+    );
+}
