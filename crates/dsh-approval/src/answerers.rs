@@ -101,7 +101,12 @@ fn ask_tty(question: &ApprovalQuestion) -> Answer {
 
 /// The secret-input question on the terminal: the command's prompt, marked as its own words,
 /// then one line read with echo off (restored afterwards, also on failure).
-fn ask_tty_secret(question: &ApprovalQuestion, prompt: &str, tty: std::fs::File, mut out: std::fs::File) -> Answer {
+fn ask_tty_secret(
+    question: &ApprovalQuestion,
+    prompt: &str,
+    tty: std::fs::File,
+    mut out: std::fs::File,
+) -> Answer {
     let text = format!(
         "\n[askpass] session {}: a command run by tool \"{}\" asks for a secret.\nIts prompt (the command's own words): {}\nType it for the command only (not echoed, never shown to the model; end of input refuses): ",
         question.agent.id(),

@@ -109,7 +109,11 @@ async fn policy_never_and_refusals_give_no_secret() {
         "an unreadable file fails the answer"
     );
     let rejecting = ApprovalHub::new(ApprovalPolicy::Ask);
-    let _no = rejecting.register_answerer(None, Arc::new(|_q| Box::pin(async { Answer::Outcome("rejected".into()) })), false);
+    let _no = rejecting.register_answerer(
+        None,
+        Arc::new(|_q| Box::pin(async { Answer::Outcome("rejected".into()) })),
+        false,
+    );
     assert_eq!(
         rejecting.request_secret(secret_request(&agent)).await,
         Ok(SecretReply::Refused(ApprovalOutcome::Rejected))

@@ -9,8 +9,8 @@ use dsh_subprocess::plugin::Subprocess;
 use schemars::JsonSchema;
 use serde::Deserialize;
 
-use crate::server::{AskpassService, RedactFn};
 use crate::REDACTION_NAME;
+use crate::server::{AskpassService, RedactFn};
 
 /// Service key of the askpass service. Present only when the `askpass` plugin is composed:
 /// without it commands get no askpass variables.
@@ -40,18 +40,24 @@ impl Plugin for AskpassPlugin {
 
     fn validate(config: AskpassConfig) -> Result<AskpassConfig, ConfigError> {
         match &config.program {
-            Some(program) if !program.is_absolute() => {
-                Err(ConfigError::new(format!("askpass program {} must be an absolute path", program.display())))
-            }
+            Some(program) if !program.is_absolute() => Err(ConfigError::new(format!(
+                "askpass program {} must be an absolute path",
+                program.display()
+            ))),
             _ => Ok(config),
         }
     }
 
-    fn apply(scope: &mut PluginScope, (subprocess,): Handles<Self>, config: &AskpassConfig) -> Result<(), PluginError> {
+    fn apply(
+        scope: &mut PluginScope,
+        (subprocess,): Handles<Self>,
+        config: &AskpassConfig,
+    ) -> Result<(), PluginError> {
         let program = match &config.program {
             Some(program) => program.clone(),
-            None => std::env::current_exe()
-                .map_err(|e| PluginError::Apply(format!("askpass: cannot find the running executable: {e}")))?,
+            None => std::env::current_exe().map_err(|e| {
+                PluginError::Apply(format!("askpass: cannot find the running executable: {e}"))
+            })?,
         };
         let redact: RedactFn = Arc::new(move |secret: &Secret| {
             subprocess.redact_also(REDACTION_NAME, secret.expose()).map_err(|e| e.to_string())

@@ -188,7 +188,10 @@ async fn answer(
 /// The prompt with control characters escaped (`\n`, `\u{1b}`), so it shows as one line of
 /// text whatever the command sent.
 fn printable(prompt: &str) -> String {
-    prompt.chars().map(|c| if c.is_control() { c.escape_default().to_string() } else { c.to_string() }).collect()
+    prompt
+        .chars()
+        .map(|c| if c.is_control() { c.escape_default().to_string() } else { c.to_string() })
+        .collect()
 }
 
 #[cfg(test)]
@@ -230,7 +233,8 @@ mod tests {
         });
         let service = AskpassService::new(Path::new("/bin/true"), Some(redact)).expect("service");
         let prompts = Arc::new(std::sync::Mutex::new(Vec::new()));
-        let asker = Arc::new(Fixed(Some("hunter2-long"), Arc::new(AtomicUsize::new(0)), Arc::clone(&prompts)));
+        let asker =
+            Arc::new(Fixed(Some("hunter2-long"), Arc::new(AtomicUsize::new(0)), Arc::clone(&prompts)));
         let call = service.open(asker).expect("open");
         let socket = PathBuf::from(&call.env()[SOCKET_VARIABLE]);
         let mode = std::fs::metadata(&socket).expect("socket").permissions().mode() & 0o777;

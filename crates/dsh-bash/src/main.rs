@@ -38,10 +38,18 @@ use crate::cli::{Cli, Command};
 
 fn main() -> ExitCode {
     // Invoked through the askpass link (`dsh-askpass PROMPT`, by sudo, ssh or git): the
-    // askpass program, with none of the host around it.
+    // askpass program, with none of the host around it. It holds the secret for a moment:
+    // no process of the same user may read its memory meanwhile.
     let mut args = std::env::args_os();
     if args.next().is_some_and(|argv0| dsh_askpass::client::invoked_as_askpass(&argv0)) {
-        return ExitCode::from(dsh_askpass::client::run(args, std::env::var_os(dsh_askpass::SOCKET_VARIABLE)));
+        if let Err(e) = hardening::forbid_inspection() {
+            eprintln!("dsh-askpass: cannot make the process non-dumpable: {e}");
+            return ExitCode::from(1);
+        }
+        return ExitCode::from(dsh_askpass::client::run(
+            args,
+            std::env::var_os(dsh_askpass::SOCKET_VARIABLE),
+        ));
     }
     let cli = Cli::parse();
     // SAFETY: single-threaded here: nothing has started a thread yet (the runtime starts below).

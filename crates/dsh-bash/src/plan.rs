@@ -84,8 +84,10 @@ impl Plan {
         }
         // `--askpass`, or an `[askpass]` table: the askpass service, after the sandbox
         // provider (which it shares its directory with), and the approval service it asks.
-        let askpass_table =
-            file.tables.iter().any(|(name, _)| catalog.find(name).is_some_and(|f| f.short_name() == "askpass"));
+        let askpass_table = file
+            .tables
+            .iter()
+            .any(|(name, _)| catalog.find(name).is_some_and(|f| f.short_name() == "askpass"));
         if args.askpass || askpass_table {
             plan.ensure(catalog, "approval")?;
             plan.ensure(catalog, "askpass")?;

@@ -13,7 +13,9 @@ use std::sync::Arc;
 use dsh_approval::{Answer, AnswerFn, ApprovalQuestion};
 use dsh_core::{ApprovalOutcome, Secret};
 use parking_lot::Mutex;
-use rmcp::model::{ElicitRequestParams, ElicitationAction, ElicitationSchema, PrimitiveSchemaDefinition, StringSchema};
+use rmcp::model::{
+    ElicitRequestParams, ElicitationAction, ElicitationSchema, PrimitiveSchemaDefinition, StringSchema,
+};
 use rmcp::service::ElicitationMode;
 use rmcp::{Peer, RoleServer};
 use serde_json::Value;
@@ -116,7 +118,8 @@ pub const SECRET_FIELD: &str = "secret";
 /// command's own words (a command can ask anything).
 pub fn secret_message(question: &ApprovalQuestion, prompt: &str, args: Option<&Value>) -> String {
     let command = args.and_then(|a| a.get("command")).and_then(Value::as_str);
-    let mut lines = vec![format!("A {} command asks you for a secret (a password or passphrase).", question.tool_name)];
+    let mut lines =
+        vec![format!("A {} command asks you for a secret (a password or passphrase).", question.tool_name)];
     lines.push(String::new());
     if let Some(command) = command {
         lines.push(format!("Command: {command}"));
@@ -140,8 +143,10 @@ pub async fn elicit_secret(
     let field = StringSchema::new()
         .title("Secret")
         .description("Passed to the command only; never shown to the model or recorded.");
-    let mut schema =
-        ElicitationSchema::new(BTreeMap::from([(SECRET_FIELD.to_owned(), PrimitiveSchemaDefinition::String(field))]));
+    let mut schema = ElicitationSchema::new(BTreeMap::from([(
+        SECRET_FIELD.to_owned(),
+        PrimitiveSchemaDefinition::String(field),
+    )]));
     schema.required = Some(vec![SECRET_FIELD.to_owned()]);
     let params = ElicitRequestParams::FormElicitationParams {
         meta: None,

@@ -80,8 +80,8 @@ mod shutdown;
 mod stdio;
 
 pub use approval::{
-    InFlightCalls, SECRET_FIELD, approval_message, elicit, elicit_secret, elicitation_answerer, secret_message,
-    supports_elicitation,
+    InFlightCalls, SECRET_FIELD, approval_message, elicit, elicit_secret, elicitation_answerer,
+    secret_message, supports_elicitation,
 };
 pub use http::session_cap_message;
 pub use http::{MCP_PATH, serve_http, serve_http_on};

@@ -320,7 +320,11 @@ pub(crate) fn spawn_process(
             spec.stdout.spill_cap.and(factory.clone()),
             redactor,
         ),
-        OutputCollector::with_shared_redactor(spec.stderr.clone(), spec.stderr.spill_cap.and(factory), redactor),
+        OutputCollector::with_shared_redactor(
+            spec.stderr.clone(),
+            spec.stderr.spill_cap.and(factory),
+            redactor,
+        ),
     );
     let reaper = service.reaper.clone();
     if let Some(reaper) = &reaper {

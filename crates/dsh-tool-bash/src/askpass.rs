@@ -5,8 +5,10 @@
 use std::sync::Arc;
 
 use dsh_askpass::{ASKPASS, AskpassCall, SecretAsker};
-use dsh_core::{AbortSignal, Agent, ApprovalService, Secret, SecretReply, SecretRequest, ToolError, ToolExec};
 use dsh_core::WeakContext;
+use dsh_core::{
+    AbortSignal, Agent, ApprovalService, Secret, SecretReply, SecretRequest, ToolError, ToolExec,
+};
 use dsh_shell::ShellExecRequest;
 use futures::future::BoxFuture;
 

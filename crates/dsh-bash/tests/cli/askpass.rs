@@ -42,7 +42,9 @@ fn files_containing(dir: &Path, needle: &str) -> Vec<String> {
             let path = entry.path();
             if path.is_dir() && !path.is_symlink() {
                 stack.push(path);
-            } else if std::fs::read(&path).is_ok_and(|b| b.windows(needle.len()).any(|w| w == needle.as_bytes())) {
+            } else if std::fs::read(&path)
+                .is_ok_and(|b| b.windows(needle.len()).any(|w| w == needle.as_bytes()))
+            {
                 found.push(path.display().to_string());
             }
         }
@@ -77,11 +79,15 @@ for i in $(seq 1 20000); do echo "line $i $p"; done"#;
     let stdout = &line["structured"]["stdout"];
     let spill = stdout["spillPath"].as_str().expect("the output spilled").to_owned();
     let spilled = std::fs::read_to_string(&spill).expect("spill file");
-    assert!(spilled.starts_with(&format!(
-        "rc=0 digest={}\none program: dsh-askpass force\necho",
-        digest(SECRET)
-    )), "{}", &spilled[..200.min(spilled.len())]);
-    assert!(spilled.contains(&format!("\nechoed: {MARKER}\nline 1 {MARKER}\n")), "the echoed secret is redacted");
+    assert!(
+        spilled.starts_with(&format!("rc=0 digest={}\none program: dsh-askpass force\necho", digest(SECRET))),
+        "{}",
+        &spilled[..200.min(spilled.len())]
+    );
+    assert!(
+        spilled.contains(&format!("\nechoed: {MARKER}\nline 1 {MARKER}\n")),
+        "the echoed secret is redacted"
+    );
     assert!(spilled.ends_with(&format!("line 20000 {MARKER}\n")));
     assert!(!spilled.contains(SECRET), "the spill file holds no secret");
     assert_eq!(line["structured"]["stderr"]["text"], json!(format!("to stderr: {MARKER}\n")));
@@ -113,13 +119,24 @@ fn without_an_answer_the_program_prints_nothing_and_fails_at_once() {
     for (switches, why) in cases {
         let started = Instant::now();
         let out = call(&sandbox, switches, command);
-        assert_eq!(out.json_lines()[0]["structured"]["stdout"]["text"], json!("rc=1 got=[]\n"), "{why}: {out:?}");
+        assert_eq!(
+            out.json_lines()[0]["structured"]["stdout"]["text"],
+            json!("rc=1 got=[]\n"),
+            "{why}: {out:?}"
+        );
         assert!(started.elapsed() < Duration::from_secs(20), "{why}: it failed fast, not at its timeout");
     }
-    let outcomes: Vec<Value> = events(&sandbox, "approval/decided").iter().map(|d| d["outcome"].clone()).collect();
+    let outcomes: Vec<Value> =
+        events(&sandbox, "approval/decided").iter().map(|d| d["outcome"].clone()).collect();
     assert_eq!(
         outcomes,
-        [json!("unavailable"), json!("unavailable"), json!("unavailable"), json!("rejected"), json!("unavailable")]
+        [
+            json!("unavailable"),
+            json!("unavailable"),
+            json!("unavailable"),
+            json!("rejected"),
+            json!("unavailable")
+        ]
     );
     // Without a session (no agent to ask for) the program fails the same way.
     let args = json!({"command": command, "description": "d"}).to_string();
@@ -170,7 +187,9 @@ fn the_terminal_answerer_reads_the_secret_without_echo() {
     })
     .to_string();
     let mut line = crate::harness::shell_quote(env!("CARGO_BIN_EXE_dsh-bash"));
-    for arg in ["--askpass", "--approve", "tty", "call", "-q", "--session", "s1", "--cwd", &cwd, "bash", &args] {
+    for arg in
+        ["--askpass", "--approve", "tty", "call", "-q", "--session", "s1", "--cwd", &cwd, "bash", &args]
+    {
         line.push(' ');
         line.push_str(&crate::harness::shell_quote(arg));
     }
@@ -190,7 +209,12 @@ fn the_terminal_answerer_reads_the_secret_without_echo() {
     // Types only once the question is on the terminal (echo is off by then).
     while !shown.windows(question.len()).any(|w| w == question) {
         let mut byte = [0u8; 1];
-        assert_eq!(screen.read(&mut byte).expect("read the terminal"), 1, "{}", String::from_utf8_lossy(&shown));
+        assert_eq!(
+            screen.read(&mut byte).expect("read the terminal"),
+            1,
+            "{}",
+            String::from_utf8_lossy(&shown)
+        );
         shown.push(byte[0]);
     }
     let mut stdin = child.stdin.take().expect("stdin");

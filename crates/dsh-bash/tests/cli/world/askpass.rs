@@ -24,11 +24,9 @@ dir=$(dirname "$SUDO_ASKPASS")
 cat {answer} 2>/dev/null || echo "answer file refused"
 ln -sf /bin/true "$SUDO_ASKPASS" 2>/dev/null || echo "program kept"
 touch "$dir/planted" 2>/dev/null || echo "directory kept""#,
-            answer = q(&answer.display().to_string())
+            answer = q(answer.display())
         );
-        let expected = format!(
-            "rc=0 echoed={MARKER}\nanswer file refused\nprogram kept\ndirectory kept\n"
-        );
+        let expected = format!("rc=0 echoed={MARKER}\nanswer file refused\nprogram kept\ndirectory kept\n");
         for network in ["allow", "deny"] {
             let mut args: Vec<String> = vec![
                 "--askpass".into(),
@@ -42,11 +40,8 @@ touch "$dir/planted" 2>/dev/null || echo "directory kept""#,
             let out = Outcome::parse(&output);
             assert_eq!(out.ok(), expected, "--network {network}: {out:#?}");
         }
-        let leaked = world.host_sh(&format!(
-            "grep -rl -- {} {} || true",
-            q(SECRET),
-            q(&world.dsh_home().display().to_string())
-        ));
+        let leaked =
+            world.host_sh(&format!("grep -rl -- {} {} || true", q(SECRET), q(world.dsh_home().display())));
         assert_eq!(leaked, "", "the secret is in no file of DSH_HOME");
         Ok(())
     });
