@@ -93,6 +93,9 @@ struct AnswererEntry {
     id: u64,
     /// Only requests of this agent id reach a scoped answerer.
     scope: Option<String>,
+    /// Sees secret-input questions only; no channel for consent (see
+    /// [`ApprovalHub::register_secret_answerer`]).
+    secrets_only: bool,
     answer: AnswerFn,
 }
 
@@ -132,10 +135,31 @@ impl ApprovalHub {
 
     /// Adds an answerer (first or last in the waterfall), optionally scoped to one agent id.
     pub fn register_answerer(&self, scope: Option<String>, answer: AnswerFn, prepend: bool) -> Disposer {
+        self.register(scope, answer, prepend, false)
+    }
+
+    /// Adds an answerer that is asked secret-input questions only (a scripted secret): it is
+    /// not a channel that can allow a call, so [`ApprovalService::can_answer`] does not count it.
+    pub fn register_secret_answerer(
+        &self,
+        scope: Option<String>,
+        answer: AnswerFn,
+        prepend: bool,
+    ) -> Disposer {
+        self.register(scope, answer, prepend, true)
+    }
+
+    fn register(
+        &self,
+        scope: Option<String>,
+        answer: AnswerFn,
+        prepend: bool,
+        secrets_only: bool,
+    ) -> Disposer {
         let id = self.next.fetch_add(1, Ordering::Relaxed);
         {
             let mut list = self.answerers.lock();
-            let entry = AnswererEntry { id, scope, answer };
+            let entry = AnswererEntry { id, scope, secrets_only, answer };
             if prepend { list.insert(0, entry) } else { list.push(entry) }
         }
         let answerers = Arc::clone(&self.answerers);
@@ -182,6 +206,7 @@ impl ApprovalHub {
             .lock()
             .iter()
             .filter(|e| e.scope.as_deref().is_none_or(|s| s == question.agent.id()))
+            .filter(|e| question.secret_prompt.is_some() || !e.secrets_only)
             .map(|e| Arc::clone(&e.answer))
             .collect();
         let secret = question.secret_prompt.is_some();
@@ -271,7 +296,7 @@ impl ApprovalService for ApprovalHub {
         if !self.exhaustive.load(Ordering::Relaxed) {
             return true;
         }
-        self.answerers.lock().iter().any(|e| match (&e.scope, agent) {
+        self.answerers.lock().iter().filter(|e| !e.secrets_only).any(|e| match (&e.scope, agent) {
             (None, _) => true,
             (Some(scope), Some(agent)) => scope == agent.id(),
             (Some(_), None) => false,

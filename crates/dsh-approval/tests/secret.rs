@@ -119,3 +119,15 @@ async fn policy_never_and_refusals_give_no_secret() {
         Ok(SecretReply::Refused(ApprovalOutcome::Rejected))
     );
 }
+
+#[tokio::test]
+async fn a_secret_answerer_is_no_channel_for_consent() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let hub = ApprovalHub::new(ApprovalPolicy::Ask);
+    hub.answerers_are_exhaustive();
+    let agent = agent_in_turn("a");
+    let _file = hub.register_secret_answerer(None, secret_file_answerer(dir.path().join("answer")), false);
+    assert!(!hub.can_answer(Some(&agent)), "nobody can allow a call");
+    let _consent = hub.register_answerer(None, fixed_answerer(ApprovalOutcome::Rejected), false);
+    assert!(hub.can_answer(Some(&agent)));
+}

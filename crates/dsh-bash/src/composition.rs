@@ -89,7 +89,7 @@ impl Composition {
         // First in the waterfall: a scripted secret answers before any interactive channel.
         if let (Some(file), Some(hub)) = (&args.askpass_answer_file, &hub) {
             let file = dsh_core::home::absolutize(file);
-            answerers.push(hub.register_answerer(None, secret_file_answerer(file), true));
+            answerers.push(hub.register_secret_answerer(None, secret_file_answerer(file), true));
         }
         // The hosts register every answer channel they have: the `--approve` answer here, and
         // (in the MCP server) an elicitation answerer per session whose client can answer.
