@@ -235,3 +235,35 @@ fn the_terminal_answerer_reads_the_secret_without_echo() {
         "the secret was not echoed"
     );
 }
+
+#[test]
+fn a_secret_printed_later_by_a_background_job_is_redacted_in_its_reads() {
+    let sandbox = Sandbox::new();
+    let answer = sandbox.write("answer", SECRET).display().to_string();
+    let cwd = sandbox.path().display().to_string();
+    let line = |tool: &str, args: Value| {
+        json!({"tool": tool, "args": args, "session": "s1", "cwd": cwd}).to_string()
+    };
+    let input = [
+        line(
+            "bash",
+            json!({"command": "\"$SUDO_ASKPASS\" 'Password: ' > kept; echo stored", "description": "d"}),
+        ),
+        line(
+            "bash",
+            json!({"command": "sleep 0.2; cat kept", "description": "d", "run_in_background": true}),
+        ),
+        line("job_output", json!({"job_id": "bash-1", "wait": true})),
+    ]
+    .join("\n");
+    let out = sandbox.run(&["--askpass", "--askpass-answer-file", &answer, "batch"], &format!("{input}\n"));
+    assert!(!out.stdout.contains(SECRET), "{out:?}");
+    let texts: Vec<String> = out
+        .json_lines()
+        .iter()
+        .map(|l| l["content"][0]["text"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert_eq!(texts[0], "stored\n");
+    assert_eq!(texts[2], format!("{MARKER}\n[status: completed, exit code: 0]"), "{texts:?}");
+    assert_eq!(files_containing(&sandbox.path().join("home"), SECRET), Vec::<String>::new());
+}
