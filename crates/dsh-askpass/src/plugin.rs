@@ -59,6 +59,8 @@ impl Plugin for AskpassPlugin {
                 PluginError::Apply(format!("askpass: cannot find the running executable: {e}"))
             })?,
         };
+        // Commands started from now on may print an answer given while they run.
+        subprocess.redacts_late_values();
         let redact: RedactFn = Arc::new(move |secret: &Secret| {
             subprocess.redact_also(REDACTION_NAME, secret.expose()).map_err(|e| e.to_string())
         });

@@ -156,7 +156,16 @@ impl SubprocessService {
     /// this service, including the ones already running (a secret a user typed for a running
     /// command). Unlike configured values, a short one is redacted too.
     pub fn redact_also(&self, name: &str, value: &[u8]) -> Result<(), RedactorError> {
+        self.redacts_late_values();
         self.redactor.add(name, value)
+    }
+
+    /// Declares that values will be added with [`SubprocessService::redact_also`] while
+    /// processes run: every process started from now on has its output follow the redaction,
+    /// even while there is nothing to redact yet. Without it (and without values) output is
+    /// collected as it is, with no redaction stage at all.
+    pub fn redacts_late_values(&self) {
+        self.redactor.expect_late_values();
     }
 
     /// How many process trees the service still tracks.

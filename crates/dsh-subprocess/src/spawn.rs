@@ -313,7 +313,7 @@ pub(crate) fn spawn_process(
     };
 
     let factory = Some(service.spill.factory());
-    let redactor = Some(&service.redactor);
+    let redactor = Some(&service.redactor).filter(|r| r.is_needed());
     let streams = (
         OutputCollector::with_shared_redactor(
             spec.stdout.clone(),

@@ -7,7 +7,7 @@
 //! therefore redacted in everything collected from then on.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use parking_lot::RwLock;
 
@@ -18,6 +18,10 @@ use super::{RedactStream, Redactor, RedactorError};
 #[derive(Debug)]
 pub struct SharedRedactor {
     current: RwLock<Arc<Redactor>>,
+    /// Whether values may be added while streams run (someone asked for it with
+    /// [`SharedRedactor::expect_late_values`]); until then a stream is needed only when there
+    /// are values already.
+    late: AtomicBool,
     /// Bumped after each change of `current`, so streams notice with one atomic load.
     generation: AtomicU64,
 }
@@ -25,7 +29,18 @@ pub struct SharedRedactor {
 impl SharedRedactor {
     /// Starts from `base`.
     pub fn new(base: Arc<Redactor>) -> Self {
-        Self { current: RwLock::new(base), generation: AtomicU64::new(0) }
+        Self { current: RwLock::new(base), late: AtomicBool::new(false), generation: AtomicU64::new(0) }
+    }
+
+    /// Declares that values may be added while commands run: every stream started from now on
+    /// follows this redactor, even while it has nothing to redact.
+    pub fn expect_late_values(&self) {
+        self.late.store(true, Ordering::Release);
+    }
+
+    /// Whether a stream started now needs redaction: there are values, or some may come.
+    pub fn is_needed(&self) -> bool {
+        self.late.load(Ordering::Acquire) || !self.current.read().is_empty()
     }
 
     /// The redactor in effect now.
@@ -93,6 +108,16 @@ mod tests {
         shared.add("askpass", b"pw1").expect("added");
         assert_eq!(stream.feed(b"echo pw1 and p"), b"echo [redacted:askpass] and ");
         assert_eq!(stream.finish(), b"p", "a held prefix is released at the end");
+    }
+
+    #[test]
+    fn a_stream_is_needed_only_with_values_or_values_to_come() {
+        let shared = SharedRedactor::new(Arc::new(Redactor::empty()));
+        assert!(!shared.is_needed(), "nothing to redact: output is collected as it is");
+        shared.expect_late_values();
+        assert!(shared.is_needed());
+        let base = Redactor::new([("TOKEN", "ghp_secretvalue123")]).expect("base");
+        assert!(SharedRedactor::new(Arc::new(base)).is_needed());
     }
 
     #[test]
