@@ -3,17 +3,61 @@
 use std::io::{BufRead, BufReader, Write};
 use std::sync::Arc;
 
-use dsh_core::ApprovalOutcome;
+use std::path::PathBuf;
+
+use dsh_core::{ApprovalOutcome, Secret};
 
 use crate::hub::{Answer, AnswerFn, ApprovalQuestion};
 
-/// Always answers `outcome` (scripted use: `--approve allowed-once`).
+/// Always answers `outcome` (scripted use: `--approve allowed-once`); passes on secret-input
+/// questions, having no secret to give.
 pub fn fixed_answerer(outcome: ApprovalOutcome) -> AnswerFn {
-    Arc::new(move |_question| Box::pin(async move { Answer::Outcome(outcome.as_str().to_owned()) }))
+    Arc::new(move |question: ApprovalQuestion| {
+        Box::pin(async move {
+            match question.secret_prompt {
+                Some(_) => Answer::Pass,
+                None => Answer::Outcome(outcome.as_str().to_owned()),
+            }
+        })
+    })
+}
+
+/// Answers every secret-input question with the content of the file at `path`, read when
+/// asked, without its final line ending (scripted use: `--askpass-answer-file`); passes on
+/// consent questions. A file that cannot be read fails the answer (`unavailable`).
+pub fn secret_file_answerer(path: PathBuf) -> AnswerFn {
+    Arc::new(move |question: ApprovalQuestion| {
+        let path = path.clone();
+        Box::pin(async move {
+            if question.secret_prompt.is_none() {
+                return Answer::Pass;
+            }
+            match tokio::fs::read(&path).await {
+                Ok(mut bytes) => {
+                    strip_line_ending(&mut bytes);
+                    let secret = Secret::new(bytes.as_slice());
+                    bytes.fill(0);
+                    Answer::Secret(secret)
+                }
+                Err(e) => Answer::Failed(format!("cannot read the askpass answer file: {e}")),
+            }
+        })
+    })
+}
+
+/// Drops one final `\n` or `\r\n`.
+fn strip_line_ending(bytes: &mut Vec<u8>) {
+    if bytes.last() == Some(&b'\n') {
+        bytes.pop();
+        if bytes.last() == Some(&b'\r') {
+            bytes.pop();
+        }
+    }
 }
 
 /// Asks on the controlling terminal (never stdin): `y` allows once, anything else rejects,
-/// end of input cancels. Without a terminal the answerer passes (→ `unavailable`).
+/// end of input cancels. A secret-input question is read without echo: the line typed is the
+/// secret, end of input cancels. Without a terminal the answerer passes (→ `unavailable`).
 pub fn tty_answerer() -> AnswerFn {
     Arc::new(|question: ApprovalQuestion| {
         Box::pin(async move {
@@ -31,6 +75,9 @@ fn ask_tty(question: &ApprovalQuestion) -> Answer {
     let Ok(mut out) = tty.try_clone() else {
         return Answer::Pass;
     };
+    if let Some(prompt) = &question.secret_prompt {
+        return ask_tty_secret(question, prompt, tty, out);
+    }
     let reason = question.reason.as_deref().unwrap_or("(no reason given)");
     let prompt = format!(
         "\n[approval] session {} asks to run tool \"{}\": {}\nAllow once? [y/N] ",
@@ -49,5 +96,66 @@ fn ask_tty(question: &ApprovalQuestion) -> Answer {
         }
         Ok(_) => Answer::Outcome(ApprovalOutcome::Rejected.as_str().to_owned()),
         Err(e) => Answer::Failed(e.to_string()),
+    }
+}
+
+/// The secret-input question on the terminal: the command's prompt, marked as its own words,
+/// then one line read with echo off (restored afterwards, also on failure).
+fn ask_tty_secret(
+    question: &ApprovalQuestion,
+    prompt: &str,
+    tty: std::fs::File,
+    mut out: std::fs::File,
+) -> Answer {
+    let text = format!(
+        "\n[askpass] session {}: a command run by tool \"{}\" asks for a secret.\nIts prompt (the command's own words): {}\nType it for the command only (not echoed, never shown to the model; end of input refuses): ",
+        question.agent.id(),
+        question.tool_name,
+        prompt.escape_debug()
+    );
+    if out.write_all(text.as_bytes()).and_then(|_| out.flush()).is_err() {
+        return Answer::Pass;
+    }
+    let echo = match EchoOff::new(&tty) {
+        Ok(echo) => echo,
+        Err(e) => return Answer::Failed(format!("cannot turn the terminal's echo off: {e}")),
+    };
+    let mut line = Vec::new();
+    let read = BufReader::new(&tty).read_until(b'\n', &mut line);
+    drop(echo);
+    let _ = out.write_all(b"\n");
+    match read {
+        Ok(0) => Answer::Outcome(ApprovalOutcome::Cancelled.as_str().to_owned()),
+        Ok(_) => {
+            strip_line_ending(&mut line);
+            let secret = Secret::new(line.as_slice());
+            line.fill(0);
+            Answer::Secret(secret)
+        }
+        Err(e) => Answer::Failed(e.to_string()),
+    }
+}
+
+/// The terminal's echo turned off while it lives; the earlier settings come back on drop.
+struct EchoOff<'a> {
+    tty: &'a std::fs::File,
+    saved: rustix::termios::Termios,
+}
+
+impl<'a> EchoOff<'a> {
+    fn new(tty: &'a std::fs::File) -> std::io::Result<Self> {
+        use rustix::termios::{LocalModes, OptionalActions, tcgetattr, tcsetattr};
+        let saved = tcgetattr(tty)?;
+        let mut quiet = saved.clone();
+        quiet.local_modes.remove(LocalModes::ECHO | LocalModes::ECHOE | LocalModes::ECHOK);
+        quiet.local_modes.insert(LocalModes::ECHONL);
+        tcsetattr(tty, OptionalActions::Flush, &quiet)?;
+        Ok(Self { tty, saved })
+    }
+}
+
+impl Drop for EchoOff<'_> {
+    fn drop(&mut self) {
+        let _ = rustix::termios::tcsetattr(self.tty, rustix::termios::OptionalActions::Now, &self.saved);
     }
 }

@@ -4,8 +4,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use dsh_core::{
-    APPROVAL, Agent, AgentMessage, ApprovalError, ApprovalOutcome, ApprovalRequest, ApprovalService,
-    ConfigError, Disposer, Handles, Plugin, PluginError, PluginScope, ServiceKey, Session, SessionError,
+    APPROVAL, AbortSignal, Agent, AgentMessage, ApprovalError, ApprovalOutcome, ApprovalRequest,
+    ApprovalService, ConfigError, Disposer, Handles, Plugin, PluginError, PluginScope, Secret, SecretReply,
+    SecretRequest, ServiceKey, Session, SessionError,
 };
 use futures::future::BoxFuture;
 use parking_lot::Mutex;
@@ -65,6 +66,10 @@ pub struct ApprovalQuestion {
     pub call_id: Option<String>,
     /// Why the call needs approval, as the tool words it.
     pub reason: Option<String>,
+    /// For a secret-input question (askpass), the prompt the command gave, in its own
+    /// untrusted words; `None` for a consent question. An answerer that cannot take a secret
+    /// passes on such a question.
+    pub secret_prompt: Option<String>,
 }
 
 /// An answerer's reply.
@@ -76,6 +81,9 @@ pub enum Answer {
     Pass,
     /// The answerer failed (counts as `unavailable`).
     Failed(String),
+    /// The secret the user typed, for a secret-input question (to a consent question it
+    /// counts as `unavailable`).
+    Secret(Secret),
 }
 
 /// An answerer in the waterfall.
@@ -85,6 +93,9 @@ struct AnswererEntry {
     id: u64,
     /// Only requests of this agent id reach a scoped answerer.
     scope: Option<String>,
+    /// Sees secret-input questions only; no channel for consent (see
+    /// [`ApprovalHub::register_secret_answerer`]).
+    secrets_only: bool,
     answer: AnswerFn,
 }
 
@@ -124,10 +135,31 @@ impl ApprovalHub {
 
     /// Adds an answerer (first or last in the waterfall), optionally scoped to one agent id.
     pub fn register_answerer(&self, scope: Option<String>, answer: AnswerFn, prepend: bool) -> Disposer {
+        self.register(scope, answer, prepend, false)
+    }
+
+    /// Adds an answerer that is asked secret-input questions only (a scripted secret): it is
+    /// not a channel that can allow a call, so [`ApprovalService::can_answer`] does not count it.
+    pub fn register_secret_answerer(
+        &self,
+        scope: Option<String>,
+        answer: AnswerFn,
+        prepend: bool,
+    ) -> Disposer {
+        self.register(scope, answer, prepend, true)
+    }
+
+    fn register(
+        &self,
+        scope: Option<String>,
+        answer: AnswerFn,
+        prepend: bool,
+        secrets_only: bool,
+    ) -> Disposer {
         let id = self.next.fetch_add(1, Ordering::Relaxed);
         {
             let mut list = self.answerers.lock();
-            let entry = AnswererEntry { id, scope, answer };
+            let entry = AnswererEntry { id, scope, secrets_only, answer };
             if prepend { list.insert(0, entry) } else { list.push(entry) }
         }
         let answerers = Arc::clone(&self.answerers);
@@ -167,24 +199,73 @@ impl ApprovalHub {
         }
     }
 
-    async fn ask_answerers(&self, question: ApprovalQuestion) -> ApprovalOutcome {
+    /// The waterfall's decision, and for a secret-input question the secret it was given.
+    async fn ask_answerers(&self, question: ApprovalQuestion) -> (ApprovalOutcome, Option<Secret>) {
         let answerers: Vec<AnswerFn> = self
             .answerers
             .lock()
             .iter()
             .filter(|e| e.scope.as_deref().is_none_or(|s| s == question.agent.id()))
+            .filter(|e| question.secret_prompt.is_some() || !e.secrets_only)
             .map(|e| Arc::clone(&e.answer))
             .collect();
+        let secret = question.secret_prompt.is_some();
         for answer in answerers {
             match answer_contained(&answer, question.clone()).await {
                 Answer::Pass => continue,
-                Answer::Failed(_) => return ApprovalOutcome::Unavailable,
+                Answer::Failed(_) => return (ApprovalOutcome::Unavailable, None),
+                Answer::Secret(given) if secret => return (ApprovalOutcome::AllowedOnce, Some(given)),
+                Answer::Secret(_) => return (ApprovalOutcome::Unavailable, None),
                 Answer::Outcome(raw) => {
-                    return ApprovalOutcome::parse(&raw).unwrap_or(ApprovalOutcome::Unavailable);
+                    // Consent without the secret gives the command nothing.
+                    let outcome = match ApprovalOutcome::parse(&raw) {
+                        Some(ApprovalOutcome::AllowedOnce) if secret => ApprovalOutcome::Unavailable,
+                        Some(outcome) => outcome,
+                        None => ApprovalOutcome::Unavailable,
+                    };
+                    return (outcome, None);
                 }
             }
         }
-        ApprovalOutcome::Unavailable
+        (ApprovalOutcome::Unavailable, None)
+    }
+
+    /// One audited decision: `approval/asked` (with `fields` after the id), the
+    /// decision order of the contract, `approval/decided`.
+    async fn decide(
+        &self,
+        agent: &Arc<Agent>,
+        fields: Vec<(&'static str, Value)>,
+        signal: Option<&AbortSignal>,
+        question: impl FnOnce(String) -> ApprovalQuestion,
+    ) -> Result<(ApprovalOutcome, Option<Secret>), ApprovalError> {
+        let session = Arc::clone(agent.session());
+        if !session.in_open_turn() {
+            return Err(ApprovalError::OutsideTurn);
+        }
+        let id = uuid::Uuid::new_v4().to_string();
+        let mut asked = Map::new();
+        asked.insert("id".into(), json!(id));
+        asked.extend(fields.into_iter().map(|(k, v)| (k.to_owned(), v)));
+        session.append("approval/asked", Value::Object(asked))?;
+        let (outcome, secret) = if signal.is_some_and(|s| s.is_aborted()) {
+            (ApprovalOutcome::Cancelled, None)
+        } else if self.effective_policy(&session) == ApprovalPolicy::Never {
+            (ApprovalOutcome::Rejected, None)
+        } else {
+            let question = question(id.clone());
+            match signal {
+                Some(signal) => {
+                    tokio::select! {
+                        decided = self.ask_answerers(question) => decided,
+                        _ = signal.aborted() => (ApprovalOutcome::Cancelled, None),
+                    }
+                }
+                None => self.ask_answerers(question).await,
+            }
+        };
+        session.append("approval/decided", json!({ "id": id, "outcome": outcome.as_str() }))?;
+        Ok((outcome, secret))
     }
 }
 
@@ -215,7 +296,7 @@ impl ApprovalService for ApprovalHub {
         if !self.exhaustive.load(Ordering::Relaxed) {
             return true;
         }
-        self.answerers.lock().iter().any(|e| match (&e.scope, agent) {
+        self.answerers.lock().iter().filter(|e| !e.secrets_only).any(|e| match (&e.scope, agent) {
             (None, _) => true,
             (Some(scope), Some(agent)) => scope == agent.id(),
             (Some(_), None) => false,
@@ -223,45 +304,47 @@ impl ApprovalService for ApprovalHub {
     }
 
     async fn request(&self, request: ApprovalRequest) -> Result<ApprovalOutcome, ApprovalError> {
-        let session = Arc::clone(request.agent.session());
-        if !session.in_open_turn() {
-            return Err(ApprovalError::OutsideTurn);
-        }
-        let id = uuid::Uuid::new_v4().to_string();
-        let mut asked = Map::new();
-        asked.insert("id".into(), json!(id));
-        asked.insert("toolName".into(), json!(request.tool_name));
+        let mut asked = vec![("toolName", json!(request.tool_name))];
         if let Some(call_id) = &request.call_id {
-            asked.insert("callId".into(), json!(call_id));
+            asked.push(("callId", json!(call_id)));
         }
         if let Some(reason) = &request.reason {
-            asked.insert("reason".into(), json!(reason));
+            asked.push(("reason", json!(reason)));
         }
-        session.append("approval/asked", Value::Object(asked))?;
-        let outcome = if request.signal.as_ref().is_some_and(|s| s.is_aborted()) {
-            ApprovalOutcome::Cancelled
-        } else if self.effective_policy(&session) == ApprovalPolicy::Never {
-            ApprovalOutcome::Rejected
-        } else {
-            let question = ApprovalQuestion {
-                id: id.clone(),
-                agent: Arc::clone(&request.agent),
-                tool_name: request.tool_name.clone(),
-                call_id: request.call_id.clone(),
-                reason: request.reason.clone(),
-            };
-            match &request.signal {
-                Some(signal) => {
-                    tokio::select! {
-                        outcome = self.ask_answerers(question) => outcome,
-                        _ = signal.aborted() => ApprovalOutcome::Cancelled,
-                    }
-                }
-                None => self.ask_answerers(question).await,
-            }
+        let question = |id| ApprovalQuestion {
+            id,
+            agent: Arc::clone(&request.agent),
+            tool_name: request.tool_name.clone(),
+            call_id: request.call_id.clone(),
+            reason: request.reason.clone(),
+            secret_prompt: None,
         };
-        session.append("approval/decided", json!({ "id": id, "outcome": outcome.as_str() }))?;
+        let (outcome, _) = self.decide(&request.agent, asked, request.signal.as_ref(), question).await?;
         Ok(outcome)
+    }
+
+    /// Audited like [`ApprovalService::request`]: `approval/asked` carries `kind: "secret"`
+    /// and the command's `prompt`, `approval/decided` the outcome (`allowed-once` when the
+    /// user gave a secret). The secret itself is recorded nowhere.
+    async fn request_secret(&self, request: SecretRequest) -> Result<SecretReply, ApprovalError> {
+        let mut asked = vec![("toolName", json!(request.tool_name))];
+        if let Some(call_id) = &request.call_id {
+            asked.push(("callId", json!(call_id)));
+        }
+        asked.push(("kind", json!("secret")));
+        asked.push(("prompt", json!(request.prompt)));
+        let question = |id| ApprovalQuestion {
+            id,
+            agent: Arc::clone(&request.agent),
+            tool_name: request.tool_name.clone(),
+            call_id: request.call_id.clone(),
+            reason: None,
+            secret_prompt: Some(request.prompt.clone()),
+        };
+        match self.decide(&request.agent, asked, request.signal.as_ref(), question).await? {
+            (_, Some(secret)) => Ok(SecretReply::Given(secret)),
+            (outcome, None) => Ok(SecretReply::Refused(outcome)),
+        }
     }
 }
 

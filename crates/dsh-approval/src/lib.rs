@@ -2,7 +2,8 @@
 //!
 //! One-shot approval requests: turn-enclosed `approval/asked` + `approval/decided` audit events,
 //! the `ask`/`never` policy (session events outrank config), an answerer waterfall that hosts
-//! fill (a fixed answer for scripts, a terminal prompt, MCP elicitation), and cancellation.
+//! fill (a fixed answer for scripts, a terminal prompt, MCP elicitation), and cancellation; and
+//! secret-input questions (askpass) through the same waterfall, whose answers are recorded nowhere.
 //! Nothing is remembered between requests. It knows nothing about sandboxes or the bash tool.
 
 #![deny(missing_docs)]
@@ -10,7 +11,7 @@
 mod answerers;
 mod hub;
 
-pub use answerers::{fixed_answerer, tty_answerer};
+pub use answerers::{fixed_answerer, secret_file_answerer, tty_answerer};
 pub use hub::{
     APPROVAL_HUB, Answer, AnswerFn, ApprovalConfig, ApprovalHub, ApprovalPlugin, ApprovalPolicy,
     ApprovalQuestion, PolicyError,

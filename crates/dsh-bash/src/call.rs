@@ -10,8 +10,9 @@
 //! `Error: unknown tool "<name>"` result instead) and a background `bash` call (its job would
 //! die with this process before doing its work).
 //!
-//! `--approve` without `--session` makes the call as the agent of an implicit session of this
-//! one call (kept in memory, not persisted), so that an escalation has an agent to ask for.
+//! `--approve` (or `--askpass-answer-file`) without `--session` makes the call as the agent of
+//! an implicit session of this one call (kept in memory, not persisted), so that an
+//! escalation (or a secret question) has an agent to ask for.
 
 use std::io::{IsTerminal as _, Write};
 use std::sync::Arc;
@@ -75,7 +76,9 @@ async fn call_in(
         Some(id) => {
             Some(Sessions::default().open(comp.ctx(), id, args.cwd.as_deref()).map_err(anyhow::Error::msg)?)
         }
-        None if composition.approve.is_some() => Some(implicit_agent(comp)?),
+        None if composition.approve.is_some() || composition.askpass_answer_file.is_some() => {
+            Some(implicit_agent(comp)?)
+        }
         None => None,
     };
     let signal = interrupt::on_interrupt();

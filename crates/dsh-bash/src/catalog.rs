@@ -70,6 +70,7 @@ impl Catalog {
                 entry::<dsh_approval::ApprovalPlugin>(),
                 entry::<dsh_shell_ssh::ShellSshPlugin>(),
                 entry::<dsh_shell_container::ShellContainerPlugin>(),
+                entry::<dsh_askpass::AskpassPlugin>(),
             ],
         }
     }

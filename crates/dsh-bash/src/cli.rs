@@ -62,6 +62,16 @@ pub struct CompositionArgs {
     /// Answer every approval request this way (`tty` asks on the controlling terminal).
     #[arg(long, global = true, value_enum, value_name = "ANSWER")]
     pub approve: Option<Approve>,
+    /// Secrets asked of the user, never of the model: foreground commands get
+    /// `SUDO_ASKPASS`, `SSH_ASKPASS` (with `SSH_ASKPASS_REQUIRE=force`) and `GIT_ASKPASS`,
+    /// and each prompt becomes a secret-input question of the approval service (the
+    /// `askpass` plugin).
+    #[arg(long, global = true)]
+    pub askpass: bool,
+    /// Answer every secret-input question (askpass) with this file's content, read when
+    /// asked, without its final line ending. Confined commands cannot read the file.
+    #[arg(long, global = true, value_name = "FILE")]
+    pub askpass_answer_file: Option<PathBuf>,
     /// Approval policy of the approval service.
     #[arg(long, global = true, value_name = "POLICY", value_parser = ["ask", "never"])]
     pub approval_policy: Option<String>,

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::bail;
-use dsh_approval::{APPROVAL_HUB, fixed_answerer, tty_answerer};
+use dsh_approval::{APPROVAL_HUB, fixed_answerer, secret_file_answerer, tty_answerer};
 use dsh_core::approval::APPROVAL_UNREACHABLE;
 use dsh_core::{ApprovalOutcome, Context, Disposer, PluginStatus, TOOLS, ToolRegistry};
 
@@ -36,7 +36,7 @@ pub struct HostNeeds {
 /// A loaded composition. Dispose it (awaited) before the process exits.
 pub struct Composition {
     ctx: Context,
-    answerer: Option<Disposer>,
+    answerers: Vec<Disposer>,
 }
 
 impl Composition {
@@ -53,10 +53,15 @@ impl Composition {
     ) -> anyhow::Result<Self> {
         let mut plan = Plan::from_args(&Catalog::builtin(), args, host.plugins)?;
         plan.mask_paths(&host.masked_paths)?;
-        Self::load(plan.parse()?, args.approve, pending).await
+        // The scripted secret is the harness's, not the commands'.
+        if let Some(file) = &args.askpass_answer_file {
+            plan.mask_paths(&[dsh_core::home::absolutize(file)])?;
+        }
+        Self::load(plan.parse()?, args, pending).await
     }
 
-    async fn load(rows: Vec<ParsedRow>, approve: Option<Approve>, pending: Pending) -> anyhow::Result<Self> {
+    async fn load(rows: Vec<ParsedRow>, args: &CompositionArgs, pending: Pending) -> anyhow::Result<Self> {
+        let approve = args.approve;
         let ctx = Context::new();
         for row in rows {
             if let Err(e) = ctx.load_erased(row.factory, row.config) {
@@ -70,17 +75,22 @@ impl Composition {
             bail!("plugins stayed pending: {stuck}");
         }
         let hub = ctx.get(APPROVAL_HUB);
-        let answerer = match approve {
-            None => None,
-            Some(answer) => match &hub {
-                Some(hub) => Some(hub.register_answerer(None, answerer_for(answer), false)),
-                None if pending == Pending::Report => None,
+        let mut answerers = Vec::new();
+        if let Some(answer) = approve {
+            match &hub {
+                Some(hub) => answerers.push(hub.register_answerer(None, answerer_for(answer), false)),
+                None if pending == Pending::Report => {}
                 None => {
                     ctx.dispose().await;
                     bail!("--approve needs the approval service, which did not start");
                 }
-            },
-        };
+            }
+        }
+        // First in the waterfall: a scripted secret answers before any interactive channel.
+        if let (Some(file), Some(hub)) = (&args.askpass_answer_file, &hub) {
+            let file = dsh_core::home::absolutize(file);
+            answerers.push(hub.register_secret_answerer(None, secret_file_answerer(file), true));
+        }
         // The hosts register every answer channel they have: the `--approve` answer here, and
         // (in the MCP server) an elicitation answerer per session whose client can answer.
         // Without any, no approval answer can come, and the tools may be told so: through the
@@ -95,7 +105,7 @@ impl Composition {
             }
             None => {}
         }
-        Ok(Self { ctx, answerer })
+        Ok(Self { ctx, answerers })
     }
 
     /// The loaded context.
@@ -119,7 +129,7 @@ impl Composition {
 
     /// Tears everything down in reverse load order, awaiting processes and jobs.
     pub async fn dispose(self) {
-        if let Some(answerer) = self.answerer {
+        for answerer in self.answerers {
             answerer.dispose().await;
         }
         self.ctx.dispose().await;

@@ -6,6 +6,9 @@
 //! implements no tool, executor or service behaviour of its own beyond the plugin glue for
 //! crates that expose constructors only.
 //!
+//! Invoked under the name `dsh-askpass` (the link the askpass variables name) it is the
+//! askpass program instead (see `dsh_askpass::client`).
+//!
 //! Before anything else it makes itself non-dumpable and takes `$DSH_MCP_TOKEN` out of its
 //! environment, so the commands it runs cannot read its secrets (see `hardening`).
 //!
@@ -34,6 +37,20 @@ use clap::Parser;
 use crate::cli::{Cli, Command};
 
 fn main() -> ExitCode {
+    // Invoked through the askpass link (`dsh-askpass PROMPT`, by sudo, ssh or git): the
+    // askpass program, with none of the host around it. It holds the secret for a moment:
+    // no process of the same user may read its memory meanwhile.
+    let mut args = std::env::args_os();
+    if args.next().is_some_and(|argv0| dsh_askpass::client::invoked_as_askpass(&argv0)) {
+        if let Err(e) = hardening::forbid_inspection() {
+            eprintln!("dsh-askpass: cannot make the process non-dumpable: {e}");
+            return ExitCode::from(1);
+        }
+        return ExitCode::from(dsh_askpass::client::run(
+            args,
+            std::env::var_os(dsh_askpass::SOCKET_VARIABLE),
+        ));
+    }
     let cli = Cli::parse();
     // SAFETY: single-threaded here: nothing has started a thread yet (the runtime starts below).
     let env_token = unsafe { hardening::take_env_var(mcp::TOKEN_VAR) };

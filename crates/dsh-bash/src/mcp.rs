@@ -172,8 +172,14 @@ fn release_freed_memory() {
 
 /// Logs on stderr, filtered by `RUST_LOG` (`tracing-subscriber` directives: a level such as
 /// `info`, or per target, `warn,dsh_mcp=debug`); `warn` when it is unset or unparseable.
+/// The MCP library's per-message trace events are never logged: a client's answer to a
+/// secret question (askpass) would be in them.
 fn init_logging() {
     use tracing_subscriber::EnvFilter;
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn"));
+    let filter = match "rmcp::service=debug".parse() {
+        Ok(cap) => filter.add_directive(cap),
+        Err(_) => filter,
+    };
     let _ = tracing_subscriber::fmt().with_writer(std::io::stderr).with_env_filter(filter).try_init();
 }

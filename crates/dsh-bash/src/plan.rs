@@ -83,8 +83,18 @@ impl Plan {
         if let Some(kind) = &args.executor {
             plan.select_executor(catalog, kind, args.sandbox.is_some())?;
         }
-        if args.approve.is_some() || args.approval_policy.is_some() {
+        if args.approve.is_some() || args.approval_policy.is_some() || args.askpass_answer_file.is_some() {
             plan.ensure(catalog, "approval")?;
+        }
+        // `--askpass`, or an `[askpass]` table: the askpass service, after the sandbox
+        // provider (which it shares its directory with), and the approval service it asks.
+        let askpass_table = file
+            .tables
+            .iter()
+            .any(|(name, _)| catalog.find(name).is_some_and(|f| f.short_name() == "askpass"));
+        if args.askpass || askpass_table {
+            plan.ensure(catalog, "approval")?;
+            plan.ensure(catalog, "askpass")?;
         }
         for name in host {
             plan.ensure(catalog, name)?;

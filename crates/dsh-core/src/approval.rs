@@ -57,6 +57,62 @@ pub struct ApprovalRequest {
     pub signal: Option<AbortSignal>,
 }
 
+/// A secret the user typed for a command (askpass): a password, a passphrase. Its `Debug`
+/// never shows it, and its bytes are overwritten when it is dropped.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(Vec<u8>);
+
+impl Secret {
+    /// Wraps the bytes the user gave.
+    pub fn new(bytes: impl Into<Vec<u8>>) -> Self {
+        Self(bytes.into())
+    }
+
+    /// The secret's bytes, for the one program it is meant for.
+    pub fn expose(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(..)")
+    }
+}
+
+impl Drop for Secret {
+    fn drop(&mut self) {
+        self.0.fill(0);
+        // Keeps the overwrite from being optimised away as a dead store.
+        std::hint::black_box(&self.0);
+    }
+}
+
+/// One request for a secret a command asks the user for (askpass): the answer goes to the
+/// command's askpass program only, never to the model, the output or the session log.
+#[derive(Clone, Debug)]
+pub struct SecretRequest {
+    /// The agent whose call runs the command.
+    pub agent: Arc<Agent>,
+    /// The name of the tool whose command asks.
+    pub tool_name: String,
+    /// The id of the tool call, when there is one.
+    pub call_id: Option<String>,
+    /// The prompt the command gave its askpass program (its own words, untrusted).
+    pub prompt: String,
+    /// The call's abort signal; firing it cancels the request.
+    pub signal: Option<AbortSignal>,
+}
+
+/// How a secret request ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SecretReply {
+    /// The user typed this secret.
+    Given(Secret),
+    /// No secret: `rejected`, `cancelled` or `unavailable` (never `allowed-once`).
+    Refused(ApprovalOutcome),
+}
+
 /// Why an approval request could not be decided at all (as opposed to an outcome such as
 /// `rejected`). Its `Display` becomes the tool error's message.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -88,6 +144,13 @@ impl From<ApprovalError> for crate::error::ToolError {
 pub trait ApprovalService: Send + Sync {
     /// Asks for consent to one call; an outcome is the answer, an `Err` means no decision.
     async fn request(&self, request: ApprovalRequest) -> Result<ApprovalOutcome, ApprovalError>;
+
+    /// Asks the user for a secret a command needs (askpass). The default, for services that
+    /// cannot ask secret questions, refuses with `unavailable`.
+    async fn request_secret(&self, request: SecretRequest) -> Result<SecretReply, ApprovalError> {
+        let _ = request;
+        Ok(SecretReply::Refused(ApprovalOutcome::Unavailable))
+    }
 
     /// Whether a request on behalf of `agent` (`None`: a call without an agent) can reach
     /// someone who might allow it. `false` only when it is certain that no such answer can

@@ -2,12 +2,13 @@
 //! `dsh-bash mcp` does; the end-to-end tests drive it with an independent MCP client.
 //!
 //! ```text
-//! mcp_stdio [--sandbox MODE [--network POLICY]] [--workspace-root DIR] [--no-elicitation] [--fakes] [--http ADDR]
+//! mcp_stdio [--sandbox MODE [--network POLICY]] [--workspace-root DIR] [--no-elicitation] [--askpass] [--fakes] [--http ADDR]
 //! ```
 //!
 //! `--sandbox MODE` swaps the local executor for the sandboxing one (local provider, policy
 //! default MODE); `--http ADDR` serves streamable HTTP with the bearer token taken from
-//! `$DSH_MCP_TOKEN` (as `dsh-bash mcp` does); `--fakes` also registers the protocol stand-in
+//! `$DSH_MCP_TOKEN` (as `dsh-bash mcp` does); `--askpass` gives commands the askpass program
+//! (this executable, invoked as `dsh-askpass`); `--fakes` also registers the protocol stand-in
 //! tools of the test suite.
 
 use std::net::SocketAddr;
@@ -38,6 +39,7 @@ struct Args {
     fakes: bool,
     http: Option<SocketAddr>,
     no_elicitation: bool,
+    askpass: bool,
 }
 
 fn parse_args() -> anyhow::Result<Args> {
@@ -52,6 +54,7 @@ fn parse_args() -> anyhow::Result<Args> {
             "--fakes" => args.fakes = true,
             "--http" => args.http = Some(value("--http")?.parse().context("--http ADDR")?),
             "--no-elicitation" => args.no_elicitation = true,
+            "--askpass" => args.askpass = true,
             other => bail!("unknown argument {other}"),
         }
     }
@@ -86,6 +89,9 @@ fn compose(args: &Args) -> anyhow::Result<Context> {
     ctx.load_default::<ToolJobsPlugin>()?;
     ctx.load_default::<ToolBash>()?;
     ctx.load_default::<ApprovalPlugin>()?;
+    if args.askpass {
+        ctx.load_default::<dsh_askpass::AskpassPlugin>()?;
+    }
     let pending: Vec<&str> = ctx.plugins().into_iter().filter(|p| !p.applied).map(|p| p.short_name).collect();
     if !pending.is_empty() {
         bail!("plugins stayed pending: {}", pending.join(", "));
@@ -97,6 +103,11 @@ fn compose(args: &Args) -> anyhow::Result<Context> {
 }
 
 fn main() -> anyhow::Result<()> {
+    let mut argv = std::env::args_os();
+    if argv.next().is_some_and(|argv0| dsh_askpass::client::invoked_as_askpass(&argv0)) {
+        let code = dsh_askpass::client::run(argv, std::env::var_os(dsh_askpass::SOCKET_VARIABLE));
+        std::process::exit(i32::from(code));
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     let served = runtime.block_on(serve());
     // tokio reads stdin on a blocking thread that only ends when stdin does; after a SIGTERM

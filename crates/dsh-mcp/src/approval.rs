@@ -3,14 +3,19 @@
 //!
 //! Outcome mapping: `accept` → `allowed-once`, `decline` → `rejected`, `cancel` →
 //! `cancelled`; a client without form elicitation, or a failed exchange, → `unavailable`.
+//!
+//! A secret-input question (askpass) is a form with one string field, `secret`: `accept` with
+//! a string there gives the secret to the command, anything else gives it nothing.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use dsh_approval::{Answer, AnswerFn, ApprovalQuestion};
-use dsh_core::ApprovalOutcome;
+use dsh_core::{ApprovalOutcome, Secret};
 use parking_lot::Mutex;
-use rmcp::model::{ElicitRequestParams, ElicitationAction, ElicitationSchema};
+use rmcp::model::{
+    ElicitRequestParams, ElicitationAction, ElicitationSchema, PrimitiveSchemaDefinition, StringSchema,
+};
 use rmcp::service::ElicitationMode;
 use rmcp::{Peer, RoleServer};
 use serde_json::Value;
@@ -106,6 +111,70 @@ pub fn approval_message(question: &ApprovalQuestion, args: Option<&Value>) -> St
     lines.join("\n")
 }
 
+/// The field of a secret-input form that carries the secret.
+pub const SECRET_FIELD: &str = "secret";
+
+/// The text a user is asked for a secret: which command asks, and its prompt, marked as the
+/// command's own words (a command can ask anything).
+pub fn secret_message(question: &ApprovalQuestion, prompt: &str, args: Option<&Value>) -> String {
+    let command = args.and_then(|a| a.get("command")).and_then(Value::as_str);
+    let mut lines =
+        vec![format!("A {} command asks you for a secret (a password or passphrase).", question.tool_name)];
+    lines.push(String::new());
+    if let Some(command) = command {
+        lines.push(format!("Command: {command}"));
+    }
+    lines.push(format!("Its prompt (the command's own words, not the harness's): {prompt}"));
+    lines.push(String::new());
+    lines.push(
+        "Accept with the secret to pass it to this command only (it is never shown to the model); decline to refuse."
+            .to_owned(),
+    );
+    lines.join("\n")
+}
+
+/// Asks the client's user for a secret through form elicitation (see [`secret_message`]).
+pub async fn elicit_secret(
+    peer: &Peer<RoleServer>,
+    question: &ApprovalQuestion,
+    prompt: &str,
+    args: Option<&Value>,
+) -> Answer {
+    let field = StringSchema::new()
+        .title("Secret")
+        .description("Passed to the command only; never shown to the model or recorded.");
+    let mut schema = ElicitationSchema::new(BTreeMap::from([(
+        SECRET_FIELD.to_owned(),
+        PrimitiveSchemaDefinition::String(field),
+    )]));
+    schema.required = Some(vec![SECRET_FIELD.to_owned()]);
+    let params = ElicitRequestParams::FormElicitationParams {
+        meta: None,
+        message: secret_message(question, prompt, args),
+        requested_schema: schema,
+    };
+    let outcome = match peer.create_elicitation(params).await {
+        Ok(result) => match result.action {
+            ElicitationAction::Accept => {
+                let given = result.content.as_ref().and_then(|c| c.get(SECRET_FIELD)).and_then(Value::as_str);
+                return match given {
+                    Some(secret) => Answer::Secret(Secret::new(secret.as_bytes())),
+                    None => Answer::Outcome(ApprovalOutcome::Unavailable.as_str().to_owned()),
+                };
+            }
+            ElicitationAction::Decline => ApprovalOutcome::Rejected,
+            ElicitationAction::Cancel => ApprovalOutcome::Cancelled,
+            #[allow(unreachable_patterns)]
+            _ => ApprovalOutcome::Unavailable,
+        },
+        Err(error) => {
+            tracing::warn!(%error, "secret elicitation failed");
+            ApprovalOutcome::Unavailable
+        }
+    };
+    Answer::Outcome(outcome.as_str().to_owned())
+}
+
 /// True when the client declared form elicitation.
 pub fn supports_elicitation(peer: &Peer<RoleServer>) -> bool {
     peer.supported_elicitation_modes().contains(&ElicitationMode::Form)
@@ -153,6 +222,9 @@ pub fn elicitation_answerer(peer: Peer<RoleServer>, calls: InFlightCalls) -> Ans
                 return Answer::Pass;
             }
             let args = question.call_id.as_deref().and_then(|id| calls.args(id));
+            if let Some(prompt) = &question.secret_prompt {
+                return elicit_secret(&peer, &question, prompt, args.as_ref()).await;
+            }
             Answer::Outcome(elicit(&peer, &question, args.as_ref()).await.as_str().to_owned())
         })
     })
@@ -171,6 +243,7 @@ mod tests {
             tool_name: tool.into(),
             call_id: Some("call-1".into()),
             reason: reason.map(str::to_owned),
+            secret_prompt: None,
         }
     }
 
@@ -210,6 +283,19 @@ mod tests {
             "Allow this bash command to connect to pypi.org:443?\n\nCommand: pip install requests\n\
              Destination: pypi.org:443 (not in the network allowlist)\n\n\
              Accept to allow it for the rest of this command; decline to refuse."
+        );
+    }
+
+    #[test]
+    fn secret_question_names_the_command_and_marks_its_prompt() {
+        let q = question("bash", None);
+        let args = json!({"command": "sudo -A apt-get update", "description": "Update"});
+        assert_eq!(
+            secret_message(&q, "[sudo] password for dev: ", Some(&args)),
+            "A bash command asks you for a secret (a password or passphrase).\n\n\
+             Command: sudo -A apt-get update\n\
+             Its prompt (the command's own words, not the harness's): [sudo] password for dev: \n\n\
+             Accept with the secret to pass it to this command only (it is never shown to the model); decline to refuse."
         );
     }
 

@@ -79,7 +79,10 @@ mod session;
 mod shutdown;
 mod stdio;
 
-pub use approval::{InFlightCalls, approval_message, elicit, elicitation_answerer, supports_elicitation};
+pub use approval::{
+    InFlightCalls, SECRET_FIELD, approval_message, elicit, elicit_secret, elicitation_answerer,
+    secret_message, supports_elicitation,
+};
 pub use http::session_cap_message;
 pub use http::{MCP_PATH, serve_http, serve_http_on};
 pub use options::{

@@ -27,7 +27,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use parking_lot::Mutex;
 use tokio::sync::watch;
 
-use crate::redact::{RedactStream, Redactor};
+#[cfg(test)]
+use crate::redact::Redactor;
+use crate::redact::{SharedRedactor, SharedStream};
 use crate::spill::{SpillFactory, SpillSink};
 use crate::utf8::{cut_head_len, incomplete_tail_len};
 
@@ -143,9 +145,9 @@ pub struct OutputCollector {
     state: Mutex<State>,
     /// Ticks when output arrives or the stream finishes, for waiters.
     progress: watch::Sender<()>,
-    /// The stream's redaction state, when there are values to redact. Only the pump (and
-    /// settlement) take this lock, always before `state`'s.
-    redact: Option<Mutex<RedactStream>>,
+    /// The stream's redaction state, when there are (or may come) values to redact. Only the
+    /// pump (and settlement) take this lock, always before `state`'s.
+    redact: Option<Mutex<SharedStream>>,
     /// Told when the spill file is opened.
     spill_observer: Mutex<Option<SpillPathObserver>>,
 }
@@ -157,10 +159,22 @@ impl OutputCollector {
     }
 
     /// A collector whose chunks are redacted by `redactor` first (an empty one is ignored).
+    #[cfg(test)]
     pub(crate) fn with_redactor(
         limits: CaptureLimits,
         factory: Option<SpillFactory>,
         redactor: Option<&Arc<Redactor>>,
+    ) -> Self {
+        let shared = redactor.filter(|r| !r.is_empty()).map(|r| Arc::new(SharedRedactor::new(Arc::clone(r))));
+        Self::with_shared_redactor(limits, factory, shared.as_ref())
+    }
+
+    /// A collector whose chunks are redacted first by `redactor`, in its latest state before
+    /// each chunk.
+    pub(crate) fn with_shared_redactor(
+        limits: CaptureLimits,
+        factory: Option<SpillFactory>,
+        redactor: Option<&Arc<SharedRedactor>>,
     ) -> Self {
         let spill =
             if limits.spill_cap.is_some() && factory.is_some() { Spill::Idle } else { Spill::Abandoned };
@@ -172,7 +186,7 @@ impl OutputCollector {
             spill_error: None,
             finished: false,
         };
-        let redact = redactor.filter(|r| !r.is_empty()).map(|r| Mutex::new(r.stream()));
+        let redact = redactor.map(|r| Mutex::new(r.stream()));
         Self {
             limits,
             factory,

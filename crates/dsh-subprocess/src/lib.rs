@@ -59,7 +59,7 @@ pub use plugin::{SubprocessConfig, SubprocessPlugin};
 #[cfg(feature = "plugin")]
 pub use plugin_key::{SUBPROCESS, SUBPROCESS_SERVICE};
 pub use pty::PtySize;
-pub use redact::{REDACT_MIN_LEN, RedactStream, Redactor, RedactorError, redaction_marker};
+pub use redact::{REDACT_MIN_LEN, RedactStream, Redactor, RedactorError, SharedRedactor, redaction_marker};
 pub use service::{ServiceOptions, SubprocessService};
 pub use signal_name::{signal_name, signal_number};
 pub use spawn::{MAX_GRACE, PreExecHook, SpawnSpec};

@@ -96,6 +96,23 @@ impl Redactor {
                 pairs.push((value.to_vec(), name.into()));
             }
         }
+        Self::build(pairs)
+    }
+
+    /// This redactor's values and `value` (named `name`), whatever its length: a value known
+    /// to be a secret (one a user typed for a command) is redacted even when short. Empty
+    /// values and values already redacted add nothing.
+    pub fn extended(&self, name: &str, value: &[u8]) -> Result<Self, RedactorError> {
+        let mut pairs: Vec<(Vec<u8>, String)> =
+            self.values.iter().cloned().zip(self.names.iter().cloned()).collect();
+        if !value.is_empty() && !pairs.iter().any(|(v, _)| v == value) {
+            pairs.push((value.to_vec(), name.to_owned()));
+        }
+        Self::build(pairs)
+    }
+
+    /// A redactor for distinct, non-empty `(value, name)` pairs.
+    fn build(mut pairs: Vec<(Vec<u8>, String)>) -> Result<Self, RedactorError> {
         if pairs.is_empty() {
             return Ok(Self::empty());
         }
@@ -287,6 +304,12 @@ impl RedactStream {
         if scan.matched { &self.out } else { &self.joined }
     }
 
+    /// Continues the stream with `redactor` (one that knows more values): the bytes held back
+    /// so far are searched again with the next chunk, under the new values.
+    pub fn rebase(&mut self, redactor: Arc<Redactor>) {
+        self.redactor = redactor;
+    }
+
     /// How many bytes are held back, waiting for the next chunk.
     pub fn held_len(&self) -> usize {
         self.held.len()
@@ -299,5 +322,9 @@ impl std::fmt::Debug for RedactStream {
     }
 }
 
+mod shared;
 #[cfg(test)]
 mod tests;
+
+pub use shared::SharedRedactor;
+pub(crate) use shared::SharedStream;

@@ -13,7 +13,7 @@ use crate::containment::{Containment, ContainmentStatus, Reaper};
 use crate::env::AmbientEnv;
 use crate::error::SpawnError;
 use crate::handle::ProcessHandle;
-use crate::redact::Redactor;
+use crate::redact::{Redactor, RedactorError, SharedRedactor};
 use crate::spawn::{SpawnSpec, spawn_process};
 use crate::spill::{DefaultSpillNamer, SpillLocation, SpillNamer};
 
@@ -82,8 +82,8 @@ pub struct SubprocessService {
     pub(crate) containment: ContainmentStatus,
     /// Present when containment is active.
     pub(crate) reaper: Option<Arc<Reaper>>,
-    /// Present when there are values to redact.
-    pub(crate) redactor: Option<Arc<Redactor>>,
+    /// The values to redact, the configured ones and those added since.
+    pub(crate) redactor: Arc<SharedRedactor>,
     next_id: AtomicU64,
 }
 
@@ -108,7 +108,9 @@ impl SubprocessService {
             live: Arc::new(LiveSet::default()),
             containment,
             reaper,
-            redactor: options.redactor.filter(|r| !r.is_empty()),
+            redactor: Arc::new(SharedRedactor::new(
+                options.redactor.unwrap_or_else(|| Arc::new(Redactor::empty())),
+            )),
             next_id: AtomicU64::new(1),
         })
     }
@@ -153,12 +155,29 @@ impl SubprocessService {
     /// the stream ends.
     pub fn collector(&self, limits: CaptureLimits) -> OutputCollector {
         let factory = limits.spill_cap.and(Some(self.spill.factory()));
-        OutputCollector::with_redactor(limits, factory, self.redactor.as_ref())
+        let redactor = Some(&self.redactor).filter(|r| r.is_needed());
+        OutputCollector::with_shared_redactor(limits, factory, redactor)
     }
 
-    /// The redactor applied to collected output, if it has values to redact.
-    pub fn redactor(&self) -> Option<&Arc<Redactor>> {
-        self.redactor.as_ref()
+    /// The redactor applied to collected output now, if it has values to redact.
+    pub fn redactor(&self) -> Option<Arc<Redactor>> {
+        Some(self.redactor.current()).filter(|r| !r.is_empty())
+    }
+
+    /// Redacts `value` as `[redacted:NAME]` from now on, in the output of every process of
+    /// this service, including the ones already running (a secret a user typed for a running
+    /// command). Unlike configured values, a short one is redacted too.
+    pub fn redact_also(&self, name: &str, value: &[u8]) -> Result<(), RedactorError> {
+        self.redacts_late_values();
+        self.redactor.add(name, value)
+    }
+
+    /// Declares that values will be added with [`SubprocessService::redact_also`] while
+    /// processes run: every process started from now on has its output follow the redaction,
+    /// even while there is nothing to redact yet. Without it (and without values) output is
+    /// collected as it is, with no redaction stage at all.
+    pub fn redacts_late_values(&self) {
+        self.redactor.expect_late_values();
     }
 
     /// How many process trees the service still tracks.

@@ -347,14 +347,18 @@ pub(crate) fn spawn_process(
     };
 
     let factory = Some(service.spill.factory());
-    let redactor = service.redactor.as_ref();
+    let redactor = Some(&service.redactor).filter(|r| r.is_needed());
     let streams = (
-        OutputCollector::with_redactor(
+        OutputCollector::with_shared_redactor(
             spec.stdout.clone(),
             spec.stdout.spill_cap.and(factory.clone()),
             redactor,
         ),
-        OutputCollector::with_redactor(spec.stderr.clone(), spec.stderr.spill_cap.and(factory), redactor),
+        OutputCollector::with_shared_redactor(
+            spec.stderr.clone(),
+            spec.stderr.spill_cap.and(factory),
+            redactor,
+        ),
     );
     let reaper = service.reaper.clone();
     if let Some(reaper) = &reaper {

@@ -6,7 +6,9 @@
 //! the job tools. Every call receives a freshly collected managed `DSH_*` environment from the
 //! `shellEnv` registry. Escalation to a wider sandbox mode goes through the `approval` seam
 //! (looked up at call time) when the mounted executor sandboxes, which also makes the
-//! `sandboxPolicy` service a load-time requirement.
+//! `sandboxPolicy` service a load-time requirement. With the `askpass` service composed
+//! (looked up at call time), a foreground command gets the askpass variables, and the secrets
+//! it asks for are questions of the approval service (see `dsh-askpass`).
 //!
 //! Service names: the seed calls the injected executor and env registry `bash` and `bashEnv`;
 //! this crate injects them under the keys `shell` and `shellEnv`
@@ -21,6 +23,7 @@
 #![deny(missing_docs)]
 
 mod args;
+mod askpass;
 mod background;
 mod escalation;
 mod persist;

@@ -169,6 +169,8 @@ impl BashTool {
         // The host may watch the command's latest output line while it runs.
         request.output_probe = Some(exec.output_probe.clone());
         request.network_approver = crate::escalation::network_approver(self.ctx(), exec);
+        // Served until the run has ended.
+        let _askpass = crate::askpass::open(self.ctx(), exec, &mut request)?;
         let spec = self.shell.resolve(request)?;
         let result = self.shell.run(spec).await?;
         if result.aborted {

@@ -1,5 +1,6 @@
 //! End-to-end tests of the built `dsh-bash` binary.
 
+mod askpass;
 mod bash;
 mod batch;
 mod call;

@@ -1,12 +1,13 @@
 """The stdio server driven by the Python `mcp` client: tools, foreground and background bash,
 completion notices, cancellation, progress, session cwd from roots, an escalation
 approved through elicitation, a network destination approved and refused through elicitation
-under `--network ask`, and the escalation hint offered only to clients that can answer
-approvals."""
+under `--network ask`, a secret asked by a command answered through elicitation (`--askpass`),
+and the escalation hint offered only to clients that can answer approvals."""
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import http.server
 import os
 import signal
@@ -234,6 +235,46 @@ async def test_network_ask_through_elicitation() -> None:
         server.shutdown()
 
 
+async def test_askpass_through_elicitation() -> None:
+    home = tempdir()
+    secret = "s3cret-through-elicitation"
+    questions: list[types.ElicitRequestParams] = []
+    answers = ["accept", "decline"]
+
+    async def elicit(_context, params) -> types.ElicitResult:
+        questions.append(params)
+        action = answers[len(questions) - 1]
+        return types.ElicitResult(action=action, content={"secret": secret} if action == "accept" else None)
+
+    command = 'p=$("$SUDO_ASKPASS" "Password: "); printf %s "$p" | sha256sum | cut -c1-16; echo "$p"'
+    env = {**os.environ, "DSH_HOME": home}
+    async with Client(server_params("--askpass", env=env), elicitation_callback=elicit) as client:
+        given = await client.call_tool("bash", bash(command))
+        digest = hashlib.sha256(secret.encode()).hexdigest()[:16]
+        assert text(given) == f"{digest}\n[redacted:askpass]\n", text(given)
+        assert len(questions) == 1, questions
+        assert questions[0].message == (
+            "A bash command asks you for a secret (a password or passphrase).\n\n"
+            f"Command: {command}\n"
+            "Its prompt (the command's own words, not the harness's): Password: \n\n"
+            "Accept with the secret to pass it to this command only (it is never shown to the model); decline to refuse."
+        ), questions[0].message
+        schema = questions[0].requested_schema
+        assert list(schema["properties"]) == ["secret"], schema
+        assert schema["properties"]["secret"]["type"] == "string", schema
+        assert schema["required"] == ["secret"], schema
+        refused = await client.call_tool("bash", bash('"$GIT_ASKPASS" "Again: "; echo "rc=$?"'))
+        assert text(refused) == "rc=1\n", text(refused)
+        assert len(questions) == 2, questions
+        for result in (given, refused):
+            assert secret not in str(result.model_dump()), result
+    leaked = [str(path) for path in Path(home).rglob("*") if path.is_file() and secret.encode() in path.read_bytes()]
+    assert leaked == [], leaked
+    # A composition that keeps session logs records the question (never the answer).
+    logs = list(Path(home).rglob("*.jsonl"))
+    assert not logs or any('"kind":"secret"' in path.read_text() for path in logs), logs
+
+
 HINT = (
     "[sandbox: escalation available — retry this exact command once with sandbox_permissions "
     "(the narrowest wider mode that suffices) + justification; the approval prompt asks the user]"
@@ -314,6 +355,7 @@ if __name__ == "__main__":
                 test_progress_notifications_while_a_command_runs,
                 test_denied_then_escalated_with_elicitation,
                 test_network_ask_through_elicitation,
+                test_askpass_through_elicitation,
                 test_escalation_hint_only_for_clients_that_can_answer_approvals,
                 test_sigterm_tears_the_composition_down,
             ]
