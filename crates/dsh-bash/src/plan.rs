@@ -93,6 +93,11 @@ impl Plan {
             .iter()
             .any(|(name, _)| catalog.find(name).is_some_and(|f| f.short_name() == "askpass"));
         if args.askpass || askpass_table {
+            if let Some(kind) = args.executor.as_deref().filter(|kind| *kind != "local") {
+                bail!(
+                    "--askpass answers programs on this host; with --executor {kind} commands run elsewhere, where its program and socket are not"
+                );
+            }
             plan.ensure(catalog, "approval")?;
             plan.ensure(catalog, "askpass")?;
         }
@@ -164,6 +169,24 @@ impl Plan {
     /// does not combine with `--sandbox`: the container is the confinement), `ssh` the SSH
     /// executor (nor does it: the host is not confined from here); `local` keeps the plan as
     /// it is.
+    /// Puts `executor` (the plugin named `name`) where the local executor was, in its place in
+    /// the load order; drops the local one when `executor` is already loaded.
+    fn swap_executor(
+        &mut self,
+        catalog: &Catalog,
+        executor: Arc<dyn PluginFactory>,
+        name: &str,
+    ) -> anyhow::Result<()> {
+        match (self.index(catalog::LOCAL_EXECUTOR), self.index(name)) {
+            (Some(local), None) => self.rows[local] = Row { factory: executor, config: Value::Null },
+            (Some(local), Some(_)) => {
+                self.rows.remove(local);
+            }
+            (None, _) => self.ensure(catalog, name)?,
+        }
+        Ok(())
+    }
+
     fn select_executor(&mut self, catalog: &Catalog, kind: &str, sandboxed: bool) -> anyhow::Result<()> {
         match kind {
             "local" => Ok(()),
@@ -179,14 +202,7 @@ impl Plan {
                         catalog::CONTAINER_EXECUTOR
                     );
                 };
-                match (self.index(catalog::LOCAL_EXECUTOR), self.index(catalog::CONTAINER_EXECUTOR)) {
-                    (Some(local), None) => self.rows[local] = Row { factory: executor, config: Value::Null },
-                    (Some(local), Some(_)) => {
-                        self.rows.remove(local);
-                    }
-                    (None, _) => self.ensure(catalog, catalog::CONTAINER_EXECUTOR)?,
-                }
-                Ok(())
+                self.swap_executor(catalog, executor, catalog::CONTAINER_EXECUTOR)
             }
             "ssh" if sandboxed => {
                 bail!(
@@ -195,14 +211,7 @@ impl Plan {
             }
             "ssh" => {
                 let executor = lookup(catalog, catalog::SSH_EXECUTOR)?;
-                match (self.index(catalog::LOCAL_EXECUTOR), self.index(catalog::SSH_EXECUTOR)) {
-                    (Some(local), None) => self.rows[local] = Row { factory: executor, config: Value::Null },
-                    (Some(local), Some(_)) => {
-                        self.rows.remove(local);
-                    }
-                    (None, _) => self.ensure(catalog, catalog::SSH_EXECUTOR)?,
-                }
-                Ok(())
+                self.swap_executor(catalog, executor, catalog::SSH_EXECUTOR)
             }
             other => bail!("--executor {other} is not part of this build (available: local, container, ssh)"),
         }

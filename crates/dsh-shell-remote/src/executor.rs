@@ -105,6 +105,12 @@ impl RemoteExecutor {
                 self.transport.kind()
             )));
         }
+        if spec.tty {
+            return Err(ShellError::Invalid(format!(
+                "the {} executor runs commands on pipes, not on a terminal (tty)",
+                self.transport.kind()
+            )));
+        }
         Ok(())
     }
 

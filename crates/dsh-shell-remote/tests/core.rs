@@ -335,3 +335,13 @@ async fn a_kill_that_comes_before_the_command_started_still_ends_it() {
     }
     assert!(!alive("^sleep 3[78]$"));
 }
+
+#[tokio::test]
+async fn a_terminal_is_refused_rather_than_faked() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let executor = executor(dir.path());
+    let spec = executor.resolve(ShellExecRequest { tty: true, ..request("tty") }).expect("resolves");
+    let message = "the test executor runs commands on pipes, not on a terminal (tty)";
+    assert_eq!(executor.start(spec.clone()).err().map(|e| e.to_string()).as_deref(), Some(message));
+    assert_eq!(executor.run(spec).await.expect_err("refused").to_string(), message);
+}

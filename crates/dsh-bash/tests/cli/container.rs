@@ -356,6 +356,11 @@ fn the_local_executor_is_the_default_and_container_options_need_the_container_ex
         out.stderr.trim_end(),
         "dsh-bash: --executor container does not combine with --sandbox: the container is the confinement"
     );
+    let out = refused(&["--executor", "container", "--image", IMAGE, "--askpass", "doctor"]);
+    assert_eq!(
+        out.stderr.trim_end(),
+        "dsh-bash: --askpass answers programs on this host; with --executor container commands run elsewhere, where its program and socket are not"
+    );
     let out = refused(&["--executor", "container", "doctor"]);
     assert!(out.stderr.contains("shell-container: set image (to create the session's container) or container (to use a running one)"), "{out:?}");
 }
