@@ -132,12 +132,12 @@ fn bf_timeouts_kill_the_remote_process_tree() {
         &sshd,
         &["--config", &sandbox.write("grace.toml", "[shell-ssh]\ngraceMs = 200\n").display().to_string()],
         &[
-            json!({"tool": "bash", "args": {"command": "sleep 60", "description": "d", "timeoutMs": 100}}),
+            json!({"tool": "bash", "args": {"command": "sleep 60", "description": "d", "timeoutMs": 1000}}),
             json!({"tool": "bash", "args": {"command": tree, "description": "d", "timeoutMs": 3000}}),
             json!({"tool": "bash", "args": {"command": trapped, "description": "d", "timeoutMs": 1500}}),
         ],
     );
-    assert_eq!(text(&lines[0]), "(no output)\n[timed out after 100ms]\n[killed by signal: SIGTERM]");
+    assert_eq!(text(&lines[0]), "(no output)\n[timed out after 1000ms]\n[killed by signal: SIGTERM]");
     assert_eq!(
         (&lines[0]["structured"]["timedOut"], &lines[0]["structured"]["signal"]),
         (&json!(true), &json!("SIGTERM"))
