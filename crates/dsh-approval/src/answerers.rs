@@ -99,8 +99,8 @@ fn ask_tty(question: &ApprovalQuestion) -> Answer {
     }
 }
 
-/// The secret-input question on the terminal: the command's prompt, marked as its own words,
-/// then one line read with echo off (restored afterwards, also on failure).
+/// The secret-input question on the terminal: echo off, the command's prompt marked as its
+/// own words, then one line read (echo restored afterwards, also on failure).
 fn ask_tty_secret(
     question: &ApprovalQuestion,
     prompt: &str,
@@ -113,13 +113,15 @@ fn ask_tty_secret(
         question.tool_name,
         prompt.escape_debug()
     );
-    if out.write_all(text.as_bytes()).and_then(|_| out.flush()).is_err() {
-        return Answer::Pass;
-    }
+    // Echo goes off (and what was typed ahead is dropped) before the question shows: an
+    // answer typed as soon as the question is on the screen is neither echoed nor discarded.
     let echo = match EchoOff::new(&tty) {
         Ok(echo) => echo,
         Err(e) => return Answer::Failed(format!("cannot turn the terminal's echo off: {e}")),
     };
+    if out.write_all(text.as_bytes()).and_then(|_| out.flush()).is_err() {
+        return Answer::Pass;
+    }
     let mut line = Vec::new();
     let read = BufReader::new(&tty).read_until(b'\n', &mut line);
     drop(echo);

@@ -133,11 +133,7 @@ fn network_line(network: Option<&dsh_sandbox::NetworkPolicy>) -> String {
     let Some(network) = network else {
         return "network: not confined (no sandbox)".to_owned();
     };
-    let hosts: Vec<String> = network.allow.iter().map(ToString::to_string).collect();
-    let listed = match hosts.is_empty() {
-        true => "no host listed".to_owned(),
-        false => format!("allowed hosts: {}", hosts.join(", ")),
-    };
+    let listed = network.allowlist_text();
     match network.mode {
         NetworkMode::Allow => "network: allow (confined commands use the host's network)".to_owned(),
         NetworkMode::Deny => format!(

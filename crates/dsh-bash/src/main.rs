@@ -36,6 +36,20 @@ use clap::Parser;
 
 use crate::cli::{Cli, Command};
 
+/// Large buffers (a command's output held in memory, a big result being rendered) get pages
+/// of their own that go back to the system as soon as they are freed. By default glibc raises
+/// its mmap threshold to the size of each such buffer freed (up to 32 MiB), after which
+/// buffers of that size come from the per-thread heaps and stay resident: a server that ran a
+/// few jobs with megabytes of output would keep tens of megabytes it no longer uses. A fixed
+/// threshold turns that adjustment off.
+fn return_large_buffers_at_once() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt only changes allocator parameters; called before any thread starts.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 256 * 1024);
+    }
+}
+
 fn main() -> ExitCode {
     // Invoked through the askpass link (`dsh-askpass PROMPT`, by sudo, ssh or git): the
     // askpass program, with none of the host around it. It holds the secret for a moment:
@@ -52,6 +66,7 @@ fn main() -> ExitCode {
         ));
     }
     let cli = Cli::parse();
+    return_large_buffers_at_once();
     // SAFETY: single-threaded here: nothing has started a thread yet (the runtime starts below).
     let env_token = unsafe { hardening::take_env_var(mcp::TOKEN_VAR) };
     if let Err(e) = hardening::forbid_inspection() {

@@ -25,7 +25,8 @@ use futures::Stream;
 use parking_lot::Mutex;
 use rmcp::RoleServer;
 use rmcp::model::{
-    ClientJsonRpcMessage, ClientNotification, ClientRequest, JsonRpcMessage, RequestId, ServerJsonRpcMessage,
+    ClientJsonRpcMessage, ClientNotification, ClientRequest, ErrorData, JsonRpcMessage, RequestId,
+    ServerJsonRpcMessage,
 };
 use rmcp::service::{RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::transport::Transport;
@@ -458,7 +459,11 @@ impl<M: SessionManager> SessionManager for OrderedSessions<M> {
                 link.close().await;
             }
             let closed = registry.manager.close_session(&id).await;
-            // Only now may another session take this one's place.
+            // Only now may another session take this one's place: the permit goes back before
+            // the `DELETE` is answered (other holders of the link may let go of it later).
+            if let Some(link) = &link {
+                drop(link.permit.lock().take());
+            }
             if link.is_some()
                 && let Some(on_no_sessions) = registry.on_no_sessions
                 && registry.links.lock().is_empty()
@@ -482,13 +487,34 @@ impl<M: SessionManager> SessionManager for OrderedSessions<M> {
         id: &SessionId,
         message: ClientJsonRpcMessage,
     ) -> Result<impl Stream<Item = ServerSseMessage> + Send + Sync + 'static, Self::Error> {
+        use futures::StreamExt as _;
         self.touch(id);
-        self.registry.manager.create_stream(id, message).await
+        let request = match &message {
+            JsonRpcMessage::Request(request) => Some(request.id.clone()),
+            _ => None,
+        };
+        match self.registry.manager.create_stream(id, message).await {
+            Ok(stream) => Ok(stream.left_stream()),
+            // The session's teardown began after the request was let in: the request is
+            // answered as one that came to an ended session, not failed with a 500.
+            Err(_) if self.link(id).is_none() && request.is_some() => {
+                let refusal = ServerJsonRpcMessage::error(
+                    ErrorData::invalid_request(crate::session::SESSION_ENDED, None),
+                    request,
+                );
+                Ok(futures::stream::iter([ServerSseMessage::from_message(refusal)]).right_stream())
+            }
+            Err(error) => Err(error),
+        }
     }
 
     async fn accept_message(&self, id: &SessionId, message: ClientJsonRpcMessage) -> Result<(), Self::Error> {
         self.touch(id);
-        self.registry.manager.accept_message(id, message).await
+        match self.registry.manager.accept_message(id, message).await {
+            // A notification or response that came as the session ended goes with it.
+            Err(_) if self.link(id).is_none() => Ok(()),
+            outcome => outcome,
+        }
     }
 
     async fn create_standalone_stream(

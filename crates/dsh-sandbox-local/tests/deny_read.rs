@@ -7,62 +7,27 @@
 //! A runner unusable on this host is skipped with a printed reason, unless
 //! `DSH_SANDBOX_REQUIRE_RUNNERS` names it (see `dsh_test_support::sandbox`).
 
+mod common;
+
 use std::os::unix::fs::PermissionsExt;
-use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
+use common::{NOBODY, is_root, scratch, spawn_confined};
 use dsh_sandbox::{
-    ConfinedCommand, SandboxExecutionPolicy, SandboxMode, SandboxProvider, classify_runner_failure,
-    matches_signature,
+    SandboxExecutionPolicy, SandboxMode, SandboxProvider, classify_runner_failure, matches_signature,
 };
 use dsh_sandbox_local::{
     LocalSandboxConfig, LocalSandboxProvider, ProbeOutcome, RunnerKind, RunnerProber, SystemProber,
 };
 
-const NOBODY: u32 = 65534;
 const SECRET: &str = "deny-read-secret-41c7";
-
-/// A scratch directory outside `/tmp` (which the command sees as its own).
-fn scratch() -> (tempfile::TempDir, PathBuf) {
-    let tmp = std::fs::canonicalize("/tmp").unwrap();
-    let parent = [PathBuf::from("/var/tmp"), std::env::var_os("HOME").map(PathBuf::from).unwrap_or_default()]
-        .into_iter()
-        .filter_map(|p| std::fs::canonicalize(p).ok())
-        .find(|p| !p.starts_with(&tmp) && p != Path::new("/"))
-        .expect("a scratch directory outside /tmp");
-    let dir = tempfile::Builder::new().prefix("dsh-deny-read-").tempdir_in(parent).unwrap();
-    let base = std::fs::canonicalize(dir.path()).unwrap();
-    std::fs::set_permissions(&base, std::fs::Permissions::from_mode(0o755)).unwrap();
-    (dir, base)
-}
-
-fn spawn(confined: &ConfinedCommand, cwd: &Path, uid: Option<u32>) -> (Option<i32>, String, String) {
-    let mut cmd = Command::new(&confined.argv[0]);
-    cmd.args(&confined.argv[1..]).current_dir(cwd).stdin(Stdio::null()).process_group(0);
-    if let Some(uid) = uid {
-        cmd.uid(uid).gid(uid);
-    }
-    if let Some(confinement) = confined.child_confinement.clone() {
-        // SAFETY: `ChildConfinement` is an `unsafe` trait: `apply_in_child` is async-signal-safe.
-        unsafe {
-            cmd.pre_exec(move || confinement.apply_in_child());
-        }
-    }
-    let output = cmd
-        .output()
-        .unwrap_or_else(|e| panic!("spawn failed: {e}; confinement: {:?}", confined.confinement_failure()));
-    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
-    (output.status.code(), text(&output.stdout), text(&output.stderr))
-}
 
 fn check(kind: RunnerKind, uid: Option<u32>) {
     if let ProbeOutcome::Unusable(reason) = SystemProber.probe(kind, Duration::from_secs(10)) {
         return dsh_test_support::sandbox::skip_runner(kind.as_str(), &reason);
     }
-    let (_dir, base) = scratch();
+    let (_dir, base) = scratch("dsh-deny-read-");
     let ws = base.join("ws");
     std::fs::create_dir(&ws).unwrap();
     std::fs::create_dir(base.join("secret")).unwrap();
@@ -91,7 +56,7 @@ fn check(kind: RunnerKind, uid: Option<u32>) {
         let policy = SandboxExecutionPolicy::new(mode, ws.clone(), None);
         let run = |command: String| {
             let confined = provider.confine(&["bash".into(), "-c".into(), command], &policy).unwrap();
-            let (exit, stdout, stderr) = spawn(&confined, &ws, uid);
+            let common::Ended { exit, stdout, stderr } = spawn_confined(&confined, &ws, uid);
             let failure = classify_runner_failure(exit, &stderr, &confined.runner_failure_rules);
             assert_eq!(failure, None, "{who} {mode}: the runner failed: {stderr}");
             let denied = matches_signature(exit, &stderr, &confined.denial_signatures);
@@ -112,11 +77,6 @@ fn check(kind: RunnerKind, uid: Option<u32>) {
             assert!(exit != Some(0) && !stdout.contains(SECRET), "{who} {mode}: closed/inner leaked");
         }
     }
-}
-
-fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
 }
 
 #[test]

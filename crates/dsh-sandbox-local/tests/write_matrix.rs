@@ -16,24 +16,24 @@
 //! `DSH_SANDBOX_REQUIRE_RUNNERS=landlock,bwrap` (or `CI=true`) to turn such a skip into a
 //! failure (see `dsh_test_support::sandbox`).
 
+mod common;
+
 use std::collections::BTreeSet;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
+use common::{NOBODY, is_root, spawn_confined};
 use dsh_sandbox::{
-    ConfinedCommand, SandboxEnforcement, SandboxExecutionPolicy, SandboxMode, SandboxProvider,
-    classify_runner_failure, matches_signature,
+    SandboxEnforcement, SandboxExecutionPolicy, SandboxMode, SandboxProvider, classify_runner_failure,
+    matches_signature,
 };
 use dsh_sandbox_local::{
     LocalSandboxConfig, LocalSandboxProvider, ProbeOutcome, RunnerCapability, RunnerKind, RunnerProber,
     SystemProber,
 };
 
-const NOBODY: u32 = 65534;
 const EPOCH_2001: i64 = 978_307_200;
 
 struct Layout {
@@ -43,23 +43,8 @@ struct Layout {
     out: PathBuf,
 }
 
-/// A scratch parent outside `/tmp` and the OS temp dir (both writable under workspace-write).
-fn scratch_parent() -> PathBuf {
-    let tmp = std::fs::canonicalize("/tmp").unwrap();
-    let os_tmp = std::fs::canonicalize(std::env::temp_dir()).unwrap_or_else(|_| tmp.clone());
-    let candidates =
-        [PathBuf::from("/var/tmp"), std::env::var_os("HOME").map(PathBuf::from).unwrap_or_default()];
-    candidates
-        .into_iter()
-        .filter_map(|p| std::fs::canonicalize(p).ok())
-        .find(|p| !p.starts_with(&tmp) && !p.starts_with(&os_tmp) && p != Path::new("/"))
-        .expect("a scratch directory outside /tmp (/var/tmp or $HOME)")
-}
-
 fn layout(owner: Option<u32>) -> Layout {
-    let dir = tempfile::Builder::new().prefix("dsh-sbx-matrix-").tempdir_in(scratch_parent()).unwrap();
-    let base = std::fs::canonicalize(dir.path()).unwrap();
-    std::fs::set_permissions(&base, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let (dir, base) = common::scratch("dsh-sbx-matrix-");
     let ws = base.join("ws");
     let out = base.join("outside");
     for d in [&ws, &out] {
@@ -312,29 +297,6 @@ struct Outcome {
     effect: bool,
 }
 
-fn spawn_confined(confined: &ConfinedCommand, cwd: &Path, uid: Option<u32>) -> (Option<i32>, String) {
-    let mut cmd = Command::new(&confined.argv[0]);
-    cmd.args(&confined.argv[1..])
-        .current_dir(cwd)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .process_group(0);
-    if let Some(uid) = uid {
-        cmd.uid(uid).gid(uid);
-    }
-    if let Some(confinement) = confined.child_confinement.clone() {
-        // SAFETY: `ChildConfinement` is an `unsafe` trait: `apply_in_child` is async-signal-safe.
-        unsafe {
-            cmd.pre_exec(move || confinement.apply_in_child());
-        }
-    }
-    let output = cmd
-        .output()
-        .unwrap_or_else(|e| panic!("spawn failed: {e}; confinement: {:?}", confined.confinement_failure()));
-    (output.status.code(), String::from_utf8_lossy(&output.stderr).into_owned())
-}
-
 fn policy(mode: SandboxMode, root: &Path) -> SandboxExecutionPolicy {
     SandboxExecutionPolicy::new(mode, root.to_path_buf(), None)
 }
@@ -366,10 +328,11 @@ fn run_matrix(
         }
         let confined = provider.confine(&bash(&case.command), &policy(mode, &l.ws)).unwrap();
         enforcement.get_or_insert(confined.enforcement);
-        let (exit, stderr) = spawn_confined(&confined, &l.ws, uid);
-        let outcome = Outcome { exit, effect: (case.effect)(&l), stderr };
+        let ended = spawn_confined(&confined, &l.ws, uid);
+        let outcome = Outcome { exit: ended.exit, effect: (case.effect)(&l), stderr: ended.stderr };
         let must_deny = mode == SandboxMode::ReadOnly || case.outside;
-        let runner_failure = classify_runner_failure(exit, &outcome.stderr, &confined.runner_failure_rules);
+        let runner_failure =
+            classify_runner_failure(outcome.exit, &outcome.stderr, &confined.runner_failure_rules);
         let ok = if must_deny {
             !outcome.effect
                 && outcome.exit.is_some_and(|c| c != 0)
@@ -424,8 +387,8 @@ fn check_sinks(provider: &LocalSandboxProvider, uid: Option<u32>) {
             expected.push_str("x\n");
         }
         let confined = provider.confine(&bash(&cmd), &policy(mode, &l.ws)).unwrap();
-        let (exit, stderr) = spawn_confined(&confined, &l.ws, uid);
-        assert_eq!((exit, stderr.as_str()), (Some(0), expected.as_str()), "{mode}");
+        let ended = spawn_confined(&confined, &l.ws, uid);
+        assert_eq!((ended.exit, ended.stderr.as_str()), (Some(0), expected.as_str()), "{mode}");
     }
 }
 
@@ -459,11 +422,6 @@ impl RunnerProber for Forced {
     fn version(&self, _runner: RunnerKind, _timeout: Duration) -> Option<String> {
         None
     }
-}
-
-fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
 }
 
 #[test]

@@ -272,11 +272,7 @@ impl SandboxPolicyService for LocalSandboxPolicy {
 /// The `sandbox:network` runtime context: only for a policy that isolates (with `allow` the
 /// prompt stays as it was).
 pub fn network_context_text(network: &NetworkPolicy) -> Option<String> {
-    let hosts: Vec<String> = network.allow.iter().map(ToString::to_string).collect();
-    let listed = match hosts.is_empty() {
-        true => "no host is listed".to_owned(),
-        false => format!("the listed hosts are {}", hosts.join(", ")),
-    };
+    let listed = network.allowlist_text();
     let how = "Sandboxed commands reach them only through the HTTP proxy named by HTTP_PROXY and HTTPS_PROXY (most tools use it; a program that ignores those variables cannot connect), and names are resolved by the harness: there is no DNS inside the sandbox.";
     match network.mode {
         NetworkMode::Allow => None,

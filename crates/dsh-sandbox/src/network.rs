@@ -226,6 +226,17 @@ pub struct NetworkPolicy {
 }
 
 impl NetworkPolicy {
+    /// The allowlist in words, as every report of the policy spells it (`doctor`'s
+    /// `network:` line, the `sandbox:network` context): `no host is listed`, or `the listed
+    /// hosts are a.example, *.b.example:8080`.
+    pub fn allowlist_text(&self) -> String {
+        if self.allow.is_empty() {
+            return "no host is listed".to_owned();
+        }
+        let hosts: Vec<String> = self.allow.iter().map(ToString::to_string).collect();
+        format!("the listed hosts are {}", hosts.join(", "))
+    }
+
     /// How the allowlist admits `host:port`: the strongest admission of any entry.
     pub fn admission(&self, host: &str, port: u16) -> HostAdmission {
         let mut best = HostAdmission::No;

@@ -383,15 +383,54 @@ pub(crate) fn group_members_with_parent(pgid: i32) -> Vec<(i32, i32)> {
 }
 
 /// Live (non-zombie) members of group `pgid` and every live descendant of one (a runner such
-/// as bubblewrap starts the command in a session and group of its own).
+/// as bubblewrap starts the command in a session and group of its own), from a fresh scan of
+/// `/proc`.
 pub(crate) fn tree_members(pgid: i32) -> Vec<i32> {
-    let procs: Vec<(i32, Stat)> = numeric_entries("/proc")
+    members_in(&scan_live(), pgid)
+}
+
+/// Like [`tree_members`], from a scan at most [`RECENT_SCAN`] old: one scan serves every job
+/// a listing or the waiting watchers ask about in that time. For questions a moment's
+/// staleness cannot hurt (whether a job waits for input), never for killing.
+pub(crate) fn recent_tree_members(pgid: i32) -> Vec<i32> {
+    static RECENT: Mutex<Option<(std::time::Instant, ProcTable)>> = Mutex::new(None);
+    let table = {
+        let mut recent = RECENT.lock();
+        match &*recent {
+            Some((at, table)) if at.elapsed() < RECENT_SCAN => Arc::clone(table),
+            _ => {
+                let table = Arc::new(scan_live());
+                *recent = Some((std::time::Instant::now(), Arc::clone(&table)));
+                table
+            }
+        }
+    };
+    members_in(&table, pgid)
+}
+
+/// Every live process with its stat, as one scan of `/proc` saw them.
+type ProcTable = Arc<Vec<(i32, Stat)>>;
+
+/// How long a `/proc` scan serves [`recent_tree_members`].
+const RECENT_SCAN: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// Full `/proc` scans made so far (for tests).
+static SCANS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Every live (non-zombie) process with its stat.
+fn scan_live() -> Vec<(i32, Stat)> {
+    SCANS.fetch_add(1, Ordering::Relaxed);
+    numeric_entries("/proc")
         .filter_map(|pid| read_stat(pid).filter(|s| s.state != 'Z' && s.state != 'X').map(|s| (pid, s)))
-        .collect();
+        .collect()
+}
+
+/// The members of group `pgid` in `procs` and every descendant of one.
+fn members_in(procs: &[(i32, Stat)], pgid: i32) -> Vec<i32> {
     let mut members: Vec<i32> = procs.iter().filter(|(_, s)| s.pgrp == pgid).map(|(pid, _)| *pid).collect();
     loop {
         let before = members.len();
-        for (pid, stat) in &procs {
+        for (pid, stat) in procs {
             if !members.contains(pid) && members.contains(&stat.ppid) {
                 members.push(*pid);
             }
@@ -412,6 +451,21 @@ pub(crate) fn group_members(pgid: i32) -> Vec<i32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn one_recent_scan_serves_many_questions() {
+        let me = nix::unistd::getpgrp().as_raw();
+        let before = SCANS.load(Ordering::Relaxed);
+        for _ in 0..50 {
+            assert!(recent_tree_members(me).contains(&(std::process::id() as i32)));
+        }
+        let scans = SCANS.load(Ordering::Relaxed) - before;
+        // One scan, or a few if the thread was descheduled past the window (never one each).
+        assert!((1..10).contains(&scans), "{scans} scans for 50 questions");
+        let fresh = SCANS.load(Ordering::Relaxed);
+        tree_members(me);
+        assert!(SCANS.load(Ordering::Relaxed) > fresh, "tree_members scans afresh");
+    }
 
     #[test]
     fn parses_ppid_and_group() {

@@ -370,7 +370,7 @@ impl ProcessHandle {
                 }
             }
         };
-        crate::containment::tree_members(self.inner.pid).into_iter().any(|pid| {
+        crate::containment::recent_tree_members(self.inner.pid).into_iter().any(|pid| {
             std::fs::read_to_string(format!("/proc/{pid}/syscall")).is_ok_and(|line| waits_on_fd0(&line))
                 && std::fs::metadata(format!("/proc/{pid}/fd/0"))
                     .is_ok_and(|meta| (meta.dev(), meta.ino()) == target)

@@ -1,10 +1,11 @@
-//! Test helpers shared by the workspace's crates (a dev-dependency only, never published).
+//! Test helpers shared by the workspace's crates (for tests and benchmarks, never published).
 //!
 //! - [`escape`]: the process-escape matrix of the containment tests;
 //! - [`sandbox`]: skip-or-fail for tests that need a sandbox runner ([`require_runner!`],
 //!   [`sandbox::require_sandbox`]);
 //! - [`eventually`]: polling for a condition another task makes true;
 //! - [`mcp_e2e`]: the runner of the Python MCP end-to-end suite;
+//! - `http` (feature `http`): a minimal HTTP/1.1 client for `dsh-bash mcp --http`;
 //! - `json` (feature `json`): arbitrary JSON arguments and JavaScript number texts;
 //! - `fakes` and `compose` (feature `core`): stand-in tools and the usual composition;
 //! - `fake_provider` (feature `sandbox`): a pass-through sandbox provider.
@@ -19,6 +20,8 @@ pub mod compose;
 pub mod fake_provider;
 #[cfg(feature = "core")]
 pub mod fakes;
+#[cfg(feature = "http")]
+pub mod http;
 #[cfg(feature = "json")]
 pub mod json;
 

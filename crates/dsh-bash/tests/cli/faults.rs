@@ -95,12 +95,21 @@ fn a_killed_batchs_running_job_is_reported_lost_to_its_owner_only() {
     wait_for(&sleeper, 1);
     // The harness journals the spill file once it took in more output than memory keeps.
     let home = sandbox.path().join("home");
+    // Then it is killed once it took in all of it (what is still in the pipe when it dies
+    // is lost with it).
+    let journaled_spill = || {
+        journals(&home).iter().find_map(|j| {
+            std::fs::read_to_string(j).unwrap_or_default().lines().find_map(|line| {
+                let entry: Value = serde_json::from_str(line).ok()?;
+                (entry["type"] == "spill").then(|| entry["path"].as_str().map(str::to_owned)).flatten()
+            })
+        })
+    };
     let spilled = Instant::now() + Duration::from_secs(20);
-    while !journals(&home)
-        .iter()
-        .any(|j| std::fs::read_to_string(j).unwrap_or_default().contains(r#""type":"spill""#))
+    while !journaled_spill()
+        .is_some_and(|path| std::fs::read_to_string(path).unwrap_or_default().ends_with("30000\n"))
     {
-        assert!(Instant::now() < spilled, "the spill file was never journaled");
+        assert!(Instant::now() < spilled, "the spill file was never journaled, or never complete");
         std::thread::sleep(Duration::from_millis(20));
     }
     batch.sigkill();

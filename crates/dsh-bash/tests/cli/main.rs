@@ -14,7 +14,6 @@ mod harness_writes_fds;
 mod harness_writes_session_log;
 mod harness_writes_support;
 mod harness_writes_workspace;
-mod http_reply;
 mod killed_harness;
 mod mcp;
 mod messages;

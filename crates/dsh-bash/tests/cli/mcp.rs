@@ -89,6 +89,11 @@ pub(crate) fn post_initialize(url: &str, token: Option<&str>) -> u16 {
     std::str::from_utf8(&head[9..12]).expect("ascii").parse().expect("status code")
 }
 
+/// The `host:port` of the server's start line.
+pub(crate) fn authority(start_line: &str) -> String {
+    dsh_test_support::http::start_line_authority(start_line).unwrap_or_else(|| panic!("{start_line}"))
+}
+
 /// Starts `dsh-bash mcp --http ...` and returns the child with its stderr start line.
 pub(crate) fn start_http(
     sandbox: &Sandbox,

@@ -2,15 +2,15 @@
 //! and numerous connections, and a confined command that tries to take the bearer token
 //! (with which it could open its own MCP session and approve its own escalations).
 
-use std::io::{Read, Write};
+use std::io::{BufReader, Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
+use dsh_test_support::http::{Reply, read_reply};
 use serde_json::{Value, json};
 
 use crate::harness::{Sandbox, confining_host};
-use crate::http_reply::{Reply, authority};
-use crate::mcp::start_server;
+use crate::mcp::{authority, start_server};
 
 const TOKEN: &str = "tok-5d0c7e21a9";
 
@@ -27,41 +27,7 @@ fn post(authority: &str, headers: &[(&str, &str)], body: &Value) -> Reply {
     let mut stream = TcpStream::connect(authority).expect("connect");
     stream.set_read_timeout(Some(Duration::from_secs(120))).expect("timeout");
     write!(stream, "{head}\r\n{body}").expect("write");
-    let mut raw = Vec::new();
-    stream.read_to_end(&mut raw).expect("the whole response");
-    parse_response(&raw)
-}
-
-fn parse_response(raw: &[u8]) -> Reply {
-    let split = raw.windows(4).position(|w| w == b"\r\n\r\n").expect("end of head");
-    let head = std::str::from_utf8(&raw[..split]).expect("ascii head");
-    let mut lines = head.split("\r\n");
-    let status = lines.next().expect("status line")[9..12].parse().expect("status code");
-    let headers: Vec<(String, String)> = lines
-        .filter_map(|l| l.split_once(':'))
-        .map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned()))
-        .collect();
-    let mut body = raw[split + 4..].to_vec();
-    let chunked = headers.iter().any(|(k, v)| k.eq_ignore_ascii_case("transfer-encoding") && v == "chunked");
-    if chunked {
-        body = dechunk(&body);
-    }
-    Reply { status, headers, body: String::from_utf8(body).expect("utf-8 body") }
-}
-
-fn dechunk(mut rest: &[u8]) -> Vec<u8> {
-    let mut out = Vec::new();
-    loop {
-        let line_end = rest.windows(2).position(|w| w == b"\r\n").expect("chunk size line");
-        let size_text = std::str::from_utf8(&rest[..line_end]).expect("ascii size");
-        let size = usize::from_str_radix(size_text.split(';').next().expect("size").trim(), 16).expect("hex");
-        rest = &rest[line_end + 2..];
-        if size == 0 {
-            return out;
-        }
-        out.extend_from_slice(&rest[..size]);
-        rest = &rest[size + 2..];
-    }
+    read_reply(&mut BufReader::new(stream)).expect("the whole response")
 }
 
 fn initialize() -> Value {

@@ -135,6 +135,9 @@ fn bf_timeouts_kill_the_remote_process_tree() {
             json!({"tool": "bash", "args": {"command": "sleep 60", "description": "d", "timeoutMs": 1000}}),
             json!({"tool": "bash", "args": {"command": tree, "description": "d", "timeoutMs": 3000}}),
             json!({"tool": "bash", "args": {"command": trapped, "description": "d", "timeoutMs": 1500}}),
+            // The kill comes while the far side is still starting the command: it waits for
+            // the command and ends it, so the signal is known.
+            json!({"tool": "bash", "args": {"command": "sleep 60", "description": "d", "timeoutMs": 1}}),
         ],
     );
     assert_eq!(text(&lines[0]), "(no output)\n[timed out after 1000ms]\n[killed by signal: SIGTERM]");
@@ -145,6 +148,7 @@ fn bf_timeouts_kill_the_remote_process_tree() {
     assert_eq!(text(&lines[1]), "armed\n[timed out after 3000ms]\n[killed by signal: SIGTERM]");
     assert_eq!(processes_with(&format!("sleep {marker}")), Vec::<String>::new(), "a remote process survived");
     assert_eq!(text(&lines[2]), "armed\n[timed out after 1500ms]\n[killed by signal: SIGKILL]");
+    assert_eq!(text(&lines[3]), "(no output)\n[timed out after 1ms]\n[killed by signal: SIGTERM]");
     assert_no_master_left(&sshd);
 }
 

@@ -6,16 +6,16 @@
 //! side by side) and must come out right every time.
 
 use std::collections::VecDeque;
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
+use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use dsh_test_support::http;
 use serde_json::{Value, json};
 
 use crate::harness::Sandbox;
-use crate::mcp::start_server;
+use crate::mcp::{authority, start_server};
 
 /// How long any one answer may take before the test gives up.
 const PATIENCE: Duration = Duration::from_secs(60);
@@ -197,64 +197,16 @@ fn foreground_calls_leave_no_memory_behind() {
     assert!(growth < 1024, "RSS grew {growth} KiB over {CALLS} calls");
 }
 
-/// One HTTP exchange on its own connection; returns the status, the session id header and
-/// the JSON-RPC messages of the body.
-fn http(
-    authority: &str,
-    method: &str,
-    session: Option<&str>,
-    body: Option<&Value>,
-) -> (u16, Option<String>, Vec<Value>) {
-    let body = body.map(Value::to_string).unwrap_or_default();
-    let mut head = format!(
-        "{method} /mcp HTTP/1.1\r\nHost: {authority}\r\nContent-Type: application/json\r\n\
-         Accept: application/json, text/event-stream\r\nAuthorization: Bearer {TOKEN}\r\n\
-         Content-Length: {}\r\nConnection: close\r\n",
-        body.len()
-    );
-    if let Some(session) = session {
-        head.push_str(&format!("Mcp-Session-Id: {session}\r\n"));
-    }
-    let mut stream = TcpStream::connect(authority).expect("connect");
-    stream.set_read_timeout(Some(PATIENCE)).expect("timeout");
-    write!(stream, "{head}\r\n{body}").expect("write");
-    let mut raw = Vec::new();
-    stream.read_to_end(&mut raw).expect("the whole response");
-    let split = raw.windows(4).position(|w| w == b"\r\n\r\n").expect("end of head");
-    let head = String::from_utf8_lossy(&raw[..split]).into_owned();
-    let status = head[9..12].parse().expect("status code");
-    let session = head
-        .split("\r\n")
-        .filter_map(|l| l.split_once(':'))
-        .find(|(k, _)| k.eq_ignore_ascii_case("mcp-session-id"))
-        .map(|(_, v)| v.trim().to_owned());
-    let body = String::from_utf8_lossy(&raw[split + 4..]).into_owned();
-    let messages = body
-        .lines()
-        .filter_map(|line| line.strip_prefix("data:").or_else(|| line.strip_prefix('{').map(|_| line)))
-        .filter_map(|data| serde_json::from_str(data.trim()).ok())
-        .collect();
-    (status, session, messages)
-}
-
 const TOKEN: &str = "tok-stress-71c3";
 
-/// One session of one call: opened, called, deleted.
+/// One session of one call on its own connection: opened, called, deleted.
 fn one_call_session(authority: &str) {
-    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "stress", "version": "0"}}});
-    let (status, session, _) = http(authority, "POST", None, Some(&init));
-    assert_eq!(status, 200);
-    let session = session.expect("a session id");
-    let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
-    assert_eq!(http(authority, "POST", Some(&session), Some(&initialized)).0, 202);
-    let call = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
-        "params": {"name": "bash", "arguments": bash("true")}});
-    let (status, _, messages) = http(authority, "POST", Some(&session), Some(&call));
-    assert_eq!(status, 200);
-    let response = messages.iter().find(|m| m["id"] == json!(2)).expect("the call's response");
-    assert_eq!(text_of(response), "(no output)");
-    let deleted = http(authority, "DELETE", Some(&session), None).0;
+    let mut conn = http::Conn::open(authority, TOKEN, PATIENCE).expect("connect");
+    let session = conn.open_session("stress").expect("a session");
+    let reply = conn.call(&session, 2, "bash", bash("true")).expect("the call's reply");
+    assert_eq!(reply.status, 200);
+    assert_eq!(text_of(&reply.response(2).expect("the call's response")), "(no output)");
+    let deleted = conn.delete(&session).expect("DELETE");
     assert!(matches!(deleted, 200 | 204), "DELETE: {deleted}");
 }
 
@@ -264,8 +216,7 @@ fn one_call_session(authority: &str) {
 fn one_call_http_sessions_leave_no_memory_behind() {
     let sandbox = Sandbox::new();
     let (server, line) = start_server(&sandbox, &["--http", "0"], Some(TOKEN));
-    let url = line.strip_prefix("dsh-bash: serving MCP at http://").unwrap_or_else(|| panic!("{line}"));
-    let authority = url.split('/').next().expect("authority").to_owned();
+    let authority = authority(&line);
     let pid = server.id();
     for _ in 0..300 {
         one_call_session(&authority);

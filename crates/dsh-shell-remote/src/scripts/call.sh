@@ -56,14 +56,15 @@ oom_kills
 before=$OOM
 exec 4<&0 5>&1 6>&2
 exec 7< <(
-    export DSH_CALL="$id"
     unset DSH_CALL_SCRIPT
     set -m
-    # The command starts once its parent is the `sleep`: a bash parent would reap it.
+    # The command starts once its parent is the `sleep`: a bash parent would reap it. Only
+    # then does it take the marker, so a kill that comes sooner (which waits while this
+    # script lives) finds the command itself, never the starter before its parent is set.
     bash -c 'n=0; while [ $n -lt 100000 ] && { ! read -r c </proc/$PPID/comm || [ "$c" != sleep ]; }
-        do n=$((n + 1)); done 2>/dev/null; exec bash -c "$1"' dsh-cmd "$cmd" <&4 >&5 2>&6 4<&- 5>&- 6>&- &
+        do n=$((n + 1)); done 2>/dev/null; export DSH_CALL=$2; exec bash -c "$1"' dsh-cmd "$cmd" "$id" \
+        <&4 >&5 2>&6 4<&- 5>&- 6>&- &
     printf '%s\n' "$!"
-    unset DSH_CALL
     exec sleep 2147483647 </dev/null 2>/dev/null 4<&- 5>&- 6>&-
 )
 keeper=$!

@@ -25,23 +25,29 @@ async fn streams_spill_files_and_the_latest_line_are_redacted() {
     let dir = tempfile::tempdir().expect("tempdir");
     let service = redacting_service(dir.path());
     // The child cannot see the scrubbed variable; it prints the value from its argument.
+    // Its stderr line comes well before its last stdout line: the peek looks at the stream
+    // written last, and two pipes are read by two readers, in no order between them.
     let script = format!(
-        "echo \"env: ${{GITHUB_TOKEN-unset}}\"; printf '%s' '{}'; sleep 0.05; echo '{}'; \
-         echo 'err {SECRET}' >&2; seq 1 2000; echo 'last {SECRET}'; sleep 1.5",
+        "echo 'err {SECRET}' >&2; sleep 0.5; echo \"env: ${{GITHUB_TOKEN-unset}}\"; printf '%s' '{}'; \
+         sleep 0.05; echo '{}'; seq 1 2000; echo 'last {SECRET}'; sleep 1.5",
         &SECRET[..5],
         &SECRET[5..]
     );
     let mut spec = bash(&script);
     spec.stdout = limits("stdout", 64, Some(1 << 20));
     let handle = service.spawn(spec).expect("spawn");
-    let mut seen = None;
-    for _ in 0..100 {
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    // The peek is taken while the child still runs (it sleeps after its last line); however
+    // slow the machine, the last line comes (and stays: a peek consumes nothing).
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+    let seen = loop {
         if let Some(line) = handle.latest_output_line().filter(|l| l.starts_with("last")) {
-            seen = Some(line);
-            break;
+            break Some(line);
         }
-    }
+        if tokio::time::Instant::now() > deadline {
+            break None;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    };
     assert_eq!(seen.as_deref(), Some("last [redacted:GITHUB_TOKEN]"), "the peek");
     assert_eq!(handle.wait().await.exit_code, Some(0));
     let stdout = handle.stdout().collected();

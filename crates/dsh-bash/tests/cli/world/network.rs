@@ -225,7 +225,7 @@ fn the_network_switches_change_the_schema_and_prompt_only_when_they_isolate() {
     let doctor = run(&["--sandbox", "read-only", "--network", "deny", "--allow-host", "pypi.org", "doctor"]);
     assert!(
         doctor.stdout.lines().any(|l| l
-            == "network: deny (confined commands get the session's own network namespace; allowed hosts: pypi.org, through the harness's proxy)"),
+            == "network: deny (confined commands get the session's own network namespace; the listed hosts are pypi.org, through the harness's proxy)"),
         "{doctor:?}"
     );
     let unconfined = run(&["--network", "deny", "prompt"]);

@@ -1,8 +1,7 @@
 //! `dsh-bash mcp --http` as an HTTP client drives it: the keep-alive round trip next to the
 //! stdio one (`mcp-http`), and the server under many sessions at once (`mcp-load`).
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
+use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
@@ -10,6 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
+use dsh_test_support::http::{Conn, Reply, start_line_authority};
 use serde_json::{Map, Value, json};
 
 use crate::hosts::{McpStdio, dsh_bash_path};
@@ -43,8 +43,7 @@ impl HttpServer {
         let mut line = String::new();
         stderr.read_line(&mut line)?;
         std::thread::spawn(move || std::io::copy(&mut stderr, &mut std::io::stderr()));
-        let url = line.trim().strip_prefix("dsh-bash: serving MCP at http://").context("no start line")?;
-        let authority = url.split('/').next().context("no authority")?.to_owned();
+        let authority = start_line_authority(&line).context("no start line")?;
         Ok(Self { child, authority, _home: home })
     }
 
@@ -61,148 +60,25 @@ impl Drop for HttpServer {
     }
 }
 
-/// One HTTP response: status, headers, body.
-pub(crate) struct Reply {
-    pub status: u16,
-    pub headers: Vec<(String, String)>,
-    pub body: Vec<u8>,
+/// A keep-alive connection to the server (`TCP_NODELAY`, each request written in one piece).
+pub(crate) fn open(authority: &str) -> anyhow::Result<Conn> {
+    Ok(Conn::open(authority, TOKEN, Duration::from_secs(120))?)
 }
 
-impl Reply {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
-    }
-
-    /// The JSON-RPC messages of the body (one JSON document, or SSE `data:` lines).
-    fn messages(&self) -> Vec<Value> {
-        let text = String::from_utf8_lossy(&self.body);
-        if text.trim_start().starts_with('{') {
-            return serde_json::from_str(&text).into_iter().collect();
-        }
-        text.lines()
-            .filter_map(|line| line.strip_prefix("data:"))
-            .filter_map(|data| serde_json::from_str(data.trim()).ok())
-            .collect()
-    }
-
-    fn response(&self, id: u64) -> anyhow::Result<Value> {
-        let found = self.messages().into_iter().find(|m| m["id"] == json!(id) && m.get("method").is_none());
-        found.with_context(|| {
-            format!("no response to {id} (HTTP {}): {}", self.status, String::from_utf8_lossy(&self.body))
-        })
-    }
+/// The response to request `id` in `reply`.
+fn response(reply: &Reply, id: u64) -> anyhow::Result<Value> {
+    reply.response(id).with_context(|| format!("no response to {id} (HTTP {}): {}", reply.status, reply.body))
 }
 
-/// A keep-alive HTTP/1.1 connection (each request written in one piece, `TCP_NODELAY`).
-pub(crate) struct Conn {
-    authority: String,
-    writer: TcpStream,
-    reader: BufReader<TcpStream>,
-}
-
-impl Conn {
-    pub(crate) fn open(authority: &str) -> anyhow::Result<Self> {
-        let stream = TcpStream::connect(authority)?;
-        stream.set_nodelay(true)?;
-        stream.set_read_timeout(Some(Duration::from_secs(120)))?;
-        let reader = BufReader::new(stream.try_clone()?);
-        Ok(Self { authority: authority.to_owned(), writer: stream, reader })
-    }
-
-    pub(crate) fn exchange(
-        &mut self,
-        method: &str,
-        session: Option<&str>,
-        body: Option<&Value>,
-    ) -> anyhow::Result<Reply> {
-        let body = body.map(Value::to_string).unwrap_or_default();
-        let mut request = format!(
-            "{method} /mcp HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\n\
-             Accept: application/json, text/event-stream\r\nAuthorization: Bearer {TOKEN}\r\n\
-             Content-Length: {}\r\n",
-            self.authority,
-            body.len()
-        );
-        if let Some(session) = session {
-            request.push_str(&format!("Mcp-Session-Id: {session}\r\nMcp-Protocol-Version: 2025-11-25\r\n"));
-        }
-        request.push_str("\r\n");
-        request.push_str(&body);
-        self.writer.write_all(request.as_bytes())?;
-        self.receive()
-    }
-
-    fn receive(&mut self) -> anyhow::Result<Reply> {
-        let mut line = String::new();
-        if self.reader.read_line(&mut line)? == 0 {
-            bail!("the server closed the connection");
-        }
-        let status = line.get(9..12).context("status line")?.parse()?;
-        let mut headers = Vec::new();
-        loop {
-            line.clear();
-            self.reader.read_line(&mut line)?;
-            let trimmed = line.trim_end();
-            if trimmed.is_empty() {
-                break;
-            }
-            let (k, v) = trimmed.split_once(':').context("header")?;
-            headers.push((k.trim().to_owned(), v.trim().to_owned()));
-        }
-        let mut reply = Reply { status, headers, body: Vec::new() };
-        if reply.header("transfer-encoding").is_some_and(|v| v.eq_ignore_ascii_case("chunked")) {
-            loop {
-                line.clear();
-                self.reader.read_line(&mut line)?;
-                let size = usize::from_str_radix(line.trim().split(';').next().unwrap_or(""), 16)?;
-                let mut chunk = vec![0; size + 2];
-                self.reader.read_exact(&mut chunk)?;
-                if size == 0 {
-                    break;
-                }
-                reply.body.extend_from_slice(&chunk[..size]);
-            }
-        } else {
-            let length: usize = reply.header("content-length").map_or(Ok(0), str::parse)?;
-            reply.body.resize(length, 0);
-            self.reader.read_exact(&mut reply.body)?;
-        }
-        Ok(reply)
-    }
-
-    /// `initialize` + `notifications/initialized`; returns the session id.
-    pub(crate) fn open_session(&mut self) -> anyhow::Result<String> {
-        let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-            "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "bench_peer", "version": "0"}}});
-        let reply = self.exchange("POST", None, Some(&init))?;
-        if reply.status != 200 {
-            bail!("initialize: HTTP {}: {}", reply.status, String::from_utf8_lossy(&reply.body));
-        }
-        let session = reply.header("mcp-session-id").context("no session id")?.to_owned();
-        let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
-        let ack = self.exchange("POST", Some(&session), Some(&initialized))?;
-        if ack.status != 202 {
-            bail!("initialized: HTTP {}", ack.status);
-        }
-        Ok(session)
-    }
-
-    /// One `tools/call`; returns its response.
-    pub(crate) fn call(
-        &mut self,
-        session: &str,
-        id: u64,
-        tool: &str,
-        arguments: Value,
-    ) -> anyhow::Result<Value> {
-        let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
-            "params": {"name": tool, "arguments": arguments}});
-        self.exchange("POST", Some(session), Some(&body))?.response(id)
-    }
-
-    pub(crate) fn delete(&mut self, session: &str) -> anyhow::Result<u16> {
-        Ok(self.exchange("DELETE", Some(session), None)?.status)
-    }
+/// One `tools/call`; returns its response.
+pub(crate) fn call(
+    conn: &mut Conn,
+    session: &str,
+    id: u64,
+    tool: &str,
+    arguments: Value,
+) -> anyhow::Result<Value> {
+    response(&conn.call(session, id, tool, arguments)?, id)
 }
 
 fn bash_true() -> Value {
@@ -216,8 +92,8 @@ pub(crate) fn mcp_http(args: &Args) -> anyhow::Result<Outcome> {
     let warmup = args.int_flag("warmup", 20)?;
     let bin = dsh_bash_path(args)?;
     let server = HttpServer::spawn(&bin, &[])?;
-    let mut conn = Conn::open(&server.authority)?;
-    let session = conn.open_session()?;
+    let mut conn = open(&server.authority)?;
+    let session = conn.open_session("bench_peer")?;
     let mut stdio = McpStdio::start(&bin)?;
     let (mut http_samples, mut stdio_samples) = (Vec::new(), Vec::new());
     let mut json_answers = 0u64;
@@ -228,7 +104,7 @@ pub(crate) fn mcp_http(args: &Args) -> anyhow::Result<Outcome> {
             "params": {"name": "bash", "arguments": bash_true()}});
         let reply = conn.exchange("POST", Some(&session), Some(&body))?;
         let took = ms(t.elapsed());
-        let response = reply.response(id)?;
+        let response = response(&reply, id)?;
         if response["result"]["isError"] != json!(false) {
             bail!("HTTP tools/call failed: {response}");
         }
@@ -311,8 +187,8 @@ fn notices(response: &Value) -> Vec<String> {
 /// their end, every answer checked; `tag` names the session in its output and its jobs.
 fn load_session(authority: &str, tag: &str, calls: u64, jobs: u64) -> anyhow::Result<SessionTally> {
     let mut tally = SessionTally::default();
-    let mut conn = Conn::open(authority)?;
-    let session = conn.open_session()?;
+    let mut conn = open(authority)?;
+    let session = conn.open_session("bench_peer")?;
     let mut id = 0;
     let mut job_ids = Vec::new();
     let tally_notices = |tally: &mut SessionTally, response: &Value| {
@@ -328,7 +204,7 @@ fn load_session(authority: &str, tag: &str, calls: u64, jobs: u64) -> anyhow::Re
         let command = format!("sleep 0.2; echo {tag}-job{k}");
         let args =
             json!({"command": command, "description": format!("{tag} job {k}"), "run_in_background": true});
-        let response = conn.call(&session, id, "bash", args)?;
+        let response = call(&mut conn, &session, id, "bash", args)?;
         let text = response["result"]["content"][0]["text"].as_str().unwrap_or("").to_owned();
         match text.strip_prefix("started background job ") {
             Some(job) => job_ids.push((job.to_owned(), format!("{tag}-job{k}"))),
@@ -340,7 +216,7 @@ fn load_session(authority: &str, tag: &str, calls: u64, jobs: u64) -> anyhow::Re
         let expected = format!("{tag}-{i}\n");
         let args = json!({"command": format!("echo {tag}-{i}"), "description": format!("{tag} call")});
         let t = Instant::now();
-        let response = conn.call(&session, id, "bash", args);
+        let response = call(&mut conn, &session, id, "bash", args);
         tally.latencies.push(ms(t.elapsed()));
         match response {
             Ok(response) => {
@@ -354,7 +230,7 @@ fn load_session(authority: &str, tag: &str, calls: u64, jobs: u64) -> anyhow::Re
     }
     for (job, output) in job_ids {
         id += 1;
-        let response = conn.call(&session, id, "job_output", json!({"job_id": job, "wait": true}))?;
+        let response = call(&mut conn, &session, id, "job_output", json!({"job_id": job, "wait": true}))?;
         let text = response["result"]["content"][0]["text"].as_str().unwrap_or("");
         if text.contains(&output) && text.ends_with("[status: completed, exit code: 0]") {
             tally.jobs_read += 1;
@@ -464,9 +340,9 @@ pub(crate) fn mcp_load(args: &Args) -> anyhow::Result<Outcome> {
 
     let churn_before = footprint_json(pid);
     let t_churn = Instant::now();
-    let mut conn = Conn::open(&authority)?;
+    let mut conn = open(&authority)?;
     for _ in 0..churn {
-        let session = conn.open_session()?;
+        let session = conn.open_session("bench_peer")?;
         let status = conn.delete(&session)?;
         if !matches!(status, 200 | 204) {
             bail!("churn: DELETE answered {status}");
