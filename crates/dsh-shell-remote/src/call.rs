@@ -45,6 +45,8 @@ pub(crate) struct Call {
     pub(crate) stdout: Arc<OutputCollector>,
     pub(crate) stderr: Arc<OutputCollector>,
     end: watch::Receiver<Option<CallEnd>>,
+    /// True once the call script runs on the far side (or the call is over).
+    started: watch::Receiver<bool>,
 }
 
 /// How many chunks of input may wait for a command that does not read them.
@@ -93,14 +95,16 @@ impl Call {
         }
         let workdir = spec.workdir.clone();
         let (out, err) = (Arc::clone(&stdout), Arc::clone(&stderr));
+        let (started_tx, started) = watch::channel(false);
         tokio::spawn(async move {
             // Once the status frame came, the command is over: a process detached from the
             // call that still holds its streams holds them for at most the grace.
             let seen = watch::Sender::new(false);
             let (_, frame) = tokio::join!(
-                pump(child.stdout, &out, None, &seen, grace),
-                pump_framed(child.stderr, &err, &seen, grace)
+                pump(child.stdout, &out, None, &seen, grace, None),
+                pump_framed(child.stderr, &err, &seen, grace, &started_tx)
             );
+            started_tx.send_replace(true);
             out.finish();
             err.finish();
             let exit = match frame {
@@ -111,7 +115,21 @@ impl Call {
             };
             end_tx.send_replace(Some(call_end(frame, exit, &workdir)));
         });
-        Ok(Arc::new(Call { id, stdout, stderr, end }))
+        Ok(Arc::new(Call { id, stdout, stderr, end, started }))
+    }
+
+    /// Sends `signal` to every process of the call (see [`signal_call`]) once the call
+    /// script runs on the far side: a kill sent before it started could find nothing there
+    /// and leave the command to start after it.
+    pub(crate) async fn signal(
+        &self,
+        transport: &Arc<dyn RemoteTransport>,
+        signal: &str,
+        grace_ms: u64,
+    ) -> Result<(), RemoteError> {
+        let mut started = self.started.clone();
+        let _ = started.wait_for(|started| *started).await;
+        signal_call(transport, &self.id, signal, grace_ms).await
     }
 
     /// Resolves with how the call ended (its streams are complete by then).
@@ -154,13 +172,15 @@ fn input_writer(mut writer: Box<dyn AsyncWrite + Send + Unpin>, mut input: mpsc:
 }
 
 /// Copies `stream` into `collector` (through `filter`, which tells `seen` when the status
-/// frame came) until end of file, or until `grace` after the frame came.
+/// frame came, and `started` when the start frame came) until end of file, or until `grace`
+/// after the status frame came.
 async fn pump(
     mut stream: Box<dyn AsyncRead + Send + Unpin>,
     collector: &OutputCollector,
     mut filter: Option<&mut FrameFilter>,
     seen: &watch::Sender<bool>,
     grace: Duration,
+    started: Option<&watch::Sender<bool>>,
 ) {
     let mut buf = vec![0u8; 64 * 1024];
     let mut seen_rx = seen.subscribe();
@@ -183,6 +203,9 @@ async fn pump(
                 if filter.frame().is_some() {
                     seen.send_replace(true);
                 }
+                if let Some(started) = started.filter(|_| filter.started()) {
+                    started.send_if_modified(|s| !std::mem::replace(s, true));
+                }
             }
             None => collector.push(&buf[..n]),
         }
@@ -194,9 +217,10 @@ async fn pump_framed(
     collector: &OutputCollector,
     seen: &watch::Sender<bool>,
     grace: Duration,
+    started: &watch::Sender<bool>,
 ) -> Option<crate::frame::StatusFrame> {
     let mut filter = FrameFilter::default();
-    pump(stream, collector, Some(&mut filter), seen, grace).await;
+    pump(stream, collector, Some(&mut filter), seen, grace, Some(started)).await;
     let (rest, frame) = filter.finish();
     collector.push(&rest);
     frame
@@ -247,7 +271,7 @@ fn errno_named(name: &str) -> Errno {
 
 /// Sends `signal` (`TERM` escalating to `KILL` after `grace_ms`, or `INT`) to every process
 /// of the call `id` on the far side; resolves once the kill script is done.
-pub(crate) async fn signal_call(
+async fn signal_call(
     transport: &Arc<dyn RemoteTransport>,
     id: &str,
     signal: &str,

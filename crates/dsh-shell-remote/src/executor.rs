@@ -8,7 +8,7 @@ use dsh_sandbox::SandboxMode;
 use dsh_shell::{ShellError, ShellExecRequest, ShellExecSpec, ShellExecutor, ShellProcess, ShellRunResult};
 use dsh_subprocess::{CaptureLimits, OutputCollector, SubprocessService};
 
-use crate::call::{Call, CallEnd, collected, signal_call};
+use crate::call::{Call, CallEnd, collected};
 use crate::process::RemoteShellProcess;
 use crate::transport::RemoteTransport;
 
@@ -35,7 +35,7 @@ pub struct RemoteExecutor {
 /// command running on the far side: the guard ends it unless the run finished.
 struct EndUnlessFinished {
     transport: Arc<dyn RemoteTransport>,
-    id: String,
+    call: Arc<Call>,
     grace_ms: u64,
     finished: bool,
 }
@@ -45,10 +45,10 @@ impl Drop for EndUnlessFinished {
         if self.finished {
             return;
         }
-        let (transport, id, grace) = (Arc::clone(&self.transport), self.id.clone(), self.grace_ms);
+        let (transport, call, grace) = (Arc::clone(&self.transport), Arc::clone(&self.call), self.grace_ms);
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             runtime.spawn(async move {
-                if let Err(e) = signal_call(&transport, &id, "TERM", grace).await {
+                if let Err(e) = call.signal(&transport, "TERM", grace).await {
                     tracing::warn!(error = %e, "could not end an abandoned remote call");
                 }
             });
@@ -142,7 +142,7 @@ impl ShellExecutor for RemoteExecutor {
             .map_err(|e| self.unavailable(e))?;
         let mut guard = EndUnlessFinished {
             transport: Arc::clone(&self.transport),
-            id: call.id.clone(),
+            call: Arc::clone(&call),
             grace_ms: self.grace_ms(),
             finished: false,
         };
@@ -153,7 +153,7 @@ impl ShellExecutor for RemoteExecutor {
         let end = tokio::select! {
             end = call.ended() => end,
             () = deadline.signal().aborted() => {
-                if let Err(e) = signal_call(&self.transport, &call.id, "TERM", self.grace_ms()).await {
+                if let Err(e) = call.signal(&self.transport, "TERM", self.grace_ms()).await {
                     tracing::warn!(error = %e, "could not end a remote call");
                 }
                 call.ended().await

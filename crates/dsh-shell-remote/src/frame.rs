@@ -1,7 +1,9 @@
 //! The status frame the call script ends its stderr with, and the filter that takes it out.
 //!
 //! The frame is `\x1fdsh-status <fact> oom=<0|1>\n`, `<fact>` one of `exit=<n>`,
-//! `signal=<n>`, `spawn=<ERRNO>`. The filter passes stderr through unchanged except for
+//! `signal=<n>`, `spawn=<ERRNO>`. The script also begins its stderr with
+//! `\x1fdsh-status started\n`: from then on it runs on the far side, so a kill finds it (or
+//! the command it starts), which a kill sent sooner might not. The filter passes stderr through unchanged except for
 //! frames: bytes from the last `\x1f` on are held back only while they can still be the
 //! start of a frame (live reads lag by at most one short frame), and a complete frame is
 //! taken out and kept (the last one wins). Output after the frame is possible: a process
@@ -13,6 +15,8 @@
 /// The byte that opens a frame (ASCII unit separator).
 const MARK: u8 = 0x1f;
 const PREFIX: &[u8] = b"\x1fdsh-status ";
+/// The frame that says the call script runs.
+const STARTED: &[u8] = b"\x1fdsh-status started\n";
 /// The longest frame the filter holds back (`spawn=ENAMETOOLONG oom=1` is well within).
 const MAX_FRAME: usize = 64;
 
@@ -73,6 +77,7 @@ fn may_be_frame(held: &[u8]) -> bool {
 pub(crate) struct FrameFilter {
     held: Vec<u8>,
     frame: Option<StatusFrame>,
+    started: bool,
 }
 
 impl FrameFilter {
@@ -100,6 +105,11 @@ impl FrameFilter {
             out.extend_from_slice(&rest[..at]);
             rest = &rest[at..];
             let end = rest.iter().take(MAX_FRAME).position(|b| *b == b'\n').map(|i| i + 1);
+            if rest.starts_with(STARTED) {
+                self.started = true;
+                rest = &rest[STARTED.len()..];
+                continue;
+            }
             match end.and_then(|end| parse(&rest[..end]).map(|frame| (end, frame))) {
                 Some((end, frame)) => {
                     self.frame = Some(frame);
@@ -113,6 +123,11 @@ impl FrameFilter {
         }
         out.extend_from_slice(rest);
         out
+    }
+
+    /// Whether the start frame came.
+    pub(crate) fn started(&self) -> bool {
+        self.started
     }
 
     /// The frame seen so far, if any.
@@ -171,6 +186,17 @@ mod tests {
             run(&[b"a\x1fdsh-status exit=1 oom=0\nmore", b"\x1fdsh-status exit=2 oom=0\nx\x1f"]);
         assert_eq!(out, b"amorex\x1f");
         assert_eq!(frame.map(|f| f.fact), Some(FrameFact::Exit(2)));
+    }
+
+    #[test]
+    fn the_start_frame_is_taken_off_and_noted() {
+        let mut filter = FrameFilter::default();
+        assert_eq!(filter.feed(b"\x1fdsh-status sta"), b"");
+        assert!(!filter.started());
+        assert_eq!(filter.feed(b"rted\nerr\n"), b"err\n");
+        assert!(filter.started());
+        let (out, frame) = run(&[b"\x1fdsh-status started\nx\x1fdsh-status exit=3 oom=0\n"]);
+        assert_eq!((out.as_slice(), frame.map(|f| f.fact)), (&b"x"[..], Some(FrameFact::Exit(3))));
     }
 
     #[test]

@@ -12,7 +12,7 @@ use futures::future::BoxFuture;
 use parking_lot::Mutex;
 use tokio::sync::{mpsc, watch};
 
-use crate::call::{Call, CallEnd, INPUT_QUEUE, signal_call};
+use crate::call::{Call, CallEnd, INPUT_QUEUE};
 use crate::executor::RemoteExecutor;
 use crate::transport::RemoteTransport;
 
@@ -30,8 +30,8 @@ struct State {
     streams: Option<(Arc<OutputCollector>, Arc<OutputCollector>)>,
     /// What reads report after the release.
     released: ReleasedOutput,
-    /// The call's marker once the far side started it.
-    call_id: Option<String>,
+    /// The call, once started through the transport.
+    call: Option<Arc<Call>>,
     /// A kill arrived before the far side started the call.
     kill_requested: bool,
     /// The command's stdin (started with `keep_stdin`), until closed.
@@ -69,7 +69,7 @@ impl RemoteShellProcess {
             cursor: ReadCursor::default(),
             streams: Some((Arc::clone(&stdout), Arc::clone(&stderr))),
             released: ReleasedOutput::default(),
-            call_id: None,
+            call: None,
             kill_requested: false,
             input,
         };
@@ -96,11 +96,11 @@ impl RemoteShellProcess {
     async fn supervise(&self, call: Arc<Call>, signal: Option<&AbortSignal>) -> CallEnd {
         let kill_now = {
             let mut state = self.state.lock();
-            state.call_id = Some(call.id.clone());
+            state.call = Some(Arc::clone(&call));
             state.kill_requested
         };
         if kill_now {
-            self.end_call(&call.id, "TERM");
+            self.end_call(&call, "TERM");
         }
         let aborted = async {
             match signal {
@@ -111,17 +111,17 @@ impl RemoteShellProcess {
         tokio::select! {
             end = call.ended() => end,
             () = aborted => {
-                self.end_call(&call.id, "TERM");
+                self.end_call(&call, "TERM");
                 call.ended().await
             }
         }
     }
 
     /// Sends `signal` to the call's processes, in a task (the caller does not wait).
-    fn end_call(&self, id: &str, signal: &'static str) {
-        let (transport, id, grace) = (Arc::clone(&self.transport), id.to_owned(), self.grace_ms);
+    fn end_call(&self, call: &Arc<Call>, signal: &'static str) {
+        let (transport, call, grace) = (Arc::clone(&self.transport), Arc::clone(call), self.grace_ms);
         tokio::spawn(async move {
-            if let Err(e) = signal_call(&transport, &id, signal, grace).await {
+            if let Err(e) = call.signal(&transport, signal, grace).await {
                 tracing::warn!(error = %e, "could not signal a remote job");
             }
         });
@@ -203,10 +203,10 @@ impl ShellProcess for RemoteShellProcess {
             return false;
         }
         state.status = ProcessStatus::Killed;
-        match state.call_id.clone() {
-            Some(id) => {
+        match state.call.clone() {
+            Some(call) => {
                 drop(state);
-                self.end_call(&id, "TERM");
+                self.end_call(&call, "TERM");
             }
             None => state.kill_requested = true,
         }
@@ -236,11 +236,11 @@ impl ShellProcess for RemoteShellProcess {
 
     fn interrupt(&self) -> bool {
         let state = self.state.lock();
-        match (&state.call_id, state.status) {
-            (Some(id), ProcessStatus::Running) => {
-                let id = id.clone();
+        match (&state.call, state.status) {
+            (Some(call), ProcessStatus::Running) => {
+                let call = Arc::clone(call);
                 drop(state);
-                self.end_call(&id, "INT");
+                self.end_call(&call, "INT");
                 true
             }
             _ => false,

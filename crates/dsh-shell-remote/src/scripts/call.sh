@@ -6,10 +6,13 @@
 # a `sleep` that never reaps it, so its wait status stays readable in /proc/<pid>/stat
 # (field 52) once it exits: the call can tell an exit from a signal. Then what is left of
 # the call (every process carrying the marker, sparing DSH_DETACH=1) is killed, and one last
-# frame goes to stderr: \037dsh-status exit=<n>|signal=<n>|spawn=<ERRNO> oom=<0|1>.
+# frame goes to stderr: \037dsh-status exit=<n>|signal=<n>|spawn=<ERRNO> oom=<0|1>. The first
+# frame, before anything else, says the script runs (\037dsh-status started): the harness sends
+# a kill only after it, so the kill finds this script (and waits for the command) or the command.
 id=$1 dir=$2 cmd=$3
 set -f
 frame() { printf '\037dsh-status %s\n' "$1" >&2; }
+frame started
 if ! cd -- "$dir" 2>/dev/null; then
     if [ ! -e "$dir" ]; then frame 'spawn=ENOENT oom=0'
     elif [ ! -d "$dir" ]; then frame 'spawn=ENOTDIR oom=0'
