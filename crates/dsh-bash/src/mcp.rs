@@ -175,11 +175,13 @@ fn release_freed_memory() {
 /// The MCP library's per-message trace events are never logged: a client's answer to a
 /// secret question (askpass) would be in them.
 fn init_logging() {
-    use tracing_subscriber::EnvFilter;
+    use tracing_subscriber::{EnvFilter, Layer as _, filter::filter_fn, layer::SubscriberExt as _};
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn"));
-    let filter = match "rmcp::service=debug".parse() {
-        Ok(cap) => filter.add_directive(cap),
-        Err(_) => filter,
-    };
-    let _ = tracing_subscriber::fmt().with_writer(std::io::stderr).with_env_filter(filter).try_init();
+    // A cap, not a directive: a directive `rmcp::service=debug` would turn the library's
+    // per-message debug events (every request and result, formatted whole) on by default.
+    let no_message_trace =
+        filter_fn(|meta| !(*meta.level() == tracing::Level::TRACE && meta.target().starts_with("rmcp")));
+    let layer = tracing_subscriber::fmt::layer().with_writer(std::io::stderr).with_filter(filter);
+    let subscriber = tracing_subscriber::registry().with(layer.with_filter(no_message_trace));
+    let _ = tracing::subscriber::set_global_default(subscriber);
 }

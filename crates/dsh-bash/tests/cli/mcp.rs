@@ -67,6 +67,49 @@ fn mcp_serves_the_default_composition_on_stdio() {
     assert!(stderr.contains("MCP session agent"), "dsh_mcp=info lets the info line through: {stderr}");
 }
 
+/// Without `RUST_LOG` the server logs warnings only: no line per request or result (each one
+/// formatted whole, with the command and its output) reaches stderr.
+#[test]
+fn by_default_the_server_logs_no_request_or_result() {
+    let sandbox = Sandbox::new();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_dsh-bash"))
+        .arg("mcp")
+        .env("DSH_HOME", sandbox.path().join("home"))
+        .env_remove("RUST_LOG")
+        .current_dir(sandbox.path())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
+    let marker = "logged-output-5f2c";
+    for message in [
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "test", "version": "0"}}}),
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+            "name": "bash", "arguments": {"command": format!("echo {marker}"), "description": "d"}}}),
+    ] {
+        writeln!(stdin, "{message}").expect("write");
+    }
+    let answered = loop {
+        let mut line = String::new();
+        assert_ne!(stdout.read_line(&mut line).expect("read"), 0, "server closed stdout");
+        let message: Value = serde_json::from_str(&line).expect("json");
+        if message["id"] == json!(2) {
+            break message;
+        }
+    };
+    assert_eq!(answered["result"]["content"][0]["text"], json!(format!("{marker}\n")));
+    drop(stdin);
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().expect("stderr"), &mut stderr).expect("stderr");
+    assert_eq!(child.wait().expect("wait").code(), Some(0));
+    assert_eq!(stderr, "", "nothing is logged by default");
+}
+
 /// The status code of one `initialize` POST to `url`, with `token` as the bearer if given.
 pub(crate) fn post_initialize(url: &str, token: Option<&str>) -> u16 {
     use std::io::Read;
