@@ -7,43 +7,86 @@ use serde_json::{Value, json};
 
 use crate::harness::Sandbox;
 
-#[test]
-fn mcp_serves_the_default_composition_on_stdio() {
-    let sandbox = Sandbox::new();
-    let root = sandbox.path().canonicalize().expect("canonical");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_dsh-bash"))
-        .args(["--workspace-root", root.to_str().expect("utf-8"), "mcp"])
-        .env("DSH_HOME", sandbox.path().join("home"))
-        // Per-target directives, as tracing-subscriber's EnvFilter reads them.
-        .env("RUST_LOG", "warn,dsh_mcp=info")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
-    let mut stdin = child.stdin.take().expect("stdin");
-    let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
-    let mut send = |message: Value| writeln!(stdin, "{message}").expect("write");
-    let mut response = |id: i64| -> Value {
+/// `dsh-bash [global] mcp` on stdio with `RUST_LOG` as given (removed when `None`), spoken to
+/// line by line.
+struct StdioServer {
+    child: std::process::Child,
+    stdin: Option<std::process::ChildStdin>,
+    stdout: BufReader<std::process::ChildStdout>,
+}
+
+impl StdioServer {
+    fn start(sandbox: &Sandbox, global: &[&str], rust_log: Option<&str>) -> Self {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_dsh-bash"));
+        command
+            .args(global)
+            .arg("mcp")
+            .env("DSH_HOME", sandbox.path().join("home"))
+            .current_dir(sandbox.path())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        match rust_log {
+            Some(directives) => command.env("RUST_LOG", directives),
+            None => command.env_remove("RUST_LOG"),
+        };
+        let mut child = command.spawn().expect("spawn");
+        let stdin = child.stdin.take();
+        let stdout = BufReader::new(child.stdout.take().expect("stdout"));
+        Self { child, stdin, stdout }
+    }
+
+    fn send(&mut self, message: Value) {
+        writeln!(self.stdin.as_mut().expect("stdin open"), "{message}").expect("write");
+    }
+
+    /// The response to request `id` (messages before it are skipped).
+    fn response(&mut self, id: i64) -> Value {
         loop {
             let mut line = String::new();
-            assert_ne!(stdout.read_line(&mut line).expect("read"), 0, "server closed stdout");
+            assert_ne!(self.stdout.read_line(&mut line).expect("read"), 0, "server closed stdout");
             let message: Value = serde_json::from_str(&line).expect("json");
             if message["id"] == json!(id) {
                 return message;
             }
         }
-    };
-    send(json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "test", "version": "0"}}}));
-    let init = response(1);
+    }
+
+    fn initialize(&mut self) -> Value {
+        self.send(json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "test", "version": "0"}}}));
+        let init = self.response(1);
+        self.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+        init
+    }
+
+    /// Closes stdin; returns the exit code and everything the server wrote on stderr.
+    fn finish(mut self) -> (Option<i32>, String) {
+        drop(self.stdin.take());
+        let mut stderr = String::new();
+        std::io::Read::read_to_string(&mut self.child.stderr.take().expect("stderr"), &mut stderr)
+            .expect("stderr");
+        (self.child.wait().expect("wait").code(), stderr)
+    }
+}
+
+#[test]
+fn mcp_serves_the_default_composition_on_stdio() {
+    let sandbox = Sandbox::new();
+    let root = sandbox.path().canonicalize().expect("canonical");
+    // Per-target directives, as tracing-subscriber's EnvFilter reads them.
+    let mut server = StdioServer::start(
+        &sandbox,
+        &["--workspace-root", root.to_str().expect("utf-8")],
+        Some("warn,dsh_mcp=info"),
+    );
+    let init = server.initialize();
     assert_eq!(init["result"]["serverInfo"]["name"], json!("dsh-bash"));
     let instructions = init["result"]["instructions"].as_str().expect("instructions");
     assert!(instructions.contains("[exit code: N]"), "{instructions}");
     assert!(!instructions.contains("DeepSeek Harness"), "no identity line by default: {instructions}");
-    send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
-    send(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}));
-    let tools = response(2);
+    server.send(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}));
+    let tools = server.response(2);
     let names: Vec<&str> = tools["result"]["tools"]
         .as_array()
         .expect("tools")
@@ -51,19 +94,16 @@ fn mcp_serves_the_default_composition_on_stdio() {
         .map(|t| t["name"].as_str().expect("name"))
         .collect();
     assert_eq!(names, ["job_output", "job_list", "job_kill", "bash"]);
-    send(json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {
+    server.send(json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {
         "name": "bash", "arguments": {"command": "echo hello; pwd -P", "description": "Say hello"}}}));
-    let call = response(3);
+    let call = server.response(3);
     assert_eq!(
         call["result"]["content"],
         json!([{"type": "text", "text": format!("hello\n{}\n", root.display())}])
     );
     assert_eq!(call["result"]["isError"], json!(false));
-    drop(stdin);
-    let mut stderr = String::new();
-    std::io::Read::read_to_string(&mut child.stderr.take().expect("stderr"), &mut stderr).expect("stderr");
-    let status = child.wait().expect("wait");
-    assert_eq!(status.code(), Some(0));
+    let (code, stderr) = server.finish();
+    assert_eq!(code, Some(0));
     assert!(stderr.contains("MCP session agent"), "dsh_mcp=info lets the info line through: {stderr}");
 }
 
@@ -72,41 +112,14 @@ fn mcp_serves_the_default_composition_on_stdio() {
 #[test]
 fn by_default_the_server_logs_no_request_or_result() {
     let sandbox = Sandbox::new();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_dsh-bash"))
-        .arg("mcp")
-        .env("DSH_HOME", sandbox.path().join("home"))
-        .env_remove("RUST_LOG")
-        .current_dir(sandbox.path())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
-    let mut stdin = child.stdin.take().expect("stdin");
-    let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
+    let mut server = StdioServer::start(&sandbox, &[], None);
+    server.initialize();
     let marker = "logged-output-5f2c";
-    for message in [
-        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-            "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "test", "version": "0"}}}),
-        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
-        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
-            "name": "bash", "arguments": {"command": format!("echo {marker}"), "description": "d"}}}),
-    ] {
-        writeln!(stdin, "{message}").expect("write");
-    }
-    let answered = loop {
-        let mut line = String::new();
-        assert_ne!(stdout.read_line(&mut line).expect("read"), 0, "server closed stdout");
-        let message: Value = serde_json::from_str(&line).expect("json");
-        if message["id"] == json!(2) {
-            break message;
-        }
-    };
-    assert_eq!(answered["result"]["content"][0]["text"], json!(format!("{marker}\n")));
-    drop(stdin);
-    let mut stderr = String::new();
-    std::io::Read::read_to_string(&mut child.stderr.take().expect("stderr"), &mut stderr).expect("stderr");
-    assert_eq!(child.wait().expect("wait").code(), Some(0));
+    server.send(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+        "name": "bash", "arguments": {"command": format!("echo {marker}"), "description": "d"}}}));
+    assert_eq!(server.response(2)["result"]["content"][0]["text"], json!(format!("{marker}\n")));
+    let (code, stderr) = server.finish();
+    assert_eq!(code, Some(0));
     assert_eq!(stderr, "", "nothing is logged by default");
 }
 
