@@ -165,10 +165,6 @@ impl Plan {
         Ok(())
     }
 
-    /// `--executor`: `container` swaps the container executor in for the local one (it
-    /// does not combine with `--sandbox`: the container is the confinement), `ssh` the SSH
-    /// executor (nor does it: the host is not confined from here); `local` keeps the plan as
-    /// it is.
     /// Puts `executor` (the plugin named `name`) where the local executor was, in its place in
     /// the load order; drops the local one when `executor` is already loaded.
     fn swap_executor(
@@ -187,6 +183,10 @@ impl Plan {
         Ok(())
     }
 
+    /// `--executor`: `container` swaps the container executor in for the local one (it
+    /// does not combine with `--sandbox`: the container is the confinement), `ssh` the SSH
+    /// executor (nor does it: the host is not confined from here); `local` keeps the plan as
+    /// it is.
     fn select_executor(&mut self, catalog: &Catalog, kind: &str, sandboxed: bool) -> anyhow::Result<()> {
         match kind {
             "local" => Ok(()),

@@ -101,7 +101,7 @@ impl Call {
             // call that still holds its streams holds them for at most the grace.
             let seen = watch::Sender::new(false);
             let (_, frame) = tokio::join!(
-                pump(child.stdout, &out, None, &seen, grace, None),
+                pump(child.stdout, &out, None, &seen, grace),
                 pump_framed(child.stderr, &err, &seen, grace, &started_tx)
             );
             started_tx.send_replace(true);
@@ -171,16 +171,15 @@ fn input_writer(mut writer: Box<dyn AsyncWrite + Send + Unpin>, mut input: mpsc:
     });
 }
 
-/// Copies `stream` into `collector` (through `filter`, which tells `seen` when the status
-/// frame came, and `started` when the start frame came) until end of file, or until `grace`
-/// after the status frame came.
+/// Copies `stream` into `collector` until end of file, or until `grace` after the status
+/// frame came. With `framed`, through its filter, which tells `seen` when the status frame
+/// came and the framed sender when the start frame came.
 async fn pump(
     mut stream: Box<dyn AsyncRead + Send + Unpin>,
     collector: &OutputCollector,
-    mut filter: Option<&mut FrameFilter>,
+    mut framed: Option<(&mut FrameFilter, &watch::Sender<bool>)>,
     seen: &watch::Sender<bool>,
     grace: Duration,
-    started: Option<&watch::Sender<bool>>,
 ) {
     let mut buf = vec![0u8; 64 * 1024];
     let mut seen_rx = seen.subscribe();
@@ -197,13 +196,13 @@ async fn pump(
             },
             () = &mut cutoff => break,
         };
-        match filter.as_deref_mut() {
-            Some(filter) => {
+        match &mut framed {
+            Some((filter, started)) => {
                 collector.push(&filter.feed(&buf[..n]));
                 if filter.frame().is_some() {
                     seen.send_replace(true);
                 }
-                if let Some(started) = started.filter(|_| filter.started()) {
+                if filter.started() {
                     started.send_if_modified(|s| !std::mem::replace(s, true));
                 }
             }
@@ -220,7 +219,7 @@ async fn pump_framed(
     started: &watch::Sender<bool>,
 ) -> Option<crate::frame::StatusFrame> {
     let mut filter = FrameFilter::default();
-    pump(stream, collector, Some(&mut filter), seen, grace, Some(started)).await;
+    pump(stream, collector, Some((&mut filter, started)), seen, grace).await;
     let (rest, frame) = filter.finish();
     collector.push(&rest);
     frame

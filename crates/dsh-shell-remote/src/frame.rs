@@ -3,8 +3,8 @@
 //! The frame is `\x1fdsh-status <fact> oom=<0|1>\n`, `<fact>` one of `exit=<n>`,
 //! `signal=<n>`, `spawn=<ERRNO>`. The script also begins its stderr with
 //! `\x1fdsh-status started\n`: from then on it runs on the far side, so a kill finds it (or
-//! the command it starts), which a kill sent sooner might not. The filter passes stderr through unchanged except for
-//! frames: bytes from the last `\x1f` on are held back only while they can still be the
+//! the command it starts), which a kill sent sooner might not. The filter passes stderr
+//! through unchanged except for frames: bytes from the last `\x1f` on are held back only while they can still be the
 //! start of a frame (live reads lag by at most one short frame), and a complete frame is
 //! taken out and kept (the last one wins). Output after the frame is possible: a process
 //! that was detached from the call (`DSH_DETACH=1`) may still write after the command ended.
@@ -104,12 +104,12 @@ impl FrameFilter {
         while let Some(at) = rest.iter().position(|b| *b == MARK) {
             out.extend_from_slice(&rest[..at]);
             rest = &rest[at..];
-            let end = rest.iter().take(MAX_FRAME).position(|b| *b == b'\n').map(|i| i + 1);
             if rest.starts_with(STARTED) {
                 self.started = true;
                 rest = &rest[STARTED.len()..];
                 continue;
             }
+            let end = rest.iter().take(MAX_FRAME).position(|b| *b == b'\n').map(|i| i + 1);
             match end.and_then(|end| parse(&rest[..end]).map(|frame| (end, frame))) {
                 Some((end, frame)) => {
                     self.frame = Some(frame);

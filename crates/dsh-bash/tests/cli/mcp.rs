@@ -7,66 +7,83 @@ use serde_json::{Value, json};
 
 use crate::harness::Sandbox;
 
-/// `dsh-bash [global] mcp` on stdio with `RUST_LOG` as given (removed when `None`), spoken to
-/// line by line.
-struct StdioServer {
-    child: std::process::Child,
-    stdin: Option<std::process::ChildStdin>,
-    stdout: BufReader<std::process::ChildStdout>,
+/// `dsh-bash [global] mcp` on stdio with one initialized session, spoken to line by line;
+/// killed on drop. Its stderr is read to the end in a thread (so it never blocks the server)
+/// and handed over by [`StdioServer::finish`].
+pub(crate) struct StdioServer {
+    pub(crate) child: std::process::Child,
+    pub(crate) stdin: Option<std::process::ChildStdin>,
+    pub(crate) stdout: Option<BufReader<std::process::ChildStdout>>,
+    stderr: Option<std::thread::JoinHandle<String>>,
+    /// The response to `initialize`.
+    pub(crate) init: Value,
 }
 
 impl StdioServer {
-    fn start(sandbox: &Sandbox, global: &[&str], rust_log: Option<&str>) -> Self {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_dsh-bash"));
-        command
-            .args(global)
-            .arg("mcp")
-            .env("DSH_HOME", sandbox.path().join("home"))
-            .current_dir(sandbox.path())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
+    /// `dsh-bash mcp` with the default composition and log filter.
+    pub(crate) fn start(sandbox: &Sandbox) -> Self {
+        Self::start_with(sandbox, &[], None)
+    }
+
+    /// `dsh-bash [global] mcp` with `RUST_LOG` as given (removed when `None`).
+    pub(crate) fn start_with(sandbox: &Sandbox, global: &[&str], rust_log: Option<&str>) -> Self {
+        let mut args = global.to_vec();
+        args.push("mcp");
+        let mut command = sandbox.command(&args);
+        command.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
         match rust_log {
             Some(directives) => command.env("RUST_LOG", directives),
             None => command.env_remove("RUST_LOG"),
         };
         let mut child = command.spawn().expect("spawn");
         let stdin = child.stdin.take();
-        let stdout = BufReader::new(child.stdout.take().expect("stdout"));
-        Self { child, stdin, stdout }
+        let stdout = child.stdout.take().map(BufReader::new);
+        let mut stderr_pipe = child.stderr.take().expect("stderr");
+        let stderr = std::thread::spawn(move || {
+            let mut text = String::new();
+            let _ = std::io::Read::read_to_string(&mut stderr_pipe, &mut text);
+            text
+        });
+        let mut server = Self { child, stdin, stdout, stderr: Some(stderr), init: Value::Null };
+        server.send(&json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "test", "version": "0"}}}));
+        server.init = server.response(1).expect("initialized");
+        server.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+        server
     }
 
-    fn send(&mut self, message: Value) {
+    pub(crate) fn send(&mut self, message: &Value) {
         writeln!(self.stdin.as_mut().expect("stdin open"), "{message}").expect("write");
     }
 
-    /// The response to request `id` (messages before it are skipped).
-    fn response(&mut self, id: i64) -> Value {
+    /// Reads until the response to `id` (other messages are skipped); `None` at the end of
+    /// stdout.
+    pub(crate) fn response(&mut self, id: i64) -> Option<Value> {
         loop {
             let mut line = String::new();
-            assert_ne!(self.stdout.read_line(&mut line).expect("read"), 0, "server closed stdout");
+            if self.stdout.as_mut().expect("stdout open").read_line(&mut line).expect("read") == 0 {
+                return None;
+            }
             let message: Value = serde_json::from_str(&line).expect("json");
-            if message["id"] == json!(id) {
-                return message;
+            if message["id"] == json!(id) && message.get("method").is_none() {
+                return Some(message);
             }
         }
     }
 
-    fn initialize(&mut self) -> Value {
-        self.send(json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-            "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "test", "version": "0"}}}));
-        let init = self.response(1);
-        self.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
-        init
-    }
-
     /// Closes stdin; returns the exit code and everything the server wrote on stderr.
-    fn finish(mut self) -> (Option<i32>, String) {
+    pub(crate) fn finish(mut self) -> (Option<i32>, String) {
         drop(self.stdin.take());
-        let mut stderr = String::new();
-        std::io::Read::read_to_string(&mut self.child.stderr.take().expect("stderr"), &mut stderr)
-            .expect("stderr");
-        (self.child.wait().expect("wait").code(), stderr)
+        let code = self.child.wait().expect("wait").code();
+        let stderr = self.stderr.take().expect("stderr").join().expect("stderr reader");
+        (code, stderr)
+    }
+}
+
+impl Drop for StdioServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 
@@ -75,18 +92,18 @@ fn mcp_serves_the_default_composition_on_stdio() {
     let sandbox = Sandbox::new();
     let root = sandbox.path().canonicalize().expect("canonical");
     // Per-target directives, as tracing-subscriber's EnvFilter reads them.
-    let mut server = StdioServer::start(
+    let mut server = StdioServer::start_with(
         &sandbox,
         &["--workspace-root", root.to_str().expect("utf-8")],
         Some("warn,dsh_mcp=info"),
     );
-    let init = server.initialize();
+    let init = server.init.clone();
     assert_eq!(init["result"]["serverInfo"]["name"], json!("dsh-bash"));
     let instructions = init["result"]["instructions"].as_str().expect("instructions");
     assert!(instructions.contains("[exit code: N]"), "{instructions}");
     assert!(!instructions.contains("DeepSeek Harness"), "no identity line by default: {instructions}");
-    server.send(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}));
-    let tools = server.response(2);
+    server.send(&json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}));
+    let tools = server.response(2).expect("answered");
     let names: Vec<&str> = tools["result"]["tools"]
         .as_array()
         .expect("tools")
@@ -94,9 +111,9 @@ fn mcp_serves_the_default_composition_on_stdio() {
         .map(|t| t["name"].as_str().expect("name"))
         .collect();
     assert_eq!(names, ["job_output", "job_list", "job_kill", "bash"]);
-    server.send(json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {
+    server.send(&json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {
         "name": "bash", "arguments": {"command": "echo hello; pwd -P", "description": "Say hello"}}}));
-    let call = server.response(3);
+    let call = server.response(3).expect("answered");
     assert_eq!(
         call["result"]["content"],
         json!([{"type": "text", "text": format!("hello\n{}\n", root.display())}])
@@ -112,12 +129,14 @@ fn mcp_serves_the_default_composition_on_stdio() {
 #[test]
 fn by_default_the_server_logs_no_request_or_result() {
     let sandbox = Sandbox::new();
-    let mut server = StdioServer::start(&sandbox, &[], None);
-    server.initialize();
+    let mut server = StdioServer::start_with(&sandbox, &[], None);
     let marker = "logged-output-5f2c";
-    server.send(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+    server.send(&json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
         "name": "bash", "arguments": {"command": format!("echo {marker}"), "description": "d"}}}));
-    assert_eq!(server.response(2)["result"]["content"][0]["text"], json!(format!("{marker}\n")));
+    assert_eq!(
+        server.response(2).expect("answered")["result"]["content"][0]["text"],
+        json!(format!("{marker}\n"))
+    );
     let (code, stderr) = server.finish();
     assert_eq!(code, Some(0));
     assert_eq!(stderr, "", "nothing is logged by default");
@@ -125,7 +144,6 @@ fn by_default_the_server_logs_no_request_or_result() {
 
 /// The status code of one `initialize` POST to `url`, with `token` as the bearer if given.
 pub(crate) fn post_initialize(url: &str, token: Option<&str>) -> u16 {
-    use std::io::Read;
     let rest = url.strip_prefix("http://").expect("http url");
     let (authority, path) = rest.split_at(rest.find('/').expect("path"));
     let body = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
@@ -140,9 +158,7 @@ pub(crate) fn post_initialize(url: &str, token: Option<&str>) -> u16 {
         body.len()
     )
     .expect("write");
-    let mut head = [0u8; 12];
-    stream.read_exact(&mut head).expect("status line");
-    std::str::from_utf8(&head[9..12]).expect("ascii").parse().expect("status code")
+    dsh_test_support::http::read_reply(&mut BufReader::new(stream)).expect("a response").status
 }
 
 /// The `host:port` of the server's start line.

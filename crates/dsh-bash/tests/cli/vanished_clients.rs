@@ -4,9 +4,7 @@
 //! other sessions untouched), the session cap's refusal, and plain JSON answers on a
 //! keep-alive connection.
 
-use std::io::{BufRead, BufReader, Write};
 use std::net::Shutdown;
-use std::process::{Child, ChildStdin, ChildStdout, Stdio};
 use std::time::{Duration, Instant};
 
 use dsh_test_support::http::{self, Reply};
@@ -14,7 +12,7 @@ use serde_json::{Value, json};
 
 use crate::harness::Sandbox;
 use crate::killed_harness::{alive_with, marker, wait_for};
-use crate::mcp::{authority, start_server};
+use crate::mcp::{StdioServer, authority, start_server};
 
 const TOKEN: &str = "tok-vanished-3b9e";
 /// How long any one answer may take before the test gives up.
@@ -202,57 +200,6 @@ fn a_delete_racing_a_call_never_leaves_its_processes_behind() {
     }
     for (server, _) in servers {
         server.stop();
-    }
-}
-
-/// `dsh-bash mcp` on stdio with one initialized session.
-struct StdioServer {
-    child: Child,
-    stdin: Option<ChildStdin>,
-    stdout: Option<BufReader<ChildStdout>>,
-}
-
-impl StdioServer {
-    fn start(sandbox: &Sandbox) -> Self {
-        let mut child = sandbox
-            .command(&["mcp"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn");
-        let stdin = child.stdin.take();
-        let stdout = child.stdout.take().map(BufReader::new);
-        let mut server = Self { child, stdin, stdout };
-        server.send(&initialize(1));
-        server.response(1);
-        server.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
-        server
-    }
-
-    fn send(&mut self, message: &Value) {
-        writeln!(self.stdin.as_mut().expect("stdin"), "{message}").expect("write");
-    }
-
-    /// Reads until the response to `id`; `None` at the end of stdout.
-    fn response(&mut self, id: i64) -> Option<Value> {
-        loop {
-            let mut line = String::new();
-            if self.stdout.as_mut().expect("stdout").read_line(&mut line).expect("read") == 0 {
-                return None;
-            }
-            let message: Value = serde_json::from_str(&line).expect("json");
-            if message["id"] == json!(id) && message.get("method").is_none() {
-                return Some(message);
-            }
-        }
-    }
-}
-
-impl Drop for StdioServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
