@@ -92,7 +92,7 @@ impl LocalBashExecutor {
             let observed = handle.clone();
             slot.install(Arc::new(move || observed.latest_output_line()))
         });
-        let outcome = handle.wait().await;
+        let outcome = deadline.watch(handle.wait()).await;
         let (timed_out, aborted) = (deadline.timed_out(), deadline.aborted());
         drop(deadline);
         Ok(ShellRunResult {

@@ -125,13 +125,17 @@ pub const MAX_TIMER_DELAY_MS: f64 = 2_147_483_647.0;
 /// A fused deadline: fires when the caller signal fires or `timeout_ms` elapses, whichever is
 /// first; [`Deadline::timed_out`] tells the two apart (first cause wins).
 ///
-/// One task watches both causes; dropping the deadline ends it, so a finished call keeps
-/// nothing alive (not the task, not the caller's signal, not the fused one).
+/// Both causes are watched by [`Deadline::watch`], inside the task that awaits the work:
+/// no task is spawned, so a call costs no extra wake-up of another thread, and a finished
+/// call keeps nothing alive (dropping the deadline releases the caller's signal and the
+/// fused one). The timer counts from [`Deadline::new`].
 #[derive(Debug)]
 pub struct Deadline {
     signal: AbortSignal,
     code: String,
-    watcher: Option<tokio::task::JoinHandle<()>>,
+    caller: Option<AbortSignal>,
+    /// When the timer fires, and its bound as given (for the reason's text).
+    timer: Option<(tokio::time::Instant, f64)>,
 }
 
 /// Error for a deadline whose bound is outside `0 < ms ≤ 2147483647`.
@@ -141,6 +145,7 @@ pub struct DeadlineRangeError;
 
 impl Deadline {
     /// Arms a deadline. `timeout_ms <= 0` means "no timer"; above the timer bound is an error.
+    /// A caller signal that already fired fires the fused one at once.
     pub fn new(
         caller: Option<&AbortSignal>,
         timeout_ms: f64,
@@ -151,51 +156,56 @@ impl Deadline {
         }
         let signal = AbortSignal::new();
         if let Some(caller) = caller.filter(|c| c.is_aborted()) {
-            signal.abort(caller.reason().cloned().unwrap_or_else(|| AbortReason::new("aborted")));
+            signal.abort(caller_reason(caller));
         }
-        let timed = timeout_ms > 0.0;
-        let watcher = (!signal.is_aborted() && (timed || caller.is_some())).then(|| {
-            let caller = caller.cloned();
-            let fused = signal.clone();
-            let code = code.to_owned();
-            tokio::spawn(async move {
-                let caller_fired = async {
-                    match &caller {
-                        Some(caller) => caller.aborted().await,
-                        None => std::future::pending().await,
-                    }
-                };
-                let timer = async {
-                    if timed {
-                        tokio::time::sleep(Duration::from_secs_f64(timeout_ms / 1000.0)).await
-                    } else {
-                        std::future::pending().await
-                    }
-                };
-                tokio::select! {
-                    _ = caller_fired => {
-                        let reason = caller
-                            .as_ref()
-                            .and_then(|c| c.reason().cloned())
-                            .unwrap_or_else(|| AbortReason::new("aborted"));
-                        fused.abort(reason);
-                    }
-                    _ = timer => {
-                        fused.abort(AbortReason::with_code(
-                            format!("timed out after {}ms", crate::json::js_number_text(timeout_ms)),
-                            code,
-                        ));
-                    }
-                    _ = fused.aborted() => {}
-                }
-            })
+        let timer = (timeout_ms > 0.0).then(|| {
+            (tokio::time::Instant::now() + Duration::from_secs_f64(timeout_ms / 1000.0), timeout_ms)
         });
-        Ok(Self { signal, code: code.to_owned(), watcher })
+        Ok(Self { signal, code: code.to_owned(), caller: caller.cloned(), timer })
     }
 
     /// The fused signal to hand to the work.
     pub fn signal(&self) -> &AbortSignal {
         &self.signal
+    }
+
+    /// Runs `work` to its end. While it runs, the first cause to fire fires the fused signal
+    /// (the work sees it and winds down); `work` is never cut short.
+    pub async fn watch<F: std::future::Future>(&self, work: F) -> F::Output {
+        tokio::pin!(work);
+        if self.signal.is_aborted() {
+            return work.await;
+        }
+        let caller_fired = async {
+            match &self.caller {
+                Some(caller) => caller.aborted().await,
+                None => std::future::pending().await,
+            }
+        };
+        let timer = async {
+            match self.timer {
+                Some((at, _)) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            biased;
+            output = &mut work => return output,
+            () = self.signal.aborted() => {}
+            () = caller_fired => {
+                if let Some(caller) = &self.caller {
+                    self.signal.abort(caller_reason(caller));
+                }
+            }
+            () = timer => {
+                let ms = self.timer.map_or(0.0, |(_, ms)| ms);
+                self.signal.abort(AbortReason::with_code(
+                    format!("timed out after {}ms", crate::json::js_number_text(ms)),
+                    self.code.as_str(),
+                ));
+            }
+        }
+        work.await
     }
 
     /// True when this deadline's own timer was the first cause.
@@ -209,12 +219,9 @@ impl Deadline {
     }
 }
 
-impl Drop for Deadline {
-    fn drop(&mut self) {
-        if let Some(watcher) = self.watcher.take() {
-            watcher.abort();
-        }
-    }
+/// The reason a fired caller signal passes on.
+fn caller_reason(caller: &AbortSignal) -> AbortReason {
+    caller.reason().cloned().unwrap_or_else(|| AbortReason::new("aborted"))
 }
 
 #[cfg(test)]
@@ -232,19 +239,47 @@ mod tests {
     #[tokio::test]
     async fn deadline_timer_is_first_cause() {
         let d = Deadline::new(None, 20.0, "BASH_TIMEOUT").expect("in range");
-        d.signal().aborted().await;
+        d.watch(d.signal().aborted()).await;
         assert!(d.timed_out());
         assert!(!d.aborted());
+        assert_eq!(d.signal().reason().map(|r| r.message.as_str()), Some("timed out after 20ms"));
     }
 
     #[tokio::test]
     async fn deadline_caller_abort_is_not_timeout() {
         let caller = AbortSignal::new();
         let d = Deadline::new(Some(&caller), 10_000.0, "BASH_TIMEOUT").expect("in range");
-        caller.abort(AbortReason::new("stop"));
-        d.signal().aborted().await;
+        let fire = caller.clone();
+        tokio::spawn(async move { fire.abort(AbortReason::new("stop")) });
+        d.watch(d.signal().aborted()).await;
         assert!(d.aborted());
         assert!(!d.timed_out());
+        assert_eq!(d.signal().reason().map(|r| r.message.as_str()), Some("stop"));
+    }
+
+    #[tokio::test]
+    async fn a_caller_signal_that_fired_before_fires_the_deadline_at_once() {
+        let caller = AbortSignal::new();
+        caller.abort(AbortReason::new("early"));
+        let d = Deadline::new(Some(&caller), 10_000.0, "BASH_TIMEOUT").expect("in range");
+        assert!(d.aborted());
+        assert_eq!(d.watch(async { 7 }).await, 7, "the work still runs to its end");
+    }
+
+    /// The work is never cut short: it runs on after the deadline fired and its output is
+    /// what `watch` returns.
+    #[tokio::test]
+    async fn watch_returns_the_work_output_after_the_deadline_fired() {
+        let d = Deadline::new(None, 5.0, "BASH_TIMEOUT").expect("in range");
+        let out = d
+            .watch(async {
+                d.signal().aborted().await;
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                "wound down"
+            })
+            .await;
+        assert_eq!(out, "wound down");
+        assert!(d.timed_out());
     }
 
     #[tokio::test]
@@ -265,24 +300,19 @@ mod tests {
         assert_eq!(aborted.reason().map(|r| r.message.as_str()), Some("first"));
     }
 
-    /// A finished call's deadline keeps nothing alive: its watcher ends when it is dropped,
-    /// releasing the caller's signal and the fused one (a never-fired caller signal is the
-    /// per-call case of every MCP call).
+    /// A finished call's deadline keeps nothing alive: dropping it releases the caller's
+    /// signal and the fused one (a never-fired caller signal is the per-call case of every
+    /// MCP call), and no task was ever spawned for it.
     #[tokio::test]
-    async fn a_dropped_deadline_releases_its_watcher_and_both_signals() {
+    async fn a_dropped_deadline_releases_both_signals() {
         let caller = AbortSignal::new();
+        let tasks = tokio::runtime::Handle::current().metrics().num_alive_tasks();
         let d = Deadline::new(Some(&caller), 60_000.0, "BASH_TIMEOUT").expect("in range");
+        assert_eq!(d.watch(async { 1 }).await, 1);
         let fused = std::sync::Arc::downgrade(&d.signal().inner);
-        let watcher = d.watcher.as_ref().map(|w| w.abort_handle()).expect("a watcher");
-        assert_eq!(std::sync::Arc::strong_count(&caller.inner), 2, "the watcher holds the caller");
+        assert_eq!(tokio::runtime::Handle::current().metrics().num_alive_tasks(), tasks, "no task");
+        assert_eq!(std::sync::Arc::strong_count(&caller.inner), 2, "the deadline holds the caller");
         drop(d);
-        for _ in 0..100 {
-            if watcher.is_finished() {
-                break;
-            }
-            tokio::task::yield_now().await;
-        }
-        assert!(watcher.is_finished(), "the watcher ended with the deadline");
         assert_eq!(std::sync::Arc::strong_count(&caller.inner), 1, "the caller's signal is released");
         assert!(fused.upgrade().is_none(), "the fused signal is released");
     }

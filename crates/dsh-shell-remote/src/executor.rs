@@ -150,15 +150,19 @@ impl ShellExecutor for RemoteExecutor {
             let observed = Arc::clone(&call);
             slot.install(Arc::new(move || observed.latest_line()))
         });
-        let end = tokio::select! {
-            end = call.ended() => end,
-            () = deadline.signal().aborted() => {
-                if let Err(e) = call.signal(&self.transport, "TERM", self.grace_ms()).await {
-                    tracing::warn!(error = %e, "could not end a remote call");
+        let end = deadline
+            .watch(async {
+                tokio::select! {
+                    end = call.ended() => end,
+                    () = deadline.signal().aborted() => {
+                        if let Err(e) = call.signal(&self.transport, "TERM", self.grace_ms()).await {
+                            tracing::warn!(error = %e, "could not end a remote call");
+                        }
+                        call.ended().await
+                    }
                 }
-                call.ended().await
-            }
-        };
+            })
+            .await;
         guard.finished = true;
         let (timed_out, aborted) = (deadline.timed_out(), deadline.aborted());
         drop(deadline);

@@ -1,6 +1,12 @@
 //! A throwaway `sshd` on loopback for tests: generated host and user keys, a known-hosts
 //! file that knows the host key, killed (with every process it started) on drop.
 //!
+//! Its sessions run with `HOME` set to an empty directory of the fixture (the authorized
+//! key's `environment=` option), so the user's shell start-up files do not run: bash reads
+//! `~/.bashrc` for every command `sshd` starts, and a `.bashrc` that is slow or takes locks
+//! (a version manager's shims, for one) would otherwise be part of every test. The working
+//! directory is still the user's home directory from the password database.
+//!
 //! Needs `/usr/sbin/sshd`, `ssh-keygen` and, for logins as another user than the one running
 //! it, root. [`LoopbackSshd::start_or_skip`] fails the test under `CI=true` when the daemon
 //! cannot start, and otherwise prints why it skips.
@@ -40,6 +46,13 @@ impl LoopbackSshd {
             let path = path.to_str().ok_or("the temp dir is not UTF-8")?;
             run("ssh-keygen", &["-q", "-t", "ed25519", "-N", "", "-C", key, "-f", path])?;
         }
+        let home = dir.path().join("home");
+        std::fs::create_dir(&home).map_err(|e| format!("{}: {e}", home.display()))?;
+        let public = std::fs::read_to_string(dir.path().join("user_ed25519.pub"))
+            .map_err(|e| format!("user key: {e}"))?;
+        let home = home.to_str().ok_or("the temp dir is not UTF-8")?;
+        std::fs::write(dir.path().join("authorized_keys"), format!("environment=\"HOME={home}\" {public}"))
+            .map_err(|e| format!("authorized_keys: {e}"))?;
         // sshd refuses to start without its privilege-separation directory.
         std::fs::create_dir_all("/run/sshd").map_err(|e| format!("/run/sshd: {e}"))?;
         // A free port at the time of asking; another process taking it before sshd binds
@@ -78,10 +91,11 @@ impl LoopbackSshd {
         let config = format!(
             "Port {port}\nListenAddress 127.0.0.1\nHostKey {host_key}\nAuthorizedKeysFile {authorized}\n\
              PermitRootLogin prohibit-password\nPubkeyAuthentication yes\nPasswordAuthentication no\n\
+             PermitUserEnvironment HOME\n\
              KbdInteractiveAuthentication no\nStrictModes no\nUsePAM no\nPidFile {pid}\n\
              MaxSessions 64\nMaxStartups 64\nPrintMotd no\nLogLevel ERROR\n",
             host_key = path("host_ed25519"),
-            authorized = path("user_ed25519.pub"),
+            authorized = path("authorized_keys"),
             pid = path("sshd.pid"),
         );
         std::fs::write(dir.path().join("sshd_config"), config).map_err(|e| format!("sshd_config: {e}"))?;

@@ -92,6 +92,18 @@ async fn runs_argv_with_cwd_env_and_stdin() {
     transport.shutdown().await.expect("shut down");
 }
 
+/// The fixture's sessions do not run the user's shell start-up files: `HOME` is an empty
+/// directory of the fixture (bash reads `$HOME/.bashrc` for commands `sshd` starts).
+#[tokio::test]
+async fn the_fixture_sessions_have_a_home_of_their_own() {
+    let Some(sshd) = LoopbackSshd::start_or_skip() else { return };
+    let transport = SshTransport::new(sshd.config());
+    let ran = run(&transport, argv(&["bash", "-c", "echo \"$HOME\"; ls -A \"$HOME\" | wc -l"]), None).await;
+    assert_eq!(ran.stdout, format!("{}\n0\n", sshd.dir().join("home").display()), "{}", ran.stderr);
+    assert_eq!(ran.exit, code(0));
+    transport.shutdown().await.expect("shut down");
+}
+
 #[tokio::test]
 async fn reports_exit_statuses_as_the_program_gave_them() {
     let Some(sshd) = LoopbackSshd::start_or_skip() else { return };

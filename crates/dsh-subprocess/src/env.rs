@@ -12,7 +12,8 @@ use std::sync::Arc;
 /// Where the ambient environment comes from.
 #[derive(Clone, Default)]
 pub enum AmbientEnv {
-    /// The harness process environment, read at every spawn.
+    /// The harness process environment, read once, when the service is made (a harness
+    /// never changes its own environment once threads run: that is not thread-safe).
     #[default]
     Process,
     /// A fixed list (tests and hosts that must not expose their own environment).
@@ -99,23 +100,33 @@ fn has_url_password(value: &[u8]) -> bool {
     })
 }
 
-/// The final child environment: scrubbed ambient, then `explicit` in order (later wins).
-pub(crate) fn child_env(ambient: &AmbientEnv, explicit: &[(String, EnvEntry)]) -> Vec<(OsString, OsString)> {
-    let mut env: Vec<(OsString, OsString)> =
-        ambient.vars().into_iter().filter(|(name, value)| !is_scrubbed(name, value)).collect();
+/// The ambient environment a service's children start from: `ambient` without what
+/// [`is_scrubbed`] drops. Made once per service, so a spawn copies no variable.
+pub(crate) fn inherited(ambient: &AmbientEnv) -> Arc<[(OsString, OsString)]> {
+    ambient.vars().into_iter().filter(|(name, value)| !is_scrubbed(name, value)).collect()
+}
+
+/// The final child environment: the scrubbed ambient one, then `explicit` in order (later
+/// wins). It borrows from both.
+pub(crate) fn child_env<'a>(
+    inherited: &'a [(OsString, OsString)],
+    explicit: &'a [(String, EnvEntry)],
+) -> Vec<(&'a OsStr, &'a OsStr)> {
+    let mut env: Vec<(&OsStr, &OsStr)> = Vec::with_capacity(inherited.len() + explicit.len());
+    env.extend(inherited.iter().map(|(name, value)| (name.as_os_str(), value.as_os_str())));
     for (name, entry) in explicit {
         let name = OsStr::new(name);
-        env.retain(|(existing, _)| existing != name);
+        env.retain(|(existing, _)| *existing != name);
         if let EnvEntry::Set(value) = entry {
-            env.push((name.to_owned(), OsString::from(value)));
+            env.push((name, OsStr::new(value)));
         }
     }
     env
 }
 
 /// The value of `name` in a built environment.
-pub(crate) fn lookup<'a>(env: &'a [(OsString, OsString)], name: &str) -> Option<&'a OsStr> {
-    env.iter().rev().find(|(k, _)| k == name).map(|(_, v)| v.as_os_str())
+pub(crate) fn lookup<'a>(env: &[(&'a OsStr, &'a OsStr)], name: &str) -> Option<&'a OsStr> {
+    env.iter().rev().find(|(k, _)| *k == name).map(|(_, v)| *v)
 }
 
 #[cfg(test)]
@@ -212,9 +223,10 @@ mod tests {
             ("HTTPS_PROXY", "http://proxy:3128"),
             ("SSH_AUTH_SOCK", "/run/agent.sock"),
         ]);
-        let env =
-            child_env(&ambient, &[("DATABASE_URL".into(), EnvEntry::Set("postgres://x:y@h/db".into()))]);
-        let names: Vec<&OsStr> = env.iter().map(|(k, _)| k.as_os_str()).collect();
+        let inherited = inherited(&ambient);
+        let explicit = [("DATABASE_URL".into(), EnvEntry::Set("postgres://x:y@h/db".into()))];
+        let env = child_env(&inherited, &explicit);
+        let names: Vec<&OsStr> = env.iter().map(|(k, _)| *k).collect();
         assert_eq!(names, ["PATH", "HTTPS_PROXY", "SSH_AUTH_SOCK", "DATABASE_URL"]);
         assert_eq!(lookup(&env, "DATABASE_URL"), Some(OsStr::new("postgres://x:y@h/db")));
     }
@@ -222,15 +234,14 @@ mod tests {
     #[test]
     fn explicit_entries_win_and_tombstones_remove() {
         let ambient = AmbientEnv::fixed([("PATH", "/bin"), ("A", "1"), ("MY_TOKEN", "t"), ("B", "2")]);
-        let env = child_env(
-            &ambient,
-            &[
-                ("A".into(), EnvEntry::Unset),
-                ("B".into(), EnvEntry::Set("two".into())),
-                ("MY_TOKEN".into(), EnvEntry::Set("mine".into())),
-                ("B".into(), EnvEntry::Set("later".into())),
-            ],
-        );
+        let inherited = inherited(&ambient);
+        let explicit = [
+            ("A".into(), EnvEntry::Unset),
+            ("B".into(), EnvEntry::Set("two".into())),
+            ("MY_TOKEN".into(), EnvEntry::Set("mine".into())),
+            ("B".into(), EnvEntry::Set("later".into())),
+        ];
+        let env = child_env(&inherited, &explicit);
         let text: Vec<(String, String)> = env
             .iter()
             .map(|(k, v)| (k.to_string_lossy().into_owned(), v.to_string_lossy().into_owned()))

@@ -3,10 +3,14 @@
 //! The `atexit` hook ([`crate::exit_guard`]) covers a harness that exits; a harness killed by a
 //! signal (`kill -9`, the OOM killer, a crash) runs no hook, and its commands would be
 //! re-parented to init and run on. So the first spawn forks a small **guardian** process that
-//! holds the read end of a pipe whose write end only the harness holds (close-on-exec, so no
-//! command inherits it). The harness tells it each live group as it starts and ends (8-byte
-//! records, never blocking). When the pipe reaches end of file — the harness is gone, whether
-//! it exited or was killed — the guardian:
+//! holds the read ends of two pipes whose write ends only the harness holds (close-on-exec, so
+//! no command inherits them). On the first, the harness records each live group as it starts
+//! and ends (8-byte records, never blocking). The guardian does not wait on that pipe, so a
+//! record costs the harness one `write` that wakes nobody; it reads the records in batches,
+//! every [`DRAIN_INTERVAL_MS`] and at the end, and the pipe is widened to hold far more than
+//! arrive between two reads. The guardian waits on the second pipe, on which nothing is ever
+//! written: when it reaches end of file — the harness is gone, whether it exited or was killed
+//! — the guardian reads the last records and then:
 //!
 //! 1. lists every process (`/proc`), marks those in a live group or a live group's session,
 //!    and every descendant of a marked process (by parent pid), sparing processes whose
@@ -32,13 +36,26 @@ use std::sync::atomic::{AtomicI32, Ordering};
 const MAX_GROUPS: usize = 16 * 1024;
 /// At most this many processes are looked at per listing.
 const MAX_PROCS: usize = 64 * 1024;
+/// How often the guardian reads the records the harness wrote since the last time.
+const DRAIN_INTERVAL_MS: i32 = 500;
+/// The records pipe is widened to this (best effort): 131,072 records, far more than a
+/// harness starts and ends groups in [`DRAIN_INTERVAL_MS`].
+const RECORDS_PIPE_BYTES: i32 = 1 << 20;
 /// `DSH_DETACH=1` and its terminator, as found in `/proc/<pid>/environ`.
 const DETACH: &[u8] = b"DSH_DETACH=1\0";
 
 /// The guardian's pid, once started (0 before, -1 when it could not start).
 static GUARDIAN: AtomicI32 = AtomicI32::new(0);
-/// The write end of the pipe to the guardian.
-static CHANNEL: OnceLock<Option<OwnedFd>> = OnceLock::new();
+/// The write ends of the pipes to the guardian.
+static CHANNEL: OnceLock<Option<Channel>> = OnceLock::new();
+
+/// What the harness holds of the guardian's pipes.
+struct Channel {
+    /// Live and gone groups are written here.
+    records: OwnedFd,
+    /// Never written: its end of file tells the guardian that the harness is gone.
+    _life: OwnedFd,
+}
 
 /// One process as listed: pid, parent, group, session, and whether it is marked.
 #[derive(Clone, Copy, Default)]
@@ -71,23 +88,43 @@ pub(crate) fn tell(live: bool, pgid: i32) {
     record[..4].copy_from_slice(&i32::from(live).to_ne_bytes());
     record[4..].copy_from_slice(&pgid.to_ne_bytes());
     // SAFETY: writing a stack buffer to a descriptor this process owns.
-    let written = unsafe { libc::write(channel.as_raw_fd(), record.as_ptr().cast(), record.len()) };
+    let written = unsafe { libc::write(channel.records.as_raw_fd(), record.as_ptr().cast(), record.len()) };
     if written != record.len() as isize {
         tracing::warn!(pgid, error = %std::io::Error::last_os_error(), "could not tell the guardian about a group");
     }
 }
 
-/// Forks the guardian; `None` (logged) when it cannot start.
-fn start() -> Option<OwnedFd> {
+/// A close-on-exec pipe: (read end, write end).
+fn pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
     let mut fds = [0; 2];
     // SAFETY: pipe2 fills the two-element array on success.
     if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } < 0 {
-        tracing::warn!(error = %std::io::Error::last_os_error(), "no guardian: cannot make its pipe");
-        GUARDIAN.store(-1, Ordering::Relaxed);
-        return None;
+        return Err(std::io::Error::last_os_error());
     }
     // SAFETY: both fds were just created and are owned here.
-    let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// Forks the guardian; `None` (logged) when it cannot start.
+fn start() -> Option<Channel> {
+    let pipes = pipe().and_then(|records| Ok((records, pipe()?)));
+    let ((records_read, records), (life_read, life)) = match pipes {
+        Ok(pipes) => pipes,
+        Err(error) => {
+            tracing::warn!(%error, "no guardian: cannot make its pipes");
+            GUARDIAN.store(-1, Ordering::Relaxed);
+            return None;
+        }
+    };
+    // SAFETY: setting flags and the size of pipes this process owns. A pipe that cannot be
+    // widened keeps its default size (64 KiB, 8,192 records).
+    unsafe {
+        libc::fcntl(records.as_raw_fd(), libc::F_SETPIPE_SZ, RECORDS_PIPE_BYTES);
+        let flags = libc::fcntl(records.as_raw_fd(), libc::F_GETFL);
+        libc::fcntl(records.as_raw_fd(), libc::F_SETFL, flags | libc::O_NONBLOCK);
+        let flags = libc::fcntl(records_read.as_raw_fd(), libc::F_GETFL);
+        libc::fcntl(records_read.as_raw_fd(), libc::F_SETFL, flags | libc::O_NONBLOCK);
+    }
     // Everything the guardian uses is allocated now, before the fork.
     let mut groups = vec![0i32; MAX_GROUPS].into_boxed_slice();
     let mut procs = vec![Proc::default(); MAX_PROCS].into_boxed_slice();
@@ -101,19 +138,68 @@ fn start() -> Option<OwnedFd> {
         return None;
     }
     if pid == 0 {
-        guardian_main(read.as_raw_fd(), &mut groups, &mut procs, &mut seen);
+        let channel = Inbound { records: records_read.as_raw_fd(), life: life_read.as_raw_fd() };
+        guardian_main(channel, &mut groups, &mut procs, &mut seen);
     }
-    drop(read);
+    drop((records_read, life_read));
     GUARDIAN.store(pid, Ordering::Relaxed);
-    // SAFETY: setting a flag on a descriptor this process owns.
-    unsafe {
-        let flags = libc::fcntl(write.as_raw_fd(), libc::F_GETFL);
-        libc::fcntl(write.as_raw_fd(), libc::F_SETFL, flags | libc::O_NONBLOCK);
-    }
-    Some(write)
+    Some(Channel { records, _life: life })
 }
 
-fn guardian_main(channel: RawFd, groups: &mut [i32], procs: &mut [Proc], seen: &mut [i32]) -> ! {
+/// The guardian's read ends.
+#[derive(Clone, Copy)]
+struct Inbound {
+    records: RawFd,
+    life: RawFd,
+}
+
+/// The live groups the guardian knows of.
+struct Groups<'a> {
+    slots: &'a mut [i32],
+    count: usize,
+}
+
+impl Groups<'_> {
+    /// Reads every record waiting in the pipe (it never blocks: the read end is
+    /// non-blocking) and applies them in order.
+    fn drain(&mut self, records: RawFd) {
+        let mut buf = [0u8; 4096];
+        loop {
+            // SAFETY: reading into a stack buffer from the inherited read end. Records are
+            // written whole (8 bytes, at most `PIPE_BUF`), so a read of a multiple of 8 bytes
+            // never splits one.
+            let n = unsafe { libc::read(records, buf.as_mut_ptr().cast(), buf.len()) };
+            if n <= 0 {
+                // SAFETY: reading the calling thread's errno.
+                if n < 0 && unsafe { *libc::__errno_location() } == libc::EINTR {
+                    continue;
+                }
+                return;
+            }
+            for record in buf[..n as usize].chunks_exact(8) {
+                let live = i32::from_ne_bytes([record[0], record[1], record[2], record[3]]) != 0;
+                let pgid = i32::from_ne_bytes([record[4], record[5], record[6], record[7]]);
+                self.apply(live, pgid);
+            }
+        }
+    }
+
+    fn apply(&mut self, live: bool, pgid: i32) {
+        match (live, self.slots[..self.count].iter().position(|g| *g == pgid)) {
+            (true, None) if self.count < self.slots.len() => {
+                self.slots[self.count] = pgid;
+                self.count += 1;
+            }
+            (false, Some(at)) => {
+                self.slots[at] = self.slots[self.count - 1];
+                self.count -= 1;
+            }
+            _ => {}
+        }
+    }
+}
+
+fn guardian_main(channel: Inbound, slots: &mut [i32], procs: &mut [Proc], seen: &mut [i32]) -> ! {
     // SAFETY: raw syscalls with constant or stack arguments; the process is single-threaded.
     unsafe {
         libc::setsid();
@@ -122,44 +208,33 @@ fn guardian_main(channel: RawFd, groups: &mut [i32], procs: &mut [Proc], seen: &
         {
             libc::signal(signal, libc::SIG_IGN);
         }
-        let keep = channel as libc::c_uint;
-        if keep > 0 {
-            libc::syscall(libc::SYS_close_range, 0u32, keep - 1, 0u32);
+        // Keep the two read ends, close everything else.
+        let (low, high) = (
+            channel.records.min(channel.life) as libc::c_uint,
+            channel.records.max(channel.life) as libc::c_uint,
+        );
+        if low > 0 {
+            libc::syscall(libc::SYS_close_range, 0u32, low - 1, 0u32);
         }
-        libc::syscall(libc::SYS_close_range, keep + 1, libc::c_uint::MAX, 0u32);
+        if high > low + 1 {
+            libc::syscall(libc::SYS_close_range, low + 1, high - 1, 0u32);
+        }
+        libc::syscall(libc::SYS_close_range, high + 1, libc::c_uint::MAX, 0u32);
     }
-    let mut count = 0usize;
-    let mut buf = [0u8; 4096];
+    let mut groups = Groups { slots, count: 0 };
     loop {
-        // SAFETY: reading into a stack buffer from the inherited read end.
-        let n = unsafe { libc::read(channel, buf.as_mut_ptr().cast(), buf.len()) };
-        if n == 0 {
+        let mut life = libc::pollfd { fd: channel.life, events: libc::POLLIN, revents: 0 };
+        // SAFETY: polling one descriptor described on the stack.
+        let ready = unsafe { libc::poll(&mut life, 1, DRAIN_INTERVAL_MS) };
+        groups.drain(channel.records);
+        // Nothing is ever written on the life pipe: any event on it is its end of file (or an
+        // error on it, which ends the guardian's watch all the same).
+        if ready > 0 && life.revents != 0 {
             break;
-        }
-        if n < 0 {
-            // SAFETY: reading the calling thread's errno.
-            if unsafe { *libc::__errno_location() } == libc::EINTR {
-                continue;
-            }
-            break;
-        }
-        for record in buf[..n as usize].chunks_exact(8) {
-            let live = i32::from_ne_bytes([record[0], record[1], record[2], record[3]]) != 0;
-            let pgid = i32::from_ne_bytes([record[4], record[5], record[6], record[7]]);
-            match (live, groups[..count].iter().position(|g| *g == pgid)) {
-                (true, None) if count < groups.len() => {
-                    groups[count] = pgid;
-                    count += 1;
-                }
-                (false, Some(at)) => {
-                    groups[at] = groups[count - 1];
-                    count -= 1;
-                }
-                _ => {}
-            }
         }
     }
-    let groups = &groups[..count];
+    let count = groups.count;
+    let groups = &groups.slots[..count];
     if !groups.is_empty() {
         // SAFETY: getpid has no preconditions.
         let me = unsafe { libc::getpid() };

@@ -20,6 +20,7 @@
 pub mod child_exec;
 mod collector;
 mod containment;
+mod direct;
 mod env;
 mod error;
 mod exit_guard;

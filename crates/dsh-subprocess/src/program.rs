@@ -3,16 +3,74 @@
 //! Resolving in the parent (rather than letting `execvp` search the parent's `PATH`) gives the
 //! child's environment the last word and keeps the spawn on the `posix_spawn` fast path, which
 //! the standard library only takes for a program given as a path.
+//!
+//! A service remembers where it found each program on each `PATH`, as a shell's command hash
+//! table does: the next spawn checks that one file (still an executable regular file) instead
+//! of every directory before it. Like the shell's table, a program that appears later in an
+//! earlier directory is not noticed while the remembered one stays; a remembered one that went
+//! away is searched for afresh. A `PATH` with a relative or empty entry (which depends on the
+//! working directory) is always searched.
 
+use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use nix::errno::Errno;
 use nix::unistd::AccessFlags;
+use parking_lot::Mutex;
 
 /// `execvp`'s search path when `PATH` is unset (glibc's `_CS_PATH`).
 const DEFAULT_PATH: &str = "/bin:/usr/bin";
+
+/// How many programs a cache remembers before it starts over.
+const CACHE_ENTRIES: usize = 256;
+
+/// Where programs were found, by program and `PATH`.
+#[derive(Default)]
+pub(crate) struct ProgramCache {
+    /// Keyed by the program's name, a NUL (which neither can hold) and the `PATH` value.
+    found: Mutex<HashMap<Vec<u8>, PathBuf>>,
+}
+
+impl ProgramCache {
+    /// [`resolve_program`], answered from the cache while the remembered file is still an
+    /// executable regular file.
+    pub(crate) fn resolve(
+        &self,
+        program: &str,
+        path_var: Option<&OsStr>,
+        cwd: &Path,
+    ) -> Result<PathBuf, Errno> {
+        let path = path_var.unwrap_or(OsStr::new(DEFAULT_PATH)).as_bytes();
+        if program.contains('/') || path.split(|b| *b == b':').any(|dir| !dir.starts_with(b"/")) {
+            return resolve_program(program, path_var, cwd);
+        }
+        let mut key = Vec::with_capacity(program.len() + 1 + path.len());
+        key.extend_from_slice(program.as_bytes());
+        key.push(0);
+        key.extend_from_slice(path);
+        let remembered = self.found.lock().get(&key).cloned();
+        if let Some(found) = remembered
+            && is_executable_file(&found)
+        {
+            return Ok(found);
+        }
+        let found = resolve_program(program, path_var, cwd)?;
+        let mut cache = self.found.lock();
+        if cache.len() >= CACHE_ENTRIES {
+            cache.clear();
+        }
+        cache.insert(key, found.clone());
+        Ok(found)
+    }
+}
+
+/// Whether `path` is a regular file this process may execute.
+fn is_executable_file(path: &Path) -> bool {
+    std::fs::metadata(path).is_ok_and(|meta| meta.is_file())
+        && nix::unistd::access(path, AccessFlags::X_OK).is_ok()
+}
 
 /// Resolves `program` like `execvp` would with `path_var` as `PATH`.
 ///
@@ -87,6 +145,51 @@ mod tests {
         std::fs::write(&tool, "#!/bin/sh\n").expect("write");
         std::fs::set_permissions(&tool, std::fs::Permissions::from_mode(0o755)).expect("chmod");
         assert_eq!(resolve_program("here", Some(OsStr::new("/nonexistent:")), dir.path()), Ok(tool));
+    }
+
+    #[test]
+    fn the_cache_keeps_a_found_program_and_searches_again_once_it_is_gone() {
+        let early = tempfile::tempdir().expect("tempdir");
+        let late = tempfile::tempdir().expect("tempdir");
+        let tool = |dir: &Path| {
+            let path = dir.join("tool");
+            std::fs::write(&path, "#!/bin/sh\n").expect("write");
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+            path
+        };
+        let path = OsString::from(format!("{}:{}", early.path().display(), late.path().display()));
+        let cache = ProgramCache::default();
+        let late_tool = tool(late.path());
+        assert_eq!(cache.resolve("tool", Some(&path), Path::new("/")), Ok(late_tool.clone()));
+        // Like a shell's hash table: a program that appears in an earlier directory is not
+        // noticed while the remembered one is still there...
+        let early_tool = tool(early.path());
+        assert_eq!(cache.resolve("tool", Some(&path), Path::new("/")), Ok(late_tool.clone()));
+        // ...another PATH is another search...
+        let other = OsString::from(format!("{}", early.path().display()));
+        assert_eq!(cache.resolve("tool", Some(&other), Path::new("/")), Ok(early_tool.clone()));
+        // ...and one that stopped being executable, or went away, is searched for again.
+        std::fs::set_permissions(&late_tool, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+        assert_eq!(cache.resolve("tool", Some(&path), Path::new("/")), Ok(early_tool.clone()));
+        std::fs::remove_file(&early_tool).expect("remove");
+        assert_eq!(cache.resolve("tool", Some(&path), Path::new("/")), Err(Errno::EACCES));
+        std::fs::remove_file(&late_tool).expect("remove");
+        assert_eq!(cache.resolve("tool", Some(&path), Path::new("/")), Err(Errno::ENOENT));
+    }
+
+    #[test]
+    fn a_path_that_depends_on_the_working_directory_is_never_cached() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let tool = dir.path().join("here");
+        std::fs::write(&tool, "#!/bin/sh\n").expect("write");
+        std::fs::set_permissions(&tool, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        let cache = ProgramCache::default();
+        assert_eq!(cache.resolve("here", Some(OsStr::new("/nonexistent:")), dir.path()), Ok(tool));
+        assert_eq!(
+            cache.resolve("here", Some(OsStr::new("/nonexistent:")), Path::new("/")),
+            Err(Errno::ENOENT)
+        );
+        assert!(cache.found.lock().is_empty());
     }
 
     use std::ffi::OsString;

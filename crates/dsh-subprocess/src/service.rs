@@ -1,6 +1,7 @@
 //! The subprocess service: spawning, the set of live process trees, and teardown.
 
 use std::collections::HashMap;
+use std::ffi::OsString;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -76,7 +77,15 @@ impl LiveSet {
 /// Share it with `Arc`. Dropping the last reference sends `SIGKILL` to every group still
 /// alive; [`SubprocessService::dispose`] is the orderly way down.
 pub struct SubprocessService {
-    pub(crate) ambient_env: AmbientEnv,
+    /// The ambient environment after the scrub, made once.
+    pub(crate) inherited_env: Arc<[(OsString, OsString)]>,
+    /// The scrubbed ambient environment as C strings, for direct starts.
+    pub(crate) inherited_entries: crate::direct::InheritedEntries,
+    /// `/dev/null`, open for every direct start's stdin (`None`: starts go through the
+    /// standard library).
+    pub(crate) dev_null: Option<std::os::fd::OwnedFd>,
+    /// Where programs named without a `/` were found.
+    pub(crate) programs: crate::program::ProgramCache,
     pub(crate) spill: Arc<SpillLocation>,
     pub(crate) live: Arc<LiveSet>,
     pub(crate) containment: ContainmentStatus,
@@ -102,8 +111,12 @@ impl SubprocessService {
         crate::fds::mark_inherited_cloexec();
         let containment = crate::containment::establish(options.containment);
         let reaper = containment.is_active().then(|| Arc::new(Reaper::new()));
+        let inherited_env = crate::env::inherited(&options.ambient_env);
         Arc::new(Self {
-            ambient_env: options.ambient_env,
+            inherited_entries: crate::direct::InheritedEntries::new(&inherited_env),
+            inherited_env,
+            dev_null: std::fs::File::open("/dev/null").ok().map(std::os::fd::OwnedFd::from),
+            programs: crate::program::ProgramCache::default(),
             spill: Arc::new(SpillLocation::new(options.spill_dir, options.spill_namer)),
             live: Arc::new(LiveSet::default()),
             containment,

@@ -12,7 +12,6 @@ use std::time::Duration;
 use nix::errno::Errno;
 use nix::unistd::AccessFlags;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
-use tokio::process::Child;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -20,7 +19,6 @@ use crate::collector::{CaptureLimits, OutputCollector};
 use crate::env::{EnvEntry, child_env, lookup};
 use crate::error::{OsSpawnError, SpawnError, SpawnStage};
 use crate::handle::{ProcessHandle, ProcessInner, ProcessOutcome};
-use crate::program::resolve_program;
 use crate::service::SubprocessService;
 use crate::signal_name::signal_name;
 
@@ -226,8 +224,9 @@ pub(crate) fn spawn_process(
         Some(Err(cwd_errno)) => os_error(cwd_errno, SpawnStage::Cwd),
         _ => os_error(errno, stage),
     };
-    let env = child_env(&service.ambient_env, &spec.env);
-    let executable = resolve_program(&program, lookup(&env, "PATH"), &cwd)
+    let env = child_env(&service.inherited_env, &spec.env);
+    let executable = (service.programs)
+        .resolve(&program, lookup(&env, "PATH"), &cwd)
         .map_err(|errno| failed(errno, SpawnStage::Exec))?;
 
     let pty = match spec.pty {
@@ -240,112 +239,169 @@ pub(crate) fn spawn_process(
     // gives the same guarantee at the cost of a `vfork` instead of a `fork`. A terminal job
     // always gets a session of its own (its terminal becomes the controlling one).
     let new_session = pty.is_some() || (spec.new_session && session_has_terminal());
-    let mut command = std::process::Command::new(&executable);
-    command.arg0(&program).args(&spec.argv[1..]).env_clear().envs(env.iter().map(|(k, v)| (k, v)));
-    match &pty {
-        Some(pty) => {
-            let slave =
-                || pty.slave.try_clone().map(Stdio::from).map_err(|e| SpawnError::Terminal(errno_of(&e)));
-            command.stdin(slave()?).stdout(slave()?).stderr(slave()?);
-        }
-        None => {
-            command
-                .stdin(if spec.stdin.is_some() || spec.keep_stdin { Stdio::piped() } else { Stdio::null() })
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped());
-        }
-    }
-    if let Some(dir) = &spec.cwd {
-        command.current_dir(dir);
-    }
-    if !new_session {
-        // A group leader cannot call setsid: with a new session, `setsid` makes the child the
-        // leader of a new group instead, with the same pgid (its pid).
-        command.process_group(0);
-    }
-    let shared_fd = spec.shared_file.as_ref().map(|f| f.as_raw_fd());
     // The terminal becomes the controlling one only when nothing runs between the prelude and
     // the program: a hook may start the program in another process and exit, and a session
     // leader's exit hangs up its terminal's foreground group.
     let controlling_terminal = pty.is_some() && spec.pre_exec.is_none();
-    if new_session || spec.pre_exec.is_some() || shared_fd.is_some() {
-        install_prelude(&mut command, Prelude { new_session, controlling_terminal, shared_fd });
-    } else {
-        crate::fds::mark_all_cloexec();
-    }
-    let hook_marker = match &spec.pre_exec {
-        Some(hook) => Some(
-            install_hook(&mut command, hook.clone()).map_err(|e| failed(errno_of(&e), SpawnStage::Exec))?,
-        ),
-        None => None,
+    let direct = match &service.dev_null {
+        Some(dev_null)
+            if pty.is_none() && !new_session && spec.pre_exec.is_none() && spec.shared_file.is_none() =>
+        {
+            Some(dev_null.as_raw_fd())
+        }
+        _ => None,
     };
-
-    // The spawn lock is held until the pid is registered (and its group is live), so no
-    // reaper — this service's, or another's in this process — mistakes this fresh child for
-    // a stray, whether or not this service contains its own trees.
-    let mut spawned_pids = crate::containment::spawn_lock();
-    // A hook that starts the program from another process (a PID-namespaced confinement)
-    // needs it as C strings made before the fork.
-    // It may start the program in a sibling of the child (`clone(CLONE_PARENT)`) and report
-    // the sibling's pid on this pipe: then the sibling is the process this spawn waits for.
-    let report = match &spec.pre_exec {
-        Some(_) => Some(std::io::pipe().map_err(|e| failed(errno_of(&e), SpawnStage::Exec))?),
-        None => None,
-    };
-    let image = spec.pre_exec.as_ref().and_then(|_| {
-        let argv = std::iter::once(OsStr::new(&program)).chain(spec.argv[1..].iter().map(OsStr::new));
-        let image = crate::child_exec::ChildExec::new(
-            &executable,
-            argv,
-            env.iter().map(|(k, v)| (k.as_os_str(), v.as_os_str())),
-        )?;
-        Some(match &report {
-            Some((_, writer)) => image.with_report(writer.as_raw_fd()),
-            None => image,
-        })
-    });
-    let spawned = {
+    // The parent's ends of the output pipes, read by the runtime.
+    let receiver = |fd: std::os::fd::OwnedFd| {
         let _guard = runtime.enter();
-        let _published = image.as_ref().map(crate::child_exec::ChildExec::publish);
-        tokio::process::Command::from(command).kill_on_drop(false).spawn()
+        crate::direct::set_nonblocking(&fd);
+        tokio::net::unix::pipe::Receiver::from_owned_fd_unchecked(fd).ok()
     };
-    drop(image);
-    let sibling = report.and_then(|(reader, writer)| {
-        drop(writer);
-        read_sibling(reader)
-    });
-    if let Ok(child) = &spawned
-        && let Some(pid) = child.id()
-    {
-        // Every service's leaders are known, so no sweep reaps a leader's zombie before
-        // its own waiter does.
-        spawned_pids.insert(pid as i32);
-        spawned_pids.extend(sibling);
-        crate::exit_guard::register(pid as i32);
-    }
-    drop(spawned_pids);
-    let mut child = match spawned {
-        Ok(child) => child,
-        Err(e) => {
-            if let Some(sibling) = sibling {
-                // The sibling failed before its exec (that is the spawn's error): reap it.
-                // SAFETY: waiting for a child of this process that has exited.
-                unsafe { libc::waitpid(sibling, std::ptr::null_mut(), 0) };
-            }
-            // The hook runs after `chdir`, so a fired hook also vouches for the directory.
-            let error = if hook_marker.is_some_and(HookMarker::fired) {
-                os_error(errno_of(&e), SpawnStage::PreExec)
-            } else {
-                failed(errno_of(&e), SpawnStage::Exec)
+    let started = match direct {
+        Some(dev_null) => {
+            crate::fds::mark_all_cloexec();
+            let image = crate::direct::Image {
+                executable: &executable,
+                argv: &spec.argv,
+                env: &env,
+                inherited: (&service.inherited_env, &service.inherited_entries),
+                cwd: spec.cwd.as_deref(),
+                stdin_piped: spec.stdin.is_some() || spec.keep_stdin,
             };
-            return Err(error.into());
+            // The spawn lock is held until the pid is registered (and its group is live), so
+            // no reaper — this service's, or another's in this process — mistakes this fresh
+            // child for a stray, whether or not this service contains its own trees.
+            let mut spawned_pids = crate::containment::spawn_lock();
+            let spawned =
+                crate::direct::spawn(&image, dev_null).map_err(|errno| failed(errno, SpawnStage::Exec))?;
+            spawned_pids.insert(spawned.pid);
+            crate::exit_guard::register(spawned.pid);
+            drop(spawned_pids);
+            Started {
+                pid: spawned.pid,
+                leader: Leader::of(spawned.pid),
+                stdin: spawned.stdin,
+                stdout: receiver(spawned.stdout),
+                stderr: receiver(spawned.stderr),
+            }
+        }
+        None => {
+            let mut command = std::process::Command::new(&executable);
+            command.arg0(&program).args(&spec.argv[1..]).env_clear().envs(env.iter().copied());
+            match &pty {
+                Some(pty) => {
+                    let slave = || {
+                        pty.slave.try_clone().map(Stdio::from).map_err(|e| SpawnError::Terminal(errno_of(&e)))
+                    };
+                    command.stdin(slave()?).stdout(slave()?).stderr(slave()?);
+                }
+                None => {
+                    command
+                        .stdin(if spec.stdin.is_some() || spec.keep_stdin {
+                            Stdio::piped()
+                        } else {
+                            Stdio::null()
+                        })
+                        .stdout(Stdio::piped())
+                        .stderr(Stdio::piped());
+                }
+            }
+            if let Some(dir) = &spec.cwd {
+                command.current_dir(dir);
+            }
+            if !new_session {
+                // A group leader cannot call setsid: with a new session, `setsid` makes the child the
+                // leader of a new group instead, with the same pgid (its pid).
+                command.process_group(0);
+            }
+            let shared_fd = spec.shared_file.as_ref().map(|f| f.as_raw_fd());
+            if new_session || spec.pre_exec.is_some() || shared_fd.is_some() {
+                install_prelude(&mut command, Prelude { new_session, controlling_terminal, shared_fd });
+            } else {
+                crate::fds::mark_all_cloexec();
+            }
+            let hook_marker = match &spec.pre_exec {
+                Some(hook) => Some(
+                    install_hook(&mut command, hook.clone())
+                        .map_err(|e| failed(errno_of(&e), SpawnStage::Exec))?,
+                ),
+                None => None,
+            };
+
+            // The spawn lock is held until the pid is registered (and its group is live), so no
+            // reaper — this service's, or another's in this process — mistakes this fresh child for
+            // a stray, whether or not this service contains its own trees.
+            let mut spawned_pids = crate::containment::spawn_lock();
+            // A hook that starts the program from another process (a PID-namespaced confinement)
+            // needs it as C strings made before the fork.
+            // It may start the program in a sibling of the child (`clone(CLONE_PARENT)`) and report
+            // the sibling's pid on this pipe: then the sibling is the process this spawn waits for.
+            let report = match &spec.pre_exec {
+                Some(_) => Some(std::io::pipe().map_err(|e| failed(errno_of(&e), SpawnStage::Exec))?),
+                None => None,
+            };
+            let image = spec.pre_exec.as_ref().and_then(|_| {
+                let argv = std::iter::once(OsStr::new(&program)).chain(spec.argv[1..].iter().map(OsStr::new));
+                let image = crate::child_exec::ChildExec::new(&executable, argv, env.iter().copied())?;
+                Some(match &report {
+                    Some((_, writer)) => image.with_report(writer.as_raw_fd()),
+                    None => image,
+                })
+            });
+            let spawned = {
+                let _published = image.as_ref().map(crate::child_exec::ChildExec::publish);
+                command.spawn()
+            };
+            drop(image);
+            let sibling = report.and_then(|(reader, writer)| {
+                drop(writer);
+                read_sibling(reader)
+            });
+            if let Ok(child) = &spawned {
+                // Every service's leaders are known, so no sweep reaps a leader's zombie before
+                // its own waiter does.
+                let pid = child.id() as i32;
+                spawned_pids.insert(pid);
+                spawned_pids.extend(sibling);
+                crate::exit_guard::register(pid);
+            }
+            drop(spawned_pids);
+            let mut child = match spawned {
+                Ok(child) => child,
+                Err(e) => {
+                    if let Some(sibling) = sibling {
+                        // The sibling failed before its exec (that is the spawn's error): reap it.
+                        // SAFETY: waiting for a child of this process that has exited.
+                        unsafe { libc::waitpid(sibling, std::ptr::null_mut(), 0) };
+                    }
+                    // The hook runs after `chdir`, so a fired hook also vouches for the directory.
+                    let error = if hook_marker.is_some_and(HookMarker::fired) {
+                        os_error(errno_of(&e), SpawnStage::PreExec)
+                    } else {
+                        failed(errno_of(&e), SpawnStage::Exec)
+                    };
+                    return Err(error.into());
+                }
+            };
+            let pid = child.id() as i32;
+            // The standard library's handle is only used for its descriptors: the child is waited
+            // for through its pidfd, like a direct one, and dropping the handle neither waits nor
+            // kills.
+            let _guard = runtime.enter();
+            Started {
+                pid,
+                leader: Leader {
+                    pid: sibling.unwrap_or(pid),
+                    pidfd: None,
+                    first: sibling.map(|_| Box::new(Leader::of(pid))),
+                },
+                stdin: child.stdin.take().map(std::os::fd::OwnedFd::from),
+                stdout: child.stdout.take().and_then(|out| receiver(out.into())),
+                stderr: child.stderr.take().and_then(|err| receiver(err.into())),
+            }
         }
     };
-    let Some(pid) = child.id().map(|pid| pid as i32) else {
-        // A freshly spawned child has not been waited on, so its id is always known.
-        return Err(os_error(Errno::ESRCH, SpawnStage::Exec).into());
-    };
-
+    let Started { pid, leader, stdin, stdout, stderr } = started;
     let factory = Some(service.spill.factory());
     let redactor = Some(&service.redactor).filter(|r| r.is_needed());
     let streams = (
@@ -387,27 +443,25 @@ pub(crate) fn spawn_process(
         }
         None => None,
     };
-    if spec.pty.is_none()
-        && spec.stdin.is_none()
-        && spec.keep_stdin
-        && let Some(stdin) = child.stdin.take()
-        && let Ok(fd) = stdin.into_owned_fd()
-    {
-        inner.keep_stdin(fd);
-    }
-    let stdin_task = match (spec.stdin, child.stdin.take()) {
-        (Some(data), Some(mut stdin)) => Some(runtime.spawn(async move {
-            // EPIPE and friends are expected when the child does not read everything.
-            let _ = stdin.write_all(&data).await;
-            let _ = stdin.shutdown().await;
-        })),
+    let stdin_task = match (spec.stdin, stdin) {
+        (Some(data), Some(stdin)) => {
+            let _guard = runtime.enter();
+            crate::direct::set_nonblocking(&stdin);
+            tokio::net::unix::pipe::Sender::from_owned_fd_unchecked(stdin).ok().map(|mut stdin| {
+                runtime.spawn(async move {
+                    // EPIPE and friends are expected when the child does not read everything.
+                    let _ = stdin.write_all(&data).await;
+                    let _ = stdin.shutdown().await;
+                })
+            })
+        }
+        (None, Some(stdin)) if spec.pty.is_none() && spec.keep_stdin => {
+            inner.keep_stdin(stdin);
+            None
+        }
         _ => None,
     };
-    let leader = match sibling {
-        Some(pid) => Leader::Sibling { child, pid, pidfd: None },
-        None => Leader::Child(child),
-    };
-    runtime.spawn(supervise(leader, inner, spec.cancel, stdin_task, terminal));
+    runtime.spawn(supervise(leader, (stdout, stderr), inner, spec.cancel, stdin_task, terminal));
     Ok(handle)
 }
 
@@ -422,54 +476,76 @@ fn read_sibling(mut reader: std::io::PipeReader) -> Option<i32> {
     }
 }
 
-/// The process a spawn waits for: the child itself, or a sibling the child started in its
-/// place (it then exits at once, and is reaped first).
-enum Leader {
-    Child(Child),
-    Sibling { child: Child, pid: i32, pidfd: Option<tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>> },
+/// What a start hands to the rest of the spawn.
+struct Started {
+    /// The child's pid, which is also its process group.
+    pid: i32,
+    leader: Leader,
+    stdin: Option<std::os::fd::OwnedFd>,
+    stdout: Option<Pipe>,
+    stderr: Option<Pipe>,
 }
 
+/// The parent's end of an output pipe.
+type Pipe = tokio::net::unix::pipe::Receiver;
+
+/// The process a spawn waits for: the child itself, or a sibling the child started in its
+/// place (`first` is then the child, which exits at once and is reaped first). Waiting is
+/// by pidfd, and the status is taken with `waitpid` of that one pid, never of any child.
+struct Leader {
+    pid: i32,
+    pidfd: Option<tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>>,
+    first: Option<Box<Leader>>,
+}
+
+/// How often a leader is looked at where pidfds are missing (Linux before 5.3).
+const NO_PIDFD_POLL: Duration = Duration::from_millis(5);
+
 impl Leader {
-    fn child(&mut self) -> &mut Child {
-        match self {
-            Leader::Child(child) | Leader::Sibling { child, .. } => child,
-        }
+    fn of(pid: i32) -> Self {
+        Self { pid, pidfd: None, first: None }
     }
 
     async fn wait(&mut self) -> std::io::Result<ExitStatus> {
-        match self {
-            Leader::Child(child) => child.wait().await,
-            Leader::Sibling { child, pid, pidfd } => {
-                child.wait().await?;
-                let pid = *pid;
-                if pidfd.is_none() {
-                    // SAFETY: pidfd_open of a child of this process; the fd is owned below.
-                    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-                    if fd < 0 {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                    // SAFETY: a fresh descriptor nobody else owns.
-                    let fd =
-                        unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd as i32) };
-                    // SAFETY: the `OwnedFd` is open and is moved into the `AsyncFd`, which owns it
-                    // (and so its descriptor number) until it is dropped.
-                    *pidfd = Some(unsafe { tokio::io::unix::AsyncFd::register(fd) }?);
+        if let Some(first) = &mut self.first {
+            Box::pin(first.wait()).await?;
+            self.first = None;
+        }
+        let pid = self.pid;
+        if self.pidfd.is_none() {
+            // SAFETY: pidfd_open of a child of this process; the fd is owned below.
+            let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+            if fd >= 0 {
+                // SAFETY: a fresh descriptor nobody else owns.
+                let fd = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd as i32) };
+                // SAFETY: the `OwnedFd` is open and is moved into the `AsyncFd`, which owns it
+                // (and so its descriptor number) until it is dropped.
+                self.pidfd = Some(unsafe { tokio::io::unix::AsyncFd::register(fd) }?);
+            } else if Errno::last() != Errno::ENOSYS {
+                return Err(std::io::Error::last_os_error());
+            }
+        }
+        loop {
+            let guard = match &self.pidfd {
+                Some(pidfd) => Some(pidfd.readable().await?),
+                None => None,
+            };
+            let mut status = 0;
+            // SAFETY: a non-blocking wait for a child of this process.
+            let reaped = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+            if reaped == pid {
+                crate::containment::forget_spawned(pid);
+                return Ok(<ExitStatus as std::os::unix::process::ExitStatusExt>::from_raw(status));
+            }
+            if reaped < 0 {
+                if Errno::last() == Errno::EINTR {
+                    continue;
                 }
-                let pidfd = pidfd.as_ref().ok_or_else(|| std::io::Error::from_raw_os_error(libc::EBADF))?;
-                loop {
-                    let mut guard = pidfd.readable().await?;
-                    let mut status = 0;
-                    // SAFETY: a non-blocking wait for a child of this process.
-                    let reaped = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
-                    if reaped == pid {
-                        crate::containment::forget_spawned(pid);
-                        return Ok(<ExitStatus as std::os::unix::process::ExitStatusExt>::from_raw(status));
-                    }
-                    if reaped < 0 {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                    guard.clear_ready();
-                }
+                return Err(std::io::Error::last_os_error());
+            }
+            match guard {
+                Some(mut guard) => guard.clear_ready(),
+                None => tokio::time::sleep(NO_PIDFD_POLL).await,
             }
         }
     }
@@ -641,12 +717,12 @@ async fn pump_terminal(master: Option<std::os::fd::OwnedFd>, inner: &ProcessInne
 /// abort as a termination. Returns when the streams are complete; the pipes close on return.
 async fn run_to_exit(
     leader: &mut Leader,
+    streams: (Option<Pipe>, Option<Pipe>),
     inner: &Arc<ProcessInner>,
     cancel: Option<&CancellationToken>,
     terminal: Option<std::os::fd::OwnedFd>,
 ) -> std::io::Result<ExitStatus> {
-    let stdout = leader.child().stdout.take();
-    let stderr = leader.child().stderr.take();
+    let (stdout, stderr) = streams;
     let pumps = async {
         tokio::join!(
             pump(stdout, &inner.stdout),
@@ -710,12 +786,13 @@ fn outcome_of(status: std::io::Result<ExitStatus>) -> ProcessOutcome {
 
 async fn supervise(
     mut leader: Leader,
+    streams: (Option<Pipe>, Option<Pipe>),
     inner: Arc<ProcessInner>,
     cancel: Option<CancellationToken>,
     stdin_task: Option<JoinHandle<()>>,
     terminal: Option<std::os::fd::OwnedFd>,
 ) {
-    let status = run_to_exit(&mut leader, &inner, cancel.as_ref(), terminal).await;
+    let status = run_to_exit(&mut leader, streams, &inner, cancel.as_ref(), terminal).await;
     if let Some(task) = stdin_task {
         task.abort();
     }

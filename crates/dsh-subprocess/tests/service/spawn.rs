@@ -216,7 +216,7 @@ fn leaky_append_fd(path: &std::path::Path) -> std::os::fd::OwnedFd {
 }
 
 #[tokio::test]
-async fn forked_children_never_inherit_descriptors_from_3() {
+async fn children_never_inherit_descriptors_from_3() {
     use std::os::fd::AsRawFd;
     let service = SubprocessService::new();
     let dir = tempfile::tempdir().expect("tempdir");
@@ -225,7 +225,8 @@ async fn forked_children_never_inherit_descriptors_from_3() {
     let script = format!("echo leaked >&{}", fd.as_raw_fd());
     // SAFETY: the hook does nothing.
     let hook = unsafe { PreExecHook::new(|| Ok(())) };
-    for (hook, new_session) in [(Some(hook), false), (None, true)] {
+    // Forked (a hook), forked or direct (a new session: forked only under a terminal), direct.
+    for (hook, new_session) in [(Some(hook), false), (None, true), (None, false)] {
         let mut spec = bash(&script);
         spec.with_pre_exec(hook);
         spec.new_session = new_session;
@@ -238,4 +239,63 @@ async fn forked_children_never_inherit_descriptors_from_3() {
         );
     }
     assert_eq!(std::fs::read_to_string(&target).expect("target"), "");
+}
+
+/// A start with no hook, session or terminal goes through the direct `posix_spawn` path; the
+/// child gets what the standard library's start gives: its own process group, an empty
+/// signal mask, `SIGPIPE` at its default, the working directory, `/dev/null` or a pipe on
+/// stdin, and the ambient environment under the call's own variables.
+#[tokio::test]
+async fn a_direct_start_gives_the_child_its_group_signals_directory_and_environment() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let service = dsh_subprocess::SubprocessService::with_options(dsh_subprocess::ServiceOptions {
+        ambient_env: crate::ambient_with(&[
+            ("KEPT", "ambient"),
+            ("REPLACED", "ambient"),
+            ("GONE", "ambient"),
+        ]),
+        ..dsh_subprocess::ServiceOptions::default()
+    });
+    let script = r#"
+        read -r pgid < <(ps -o pgid= -p $$); echo "group $(( pgid == $$ ))"
+        echo "cwd $PWD"
+        echo "stdin $(readlink /proc/$$/fd/0)"
+        echo "env $KEPT $REPLACED ${GONE-unset} $OWN"
+        ls /proc/$$/fd | tr '\n' ' '; echo
+    "#;
+    let mut spec = bash(script);
+    spec.cwd = Some(dir.path().to_path_buf());
+    spec.env = vec![
+        ("REPLACED".into(), dsh_subprocess::EnvEntry::Set("own".into())),
+        ("GONE".into(), dsh_subprocess::EnvEntry::Unset),
+        ("OWN".into(), dsh_subprocess::EnvEntry::Set("x=y".into())),
+    ];
+    let handle = service.spawn(spec).expect("spawn");
+    let outcome = handle.wait().await;
+    assert_eq!(outcome.exit_code, Some(0), "{}", handle.stderr().collected().text);
+    let text = handle.stdout().collected().text;
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines[0], "group 1", "{text}");
+    let cwd = dir.path().canonicalize().expect("canonical");
+    assert_eq!(lines[1], format!("cwd {}", cwd.display()));
+    assert_eq!(lines[2], "stdin /dev/null");
+    assert_eq!(lines[3], "env ambient own unset x=y");
+    assert_eq!(lines[4].trim(), "0 1 2", "only the standard descriptors: {text}");
+
+    // The signal state as the program starts (bash would change its own before printing).
+    let spec =
+        SpawnSpec::new(vec!["grep".into(), "-E".into(), "^Sig(Blk|Ign)".into(), "/proc/self/status".into()]);
+    let handle = service.spawn(spec).expect("spawn");
+    assert_eq!(handle.wait().await.exit_code, Some(0));
+    let text = handle.stdout().collected().text;
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines[0], "SigBlk:\t0000000000000000", "{text}");
+    let ignored = u64::from_str_radix(lines[1].trim_start_matches("SigIgn:\t"), 16).expect("hex");
+    assert_eq!(ignored & (1 << (libc::SIGPIPE - 1)), 0, "SIGPIPE is at its default: {text}");
+
+    let mut spec = bash("readlink /proc/$$/fd/0 | cut -d: -f1; cat");
+    spec.stdin = Some(b"fed".to_vec());
+    let handle = service.spawn(spec).expect("spawn");
+    assert_eq!(handle.wait().await.exit_code, Some(0));
+    assert_eq!(handle.stdout().collected().text, "pipe\nfed");
 }
