@@ -30,9 +30,9 @@ async fn serve(comp: &Composition) -> anyhow::Result<()> {
     let tools = comp.tools()?;
     let interrupted = interrupt::on_interrupt();
     let mut sessions = Sessions::default();
-    let mut stdin = BufReader::new(tokio::io::stdin());
+    let (stdin, mut stdout) = dsh_mcp::stdio_streams();
+    let mut stdin = BufReader::new(stdin);
     let mut line = Vec::new();
-    let mut stdout = tokio::io::stdout();
     loop {
         let more = tokio::select! {
             more = next_line(&mut stdin, &mut line) => more.context("reading stdin")?,

@@ -78,6 +78,7 @@ mod server;
 mod session;
 mod shutdown;
 mod stdio;
+mod stdio_streams;
 
 pub use approval::{
     InFlightCalls, SECRET_FIELD, approval_message, elicit, elicit_secret, elicitation_answerer,
@@ -93,3 +94,4 @@ pub use origin::{InvalidOrigin, Origin};
 pub use roots::file_uri_path;
 pub use server::{CLIENT_CANCELLED, PROTOCOL_VERSION};
 pub use stdio::{serve_io, serve_stdio};
+pub use stdio_streams::{StdinStream, StdoutStream, stdio_streams};

@@ -45,11 +45,14 @@ type SharedWriter<W> = Arc<Mutex<W>>;
 /// returns once the session's processes are killed and awaited (an aborted call's answer is
 /// still written, for a client that only closed its end of stdin).
 ///
-/// tokio reads stdin on a blocking thread that ends only when stdin does: after a shutdown
-/// with the client still connected, end the runtime with `shutdown_timeout` (or exit)
-/// instead of dropping it, or the process lingers until the client closes its end.
+/// Stdin and stdout that are pipes are read and written through the runtime's event loop
+/// (see [`crate::stdio_streams`]). Anything else is read on a blocking thread that ends only
+/// when stdin does: after a shutdown with the client still connected, end the runtime with
+/// `shutdown_timeout` (or exit) instead of dropping it, or the process lingers until the
+/// client closes its end.
 pub async fn serve_stdio(ctx: Context, options: McpOptions) -> anyhow::Result<()> {
-    serve_io(ctx, options, tokio::io::stdin(), tokio::io::stdout()).await
+    let (stdin, stdout) = crate::stdio_streams::stdio_streams();
+    serve_io(ctx, options, stdin, stdout).await
 }
 
 /// [`serve_stdio`] over any byte streams (tests, embedding).

@@ -21,7 +21,7 @@ use crate::peer::throughput_command;
 use crate::{Args, Composed, Outcome, run, run_with};
 
 /// `bash -c true` by std: posix_spawn (no hook), or fork+exec (a no-op `pre_exec` hook).
-fn raw_spawn(fork: bool) -> anyhow::Result<()> {
+pub(crate) fn raw_spawn(fork: bool) -> anyhow::Result<()> {
     let mut cmd = Command::new("bash");
     cmd.args(["-c", "true"]).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
     if fork {

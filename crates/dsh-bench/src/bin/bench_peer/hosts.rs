@@ -94,9 +94,14 @@ pub(crate) fn batch(args: &Args) -> anyhow::Result<Outcome> {
         child.send(BATCH_LINE)?;
         check_batch(&child.receive()?)?;
     }
-    // Round trips: one line written, its response read, then the next.
+    // Round trips: one line written, its response read, then the next; each after a raw
+    // `bash -c true` spawn, the baseline measured in the same moments.
     let mut round_trips = Vec::with_capacity(n as usize);
+    let mut raw = Vec::with_capacity(n as usize);
     for _ in 0..n {
+        let t = Instant::now();
+        crate::baselines::raw_spawn(false)?;
+        raw.push(ms(t.elapsed()));
         let t = Instant::now();
         child.send(BATCH_LINE)?;
         check_batch(&child.receive()?)?;
@@ -123,6 +128,8 @@ pub(crate) fn batch(args: &Args) -> anyhow::Result<Outcome> {
     results.insert("pipelined_per_line_ms".into(), round(pipelined / n.max(1) as f64, 4));
     results.insert("lines_per_s".into(), round(n as f64 / (pipelined / 1000.0), 1));
     results.insert("round_trip".into(), Value::Object(stats(&round_trips)));
+    results.insert("raw_spawn".into(), Value::Object(stats(&raw)));
+    results.insert("round_trip_vs_raw_p50".into(), round(p50(&round_trips) / p50(&raw), 3));
     results.insert("cold_first_ms".into(), round(cold_first, 3));
     results.insert("teardown_ms".into(), round(teardown, 3));
     Ok(Outcome {
@@ -130,6 +137,13 @@ pub(crate) fn batch(args: &Args) -> anyhow::Result<Outcome> {
         results: Value::Object(results),
         shape: Value::Null,
     })
+}
+
+/// The median of `samples`.
+fn p50(samples: &[f64]) -> f64 {
+    let mut sorted = samples.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    crate::measure::pct(&sorted, 50.0)
 }
 
 /// Reads messages until the response with `id` (skipping notifications).
@@ -158,11 +172,18 @@ pub(crate) fn mcp(args: &Args) -> anyhow::Result<Outcome> {
     let initialize_ms = ms(t_spawn.elapsed());
     child.send(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#)?;
     let mut samples = Vec::with_capacity(n as usize);
+    let mut raw = Vec::with_capacity(n as usize);
     for i in 0..warmup + n {
         let id = i + 1;
         let call = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
             "params": {"name": "bash", "arguments": {"command": "true", "description": "t"}}});
         let line = call.to_string();
+        // The baseline, a raw `bash -c true` spawn, measured in the same moments.
+        let t = Instant::now();
+        crate::baselines::raw_spawn(false)?;
+        if i >= warmup {
+            raw.push(ms(t.elapsed()));
+        }
         let t = Instant::now();
         child.send(&line)?;
         let response = mcp_response(&mut child, id)?;
@@ -177,6 +198,8 @@ pub(crate) fn mcp(args: &Args) -> anyhow::Result<Outcome> {
     let teardown = child.finish()?;
     let mut results = stats(&samples);
     results.insert("calls_per_s".into(), round(1000.0 * n as f64 / samples.iter().sum::<f64>(), 1));
+    results.insert("raw_spawn".into(), Value::Object(stats(&raw)));
+    results.insert("vs_raw_p50".into(), round(p50(&samples) / p50(&raw), 3));
     results.insert("initialize_ms".into(), round(initialize_ms, 3));
     results.insert("teardown_ms".into(), round(teardown, 3));
     Ok(Outcome {
