@@ -9,7 +9,9 @@
 
 use anyhow::Context as _;
 use dsh_bash::batch_line::{BatchRequest, LineError, parse_bytes};
-use dsh_core::{AbortSignal, Agent, ToolRegistry};
+use std::sync::Arc;
+
+use dsh_core::{AbortSignal, Agent, Context, ToolRegistry};
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWriteExt, BufReader};
 
@@ -21,13 +23,20 @@ use crate::sessions::Sessions;
 
 pub async fn run(composition: &CompositionArgs) -> anyhow::Result<u8> {
     let comp = Composition::start(composition, Pending::Refuse).await?;
-    let outcome = serve(&comp).await;
+    // The loop runs on a runtime worker, not on the thread that called `block_on`: the worker
+    // that is woken by a line on stdin, or by the end of a command, then runs the loop itself
+    // instead of waking another thread for it.
+    let outcome = match comp.tools() {
+        Ok(tools) => tokio::spawn(serve(comp.ctx().clone(), tools))
+            .await
+            .unwrap_or_else(|e| Err(anyhow::anyhow!("the batch loop failed: {e}"))),
+        Err(e) => Err(e),
+    };
     comp.dispose().await;
     outcome.map(|()| 0)
 }
 
-async fn serve(comp: &Composition) -> anyhow::Result<()> {
-    let tools = comp.tools()?;
+async fn serve(ctx: Context, tools: Arc<ToolRegistry>) -> anyhow::Result<()> {
     let interrupted = interrupt::on_interrupt();
     let mut sessions = Sessions::default();
     let (stdin, mut stdout) = dsh_mcp::stdio_streams();
@@ -44,7 +53,7 @@ async fn serve(comp: &Composition) -> anyhow::Result<()> {
         if std::str::from_utf8(&line).is_ok_and(|text| text.trim().is_empty()) {
             continue;
         }
-        let response = respond(comp, &tools, &mut sessions, parse_bytes(&line), &interrupted).await;
+        let response = respond(&ctx, &tools, &mut sessions, parse_bytes(&line), &interrupted).await;
         let mut text = serde_json::to_string(&response).context("serializing a response")?;
         text.push('\n');
         stdout.write_all(text.as_bytes()).await.context("writing stdout")?;
@@ -73,7 +82,7 @@ async fn next_line(input: &mut (impl AsyncBufRead + Unpin), line: &mut Vec<u8>) 
 }
 
 async fn respond(
-    comp: &Composition,
+    ctx: &Context,
     tools: &ToolRegistry,
     sessions: &mut Sessions,
     parsed: Result<BatchRequest, LineError>,
@@ -86,7 +95,7 @@ async fn respond(
     let id = request.id;
     let agent = match &request.session {
         None => None,
-        Some(session) => match sessions.open(comp.ctx(), session, request.cwd.as_deref()) {
+        Some(session) => match sessions.open(ctx, session, request.cwd.as_deref()) {
             Ok(agent) => Some(agent),
             Err(e) => return response(CallOutcome::host_error(&e.to_string()), id, None),
         },
