@@ -113,12 +113,18 @@ mod tests {
     use super::*;
     use std::os::unix::fs::PermissionsExt;
 
+    /// An executable script `name` in `dir`.
+    fn executable(dir: &Path, name: &str) -> PathBuf {
+        let path = dir.join(name);
+        std::fs::write(&path, "#!/bin/sh\n").expect("write");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        path
+    }
+
     #[test]
     fn searches_the_given_path_not_the_parents() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let tool = dir.path().join("only-here");
-        std::fs::write(&tool, "#!/bin/sh\n").expect("write");
-        std::fs::set_permissions(&tool, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        let tool = executable(dir.path(), "only-here");
         let path = OsString::from(format!("/nonexistent:{}", dir.path().display()));
         assert_eq!(resolve_program("only-here", Some(&path), Path::new("/")), Ok(tool));
         assert_eq!(
@@ -141,9 +147,7 @@ mod tests {
     #[test]
     fn empty_entry_is_the_child_cwd() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let tool = dir.path().join("here");
-        std::fs::write(&tool, "#!/bin/sh\n").expect("write");
-        std::fs::set_permissions(&tool, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        let tool = executable(dir.path(), "here");
         assert_eq!(resolve_program("here", Some(OsStr::new("/nonexistent:")), dir.path()), Ok(tool));
     }
 
@@ -151,12 +155,7 @@ mod tests {
     fn the_cache_keeps_a_found_program_and_searches_again_once_it_is_gone() {
         let early = tempfile::tempdir().expect("tempdir");
         let late = tempfile::tempdir().expect("tempdir");
-        let tool = |dir: &Path| {
-            let path = dir.join("tool");
-            std::fs::write(&path, "#!/bin/sh\n").expect("write");
-            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
-            path
-        };
+        let tool = |dir: &Path| executable(dir, "tool");
         let path = OsString::from(format!("{}:{}", early.path().display(), late.path().display()));
         let cache = ProgramCache::default();
         let late_tool = tool(late.path());
@@ -180,9 +179,7 @@ mod tests {
     #[test]
     fn a_path_that_depends_on_the_working_directory_is_never_cached() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let tool = dir.path().join("here");
-        std::fs::write(&tool, "#!/bin/sh\n").expect("write");
-        std::fs::set_permissions(&tool, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        let tool = executable(dir.path(), "here");
         let cache = ProgramCache::default();
         assert_eq!(cache.resolve("here", Some(OsStr::new("/nonexistent:")), dir.path()), Ok(tool));
         assert_eq!(

@@ -72,9 +72,7 @@ async fn ambient_credentials_are_invisible_while_path_home_and_explicit_entries_
 async fn the_program_is_found_on_the_childs_path() {
     let dir = tempfile::tempdir().expect("tempdir");
     let tool = dir.path().join("only-in-child-path");
-    std::fs::write(&tool, "#!/bin/sh\necho found-by-child-path\n").expect("write");
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&tool, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    crate::write_script(&tool, "#!/bin/sh\necho found-by-child-path\n");
     let service = service_with(&[]);
     let mut spec = dsh_subprocess::SpawnSpec::new(vec!["only-in-child-path".into()]);
     let child_path = format!("{}:{}", dir.path().display(), std::env::var("PATH").unwrap_or_default());

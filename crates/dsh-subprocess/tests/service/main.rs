@@ -29,6 +29,19 @@ pub fn ambient_with(extra: &[(&str, &str)]) -> AmbientEnv {
     AmbientEnv::Fixed(Arc::new(vars))
 }
 
+/// Writes an executable script at `path`, from another process. Written from this one, the
+/// file could be busy (`ETXTBSY`) when run: another test's spawn may fork while this
+/// process holds the file open for writing, and the fork's copy of that descriptor lives
+/// until it `exec`s.
+pub fn write_script(path: &std::path::Path, text: &str) {
+    let status = std::process::Command::new("sh")
+        .args(["-c", "printf '%s' \"$1\" > \"$2\" && chmod 755 \"$2\"", "sh", text])
+        .arg(path)
+        .status()
+        .expect("sh");
+    assert!(status.success(), "writing {}: {status}", path.display());
+}
+
 /// A service with an injected spill directory.
 pub fn service_in(dir: &std::path::Path) -> Arc<SubprocessService> {
     SubprocessService::with_options(ServiceOptions {

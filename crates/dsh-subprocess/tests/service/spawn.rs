@@ -80,8 +80,7 @@ async fn spawn_failures_tell_the_working_directory_from_the_program() {
     assert_eq!(err.stage, SpawnStage::Exec);
 
     let script = dir.path().join("bad-shebang");
-    std::fs::write(&script, "#!/nonexistent/interpreter\n").expect("write");
-    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    crate::write_script(&script, "#!/nonexistent/interpreter\n");
     let mut spec = SpawnSpec::new(vec![script.display().to_string()]);
     spec.cwd = Some(dir.path().to_path_buf());
     let err = os_error(service.spawn(spec).expect_err("missing interpreter"));
