@@ -251,154 +251,11 @@ pub(crate) fn spawn_process(
         }
         _ => None,
     };
-    // The parent's ends of the output pipes, read by the runtime.
-    let receiver = |fd: std::os::fd::OwnedFd| {
-        let _guard = runtime.enter();
-        crate::direct::set_nonblocking(&fd);
-        tokio::net::unix::pipe::Receiver::from_owned_fd_unchecked(fd).ok()
-    };
     let started = match direct {
-        Some(dev_null) => {
-            crate::fds::mark_all_cloexec();
-            let image = crate::direct::Image {
-                executable: &executable,
-                argv: &spec.argv,
-                env: &env,
-                inherited: (&service.inherited_env, &service.inherited_entries),
-                cwd: spec.cwd.as_deref(),
-                stdin_piped: spec.stdin.is_some() || spec.keep_stdin,
-            };
-            // The spawn lock is held until the pid is registered (and its group is live), so
-            // no reaper — this service's, or another's in this process — mistakes this fresh
-            // child for a stray, whether or not this service contains its own trees.
-            let mut spawned_pids = crate::containment::spawn_lock();
-            let spawned =
-                crate::direct::spawn(&image, dev_null).map_err(|errno| failed(errno, SpawnStage::Exec))?;
-            spawned_pids.insert(spawned.pid);
-            crate::exit_guard::register(spawned.pid);
-            drop(spawned_pids);
-            Started {
-                pid: spawned.pid,
-                leader: Leader::of(spawned.pid),
-                stdin: spawned.stdin,
-                stdout: receiver(spawned.stdout),
-                stderr: receiver(spawned.stderr),
-            }
-        }
+        Some(dev_null) => start_direct(service, &runtime, &spec, &executable, &env, dev_null, &failed)?,
         None => {
-            let mut command = std::process::Command::new(&executable);
-            command.arg0(&program).args(&spec.argv[1..]).env_clear().envs(env.iter().copied());
-            match &pty {
-                Some(pty) => {
-                    let slave = || {
-                        pty.slave.try_clone().map(Stdio::from).map_err(|e| SpawnError::Terminal(errno_of(&e)))
-                    };
-                    command.stdin(slave()?).stdout(slave()?).stderr(slave()?);
-                }
-                None => {
-                    command
-                        .stdin(if spec.stdin.is_some() || spec.keep_stdin {
-                            Stdio::piped()
-                        } else {
-                            Stdio::null()
-                        })
-                        .stdout(Stdio::piped())
-                        .stderr(Stdio::piped());
-                }
-            }
-            if let Some(dir) = &spec.cwd {
-                command.current_dir(dir);
-            }
-            if !new_session {
-                // A group leader cannot call setsid: with a new session, `setsid` makes the child the
-                // leader of a new group instead, with the same pgid (its pid).
-                command.process_group(0);
-            }
-            let shared_fd = spec.shared_file.as_ref().map(|f| f.as_raw_fd());
-            if new_session || spec.pre_exec.is_some() || shared_fd.is_some() {
-                install_prelude(&mut command, Prelude { new_session, controlling_terminal, shared_fd });
-            } else {
-                crate::fds::mark_all_cloexec();
-            }
-            let hook_marker = match &spec.pre_exec {
-                Some(hook) => Some(
-                    install_hook(&mut command, hook.clone())
-                        .map_err(|e| failed(errno_of(&e), SpawnStage::Exec))?,
-                ),
-                None => None,
-            };
-
-            // The spawn lock is held until the pid is registered (and its group is live), so no
-            // reaper — this service's, or another's in this process — mistakes this fresh child for
-            // a stray, whether or not this service contains its own trees.
-            let mut spawned_pids = crate::containment::spawn_lock();
-            // A hook that starts the program from another process (a PID-namespaced confinement)
-            // needs it as C strings made before the fork.
-            // It may start the program in a sibling of the child (`clone(CLONE_PARENT)`) and report
-            // the sibling's pid on this pipe: then the sibling is the process this spawn waits for.
-            let report = match &spec.pre_exec {
-                Some(_) => Some(std::io::pipe().map_err(|e| failed(errno_of(&e), SpawnStage::Exec))?),
-                None => None,
-            };
-            let image = spec.pre_exec.as_ref().and_then(|_| {
-                let argv = std::iter::once(OsStr::new(&program)).chain(spec.argv[1..].iter().map(OsStr::new));
-                let image = crate::child_exec::ChildExec::new(&executable, argv, env.iter().copied())?;
-                Some(match &report {
-                    Some((_, writer)) => image.with_report(writer.as_raw_fd()),
-                    None => image,
-                })
-            });
-            let spawned = {
-                let _published = image.as_ref().map(crate::child_exec::ChildExec::publish);
-                command.spawn()
-            };
-            drop(image);
-            let sibling = report.and_then(|(reader, writer)| {
-                drop(writer);
-                read_sibling(reader)
-            });
-            if let Ok(child) = &spawned {
-                // Every service's leaders are known, so no sweep reaps a leader's zombie before
-                // its own waiter does.
-                let pid = child.id() as i32;
-                spawned_pids.insert(pid);
-                spawned_pids.extend(sibling);
-                crate::exit_guard::register(pid);
-            }
-            drop(spawned_pids);
-            let mut child = match spawned {
-                Ok(child) => child,
-                Err(e) => {
-                    if let Some(sibling) = sibling {
-                        // The sibling failed before its exec (that is the spawn's error): reap it.
-                        // SAFETY: waiting for a child of this process that has exited.
-                        unsafe { libc::waitpid(sibling, std::ptr::null_mut(), 0) };
-                    }
-                    // The hook runs after `chdir`, so a fired hook also vouches for the directory.
-                    let error = if hook_marker.is_some_and(HookMarker::fired) {
-                        os_error(errno_of(&e), SpawnStage::PreExec)
-                    } else {
-                        failed(errno_of(&e), SpawnStage::Exec)
-                    };
-                    return Err(error.into());
-                }
-            };
-            let pid = child.id() as i32;
-            // The standard library's handle is only used for its descriptors: the child is waited
-            // for through its pidfd, like a direct one, and dropping the handle neither waits nor
-            // kills.
-            let _guard = runtime.enter();
-            Started {
-                pid,
-                leader: Leader {
-                    pid: sibling.unwrap_or(pid),
-                    pidfd: None,
-                    first: sibling.map(|_| Box::new(Leader::of(pid))),
-                },
-                stdin: child.stdin.take().map(std::os::fd::OwnedFd::from),
-                stdout: child.stdout.take().and_then(|out| receiver(out.into())),
-                stderr: child.stderr.take().and_then(|err| receiver(err.into())),
-            }
+            let launch = Launch { program: &program, executable: &executable, env: &env, pty: pty.as_ref() };
+            start_command(&runtime, &spec, &launch, new_session, controlling_terminal, &failed, &os_error)?
         }
     };
     let Started { pid, leader, stdin, stdout, stderr } = started;
@@ -463,6 +320,180 @@ pub(crate) fn spawn_process(
     };
     runtime.spawn(supervise(leader, (stdout, stderr), inner, spec.cancel, stdin_task, terminal));
     Ok(handle)
+}
+
+/// How a spawn's failure is reported: the OS error and the stage it happened at.
+type Failure<'a> = &'a dyn Fn(Errno, SpawnStage) -> OsSpawnError;
+
+/// The parent's end of an output pipe, read by the runtime.
+fn receiver(runtime: &tokio::runtime::Handle, fd: std::os::fd::OwnedFd) -> Option<Pipe> {
+    let _guard = runtime.enter();
+    crate::direct::set_nonblocking(&fd);
+    tokio::net::unix::pipe::Receiver::from_owned_fd_unchecked(fd).ok()
+}
+
+/// Starts a child that needs no code between `fork` and `exec` with `posix_spawn`
+/// (see [`crate::direct`]).
+fn start_direct(
+    service: &SubprocessService,
+    runtime: &tokio::runtime::Handle,
+    spec: &SpawnSpec,
+    executable: &Path,
+    env: &[(&OsStr, &OsStr)],
+    dev_null: std::os::fd::RawFd,
+    failed: Failure<'_>,
+) -> Result<Started, SpawnError> {
+    crate::fds::mark_all_cloexec();
+    let image = crate::direct::Image {
+        executable,
+        argv: &spec.argv,
+        env,
+        inherited: (&service.inherited_env, &service.inherited_entries),
+        cwd: spec.cwd.as_deref(),
+        stdin_piped: spec.stdin.is_some() || spec.keep_stdin,
+    };
+    // The spawn lock is held until the pid is registered (and its group is live), so
+    // no reaper — this service's, or another's in this process — mistakes this fresh
+    // child for a stray, whether or not this service contains its own trees.
+    let mut spawned_pids = crate::containment::spawn_lock();
+    let spawned = crate::direct::spawn(&image, dev_null).map_err(|errno| failed(errno, SpawnStage::Exec))?;
+    spawned_pids.insert(spawned.pid);
+    crate::exit_guard::register(spawned.pid);
+    drop(spawned_pids);
+    Ok(Started {
+        pid: spawned.pid,
+        leader: Leader::of(spawned.pid),
+        stdin: spawned.stdin,
+        stdout: receiver(runtime, spawned.stdout),
+        stderr: receiver(runtime, spawned.stderr),
+    })
+}
+
+/// What [`start_command`] starts.
+struct Launch<'a> {
+    program: &'a str,
+    executable: &'a Path,
+    env: &'a [(&'a OsStr, &'a OsStr)],
+    pty: Option<&'a crate::pty::Pty>,
+}
+
+/// Starts a child through the standard library's `Command`: with a hook, a new session, a
+/// terminal or a shared file (a `fork`, or `posix_spawn` when none of them needs one).
+fn start_command(
+    runtime: &tokio::runtime::Handle,
+    spec: &SpawnSpec,
+    start: &Launch<'_>,
+    new_session: bool,
+    controlling_terminal: bool,
+    failed: Failure<'_>,
+    os_error: Failure<'_>,
+) -> Result<Started, SpawnError> {
+    let Launch { program, executable, env, pty } = *start;
+    let mut command = std::process::Command::new(executable);
+    command.arg0(program).args(&spec.argv[1..]).env_clear().envs(env.iter().copied());
+    match &pty {
+        Some(pty) => {
+            let slave =
+                || pty.slave.try_clone().map(Stdio::from).map_err(|e| SpawnError::Terminal(errno_of(&e)));
+            command.stdin(slave()?).stdout(slave()?).stderr(slave()?);
+        }
+        None => {
+            command
+                .stdin(if spec.stdin.is_some() || spec.keep_stdin { Stdio::piped() } else { Stdio::null() })
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped());
+        }
+    }
+    if let Some(dir) = &spec.cwd {
+        command.current_dir(dir);
+    }
+    if !new_session {
+        // A group leader cannot call setsid: with a new session, `setsid` makes the child the
+        // leader of a new group instead, with the same pgid (its pid).
+        command.process_group(0);
+    }
+    let shared_fd = spec.shared_file.as_ref().map(|f| f.as_raw_fd());
+    if new_session || spec.pre_exec.is_some() || shared_fd.is_some() {
+        install_prelude(&mut command, Prelude { new_session, controlling_terminal, shared_fd });
+    } else {
+        crate::fds::mark_all_cloexec();
+    }
+    let hook_marker = match &spec.pre_exec {
+        Some(hook) => Some(
+            install_hook(&mut command, hook.clone()).map_err(|e| failed(errno_of(&e), SpawnStage::Exec))?,
+        ),
+        None => None,
+    };
+
+    // The spawn lock is held until the pid is registered: see `start_direct`.
+    let mut spawned_pids = crate::containment::spawn_lock();
+    // A hook that starts the program from another process (a PID-namespaced confinement)
+    // needs it as C strings made before the fork.
+    // It may start the program in a sibling of the child (`clone(CLONE_PARENT)`) and report
+    // the sibling's pid on this pipe: then the sibling is the process this spawn waits for.
+    let report = match &spec.pre_exec {
+        Some(_) => Some(std::io::pipe().map_err(|e| failed(errno_of(&e), SpawnStage::Exec))?),
+        None => None,
+    };
+    let image = spec.pre_exec.as_ref().and_then(|_| {
+        let argv = std::iter::once(OsStr::new(&program)).chain(spec.argv[1..].iter().map(OsStr::new));
+        let image = crate::child_exec::ChildExec::new(executable, argv, env.iter().copied())?;
+        Some(match &report {
+            Some((_, writer)) => image.with_report(writer.as_raw_fd()),
+            None => image,
+        })
+    });
+    let spawned = {
+        let _published = image.as_ref().map(crate::child_exec::ChildExec::publish);
+        command.spawn()
+    };
+    drop(image);
+    let sibling = report.and_then(|(reader, writer)| {
+        drop(writer);
+        read_sibling(reader)
+    });
+    if let Ok(child) = &spawned {
+        // Every service's leaders are known, so no sweep reaps a leader's zombie before
+        // its own waiter does.
+        let pid = child.id() as i32;
+        spawned_pids.insert(pid);
+        spawned_pids.extend(sibling);
+        crate::exit_guard::register(pid);
+    }
+    drop(spawned_pids);
+    let mut child = match spawned {
+        Ok(child) => child,
+        Err(e) => {
+            if let Some(sibling) = sibling {
+                // The sibling failed before its exec (that is the spawn's error): reap it.
+                // SAFETY: waiting for a child of this process that has exited.
+                unsafe { libc::waitpid(sibling, std::ptr::null_mut(), 0) };
+            }
+            // The hook runs after `chdir`, so a fired hook also vouches for the directory.
+            let error = if hook_marker.is_some_and(HookMarker::fired) {
+                os_error(errno_of(&e), SpawnStage::PreExec)
+            } else {
+                failed(errno_of(&e), SpawnStage::Exec)
+            };
+            return Err(error.into());
+        }
+    };
+    let pid = child.id() as i32;
+    // The standard library's handle is only used for its descriptors: the child is waited
+    // for through its pidfd, like a direct one, and dropping the handle neither waits nor
+    // kills.
+    let _guard = runtime.enter();
+    Ok(Started {
+        pid,
+        leader: Leader {
+            pid: sibling.unwrap_or(pid),
+            pidfd: None,
+            first: sibling.map(|_| Box::new(Leader::of(pid))),
+        },
+        stdin: child.stdin.take().map(std::os::fd::OwnedFd::from),
+        stdout: child.stdout.take().and_then(|out| receiver(runtime, out.into())),
+        stderr: child.stderr.take().and_then(|err| receiver(runtime, err.into())),
+    })
 }
 
 /// The pid a hook reported for a sibling that runs the program, if it reported one. The
