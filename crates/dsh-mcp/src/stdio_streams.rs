@@ -7,7 +7,9 @@
 //! more through `/proc/self/fd`, which gives a file description of its own: that one is
 //! made non-blocking and read or written through the runtime's event loop. The descriptors
 //! 0 and 1 keep their flags, so nothing that shares them (a parent, `2>&1`) sees a change.
-//! Anything else (a terminal, a file, a socket, no `/proc`) is read and written as before.
+//! Anything else is read and written as before: a terminal, a file, a socket, no `/proc`,
+//! or a pipe that another user made (a pipe's inode belongs to its maker and is mode 0600,
+//! so a harness running as another user than its client cannot open it again).
 
 use std::os::fd::{OwnedFd, RawFd};
 use std::pin::Pin;
