@@ -126,6 +126,63 @@ fn mcp_serves_the_default_composition_on_stdio() {
 
 /// Without `RUST_LOG` the server logs warnings only: no line per request or result (each one
 /// formatted whole, with the command and its output) reaches stderr.
+/// Hosts built on libuv (Node.js) give their children socket pairs, not pipes, for stdio:
+/// `mcp` and `batch` answer over them, and end when the client closes its end.
+#[test]
+fn mcp_and_batch_serve_a_socket_pair_as_stdio() {
+    use std::os::unix::net::UnixStream;
+    let sandbox = Sandbox::new();
+    for (host, request, answer_id) in [
+        (
+            "mcp",
+            json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                "params": {"name": "bash", "arguments": {"command": "echo over-a-socket", "description": "t"}}}),
+            json!(2),
+        ),
+        (
+            "batch",
+            json!({"tool": "bash", "args": {"command": "echo over-a-socket", "description": "t"}, "id": 2}),
+            json!(2),
+        ),
+    ] {
+        let (mut client, server_end) = UnixStream::pair().expect("socketpair");
+        let input = server_end.try_clone().expect("clone");
+        let mut child = sandbox
+            .command(&[host])
+            .stdin(Stdio::from(std::os::fd::OwnedFd::from(input)))
+            .stdout(Stdio::from(std::os::fd::OwnedFd::from(server_end)))
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn");
+        let mut lines = BufReader::new(client.try_clone().expect("clone"));
+        let mut send = |message: &Value| {
+            client.write_all(format!("{message}\n").as_bytes()).expect("write");
+        };
+        if host == "mcp" {
+            send(&json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+                "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "test", "version": "0"}}}));
+            send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+        }
+        send(&request);
+        let answer = loop {
+            let mut line = String::new();
+            assert_ne!(lines.read_line(&mut line).expect("read"), 0, "{host}: the server closed its end");
+            let message: Value = serde_json::from_str(&line).expect("JSON");
+            if message.get("id") == Some(&answer_id) && message.get("method").is_none() {
+                break message;
+            }
+        };
+        let text = answer.pointer("/result/content/0/text").or_else(|| answer.pointer("/content/0/text"));
+        assert!(
+            text.and_then(Value::as_str).is_some_and(|t| t.contains("over-a-socket")),
+            "{host}: {answer}"
+        );
+        client.shutdown(std::net::Shutdown::Both).expect("shutdown");
+        let status = child.wait().expect("wait");
+        assert!(status.success(), "{host}: {status}");
+    }
+}
+
 #[test]
 fn by_default_the_server_logs_no_request_or_result() {
     let sandbox = Sandbox::new();
