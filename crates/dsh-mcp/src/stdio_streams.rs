@@ -176,6 +176,13 @@ mod tests {
     use super::*;
     use std::os::fd::AsRawFd;
 
+    /// The status flags of descriptor `fd` of this process, as `/proc` shows them.
+    fn flags(fd: RawFd) -> i32 {
+        let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{fd}")).expect("fdinfo");
+        let octal = info.lines().find_map(|l| l.strip_prefix("flags:")).expect("flags").trim().to_owned();
+        i32::from_str_radix(&octal, 8).expect("octal")
+    }
+
     /// A pipe is reopened as a description of its own: the original keeps blocking mode, and
     /// what one end writes the reopened other end reads.
     #[tokio::test]
@@ -184,12 +191,6 @@ mod tests {
         let (read, write) = std::io::pipe().expect("pipe");
         let reader = reopen(read.as_raw_fd(), false).expect("a pipe reopens");
         let writer = reopen(write.as_raw_fd(), true).expect("a pipe reopens");
-        let flags = |fd: RawFd| {
-            let flags = std::fs::read_to_string(format!("/proc/self/fdinfo/{fd}")).expect("fdinfo");
-            let octal =
-                flags.lines().find_map(|l| l.strip_prefix("flags:")).expect("flags").trim().to_owned();
-            i32::from_str_radix(&octal, 8).expect("octal")
-        };
         assert_eq!(flags(read.as_raw_fd()) & libc::O_NONBLOCK, 0, "the original still blocks");
         assert_eq!(flags(write.as_raw_fd()) & libc::O_NONBLOCK, 0, "the original still blocks");
         assert_ne!(flags(reader.as_raw_fd()) & libc::O_NONBLOCK, 0);
@@ -213,12 +214,6 @@ mod tests {
         let (mut ours, theirs) = std::os::unix::net::UnixStream::pair().expect("socketpair");
         let mut reader = StdinStream::Socket(socket(theirs.as_fd()).expect("a stream socket"));
         let mut writer = StdoutStream::Socket(socket(theirs.as_fd()).expect("a stream socket"));
-        let flags = |fd: RawFd| {
-            let flags = std::fs::read_to_string(format!("/proc/self/fdinfo/{fd}")).expect("fdinfo");
-            let octal =
-                flags.lines().find_map(|l| l.strip_prefix("flags:")).expect("flags").trim().to_owned();
-            i32::from_str_radix(&octal, 8).expect("octal")
-        };
         assert_eq!(flags(theirs.as_raw_fd()) & libc::O_NONBLOCK, 0, "the original still blocks");
         ours.write_all(b"request\n").expect("write");
         let mut line = [0u8; 8];
