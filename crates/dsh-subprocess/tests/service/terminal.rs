@@ -63,9 +63,11 @@ async fn typed_input_is_echoed_read_and_waited_for() {
 #[tokio::test]
 async fn ctrl_c_interrupts_the_foreground_job_and_ctrl_d_ends_input() {
     let service = SubprocessService::new();
-    let script = "trap 'echo interrupted' INT; sleep 30 & wait; cat; echo cat-done";
+    let script = "trap 'echo interrupted' INT; sleep 30 & echo ready; wait; cat; echo cat-done";
     let handle = service.spawn(on_terminal(script)).expect("spawn");
-    assert!(eventually(|| crate::group_has_live_member(handle.pid())).await);
+    // Ctrl-C once the trap is set and the shell is about to wait (a busy machine can take
+    // longer than any fixed delay to get bash that far).
+    assert!(eventually(|| stdout_text(&handle) == "ready\n").await, "{}", stdout_text(&handle));
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert!(handle.interrupt());
     assert!(eventually(|| handle.blocked_on_stdin()).await, "{}", stdout_text(&handle));
@@ -73,7 +75,7 @@ async fn ctrl_c_interrupts_the_foreground_job_and_ctrl_d_ends_input() {
     assert!(handle.close_stdin(), "Ctrl-D typed");
     let outcome = handle.wait().await;
     assert_eq!(outcome.exit_code, Some(0));
-    assert_eq!(stdout_text(&handle), "^Cinterrupted\nline\nline\ncat-done\n");
+    assert_eq!(stdout_text(&handle), "ready\n^Cinterrupted\nline\nline\ncat-done\n");
 }
 
 #[tokio::test]
