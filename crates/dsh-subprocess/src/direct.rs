@@ -175,9 +175,11 @@ pub(crate) fn spawn(image: &Image<'_>, dev_null: RawFd) -> Result<Direct, Errno>
     unsafe {
         let mut empty: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut empty);
+        // Every signal at its default action: a signal the harness ignores (SIGPIPE here, or
+        // SIGINT and SIGHUP when a host started it in the background or under `nohup`) would
+        // stay ignored across `exec`, and a program could neither be interrupted nor trap it.
         let mut default: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut default);
-        libc::sigaddset(&mut default, libc::SIGPIPE);
+        libc::sigfillset(&mut default);
         check(libc::posix_spawnattr_setpgroup(attr, 0))?;
         check(libc::posix_spawnattr_setsigmask(attr, &empty))?;
         check(libc::posix_spawnattr_setsigdefault(attr, &default))?;

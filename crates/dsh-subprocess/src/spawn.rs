@@ -640,7 +640,8 @@ struct Prelude {
 /// closures run in the order they were installed): a new session when asked (with the
 /// terminal on descriptor 0 as its controlling terminal, when asked), then
 /// close-on-exec for every descriptor from 3, so nothing the harness holds reaches the
-/// program — but the shared file, when there is one.
+/// program — but the shared file, when there is one — and every signal at its default
+/// action, so no signal the harness ignores stays ignored in the program.
 fn install_prelude(command: &mut std::process::Command, prelude: Prelude) {
     let Prelude { new_session, controlling_terminal, shared_fd } = prelude;
     let prelude = move || {
@@ -653,6 +654,7 @@ fn install_prelude(command: &mut std::process::Command, prelude: Prelude) {
             return Err(std::io::Error::last_os_error());
         }
         crate::fds::cloexec_from_3_in_child();
+        default_signals_in_child();
         if let Some(fd) = shared_fd {
             // SAFETY: clears the flags of a descriptor the spec keeps open across the fork.
             if unsafe { libc::fcntl(fd, libc::F_SETFD, 0) } < 0 {
@@ -662,9 +664,23 @@ fn install_prelude(command: &mut std::process::Command, prelude: Prelude) {
         Ok(())
     };
     // SAFETY: the closure runs between fork and exec and only makes the setsid(2), ioctl(2),
-    // fcntl(2), getrlimit(2) and close_range(2) system calls, all async-signal-safe; it allocates
+    // fcntl(2), getrlimit(2), close_range(2) and sigaction(2) system calls, all async-signal-safe; it allocates
     // nothing (an errno converts to `io::Error` without allocating).
     unsafe { command.pre_exec(prelude) };
+}
+
+/// In a forked child, before `exec`: every signal at its default action. `exec` resets the
+/// signals that have a handler but keeps the ignored ones ignored, so a harness started in
+/// the background by a shell (SIGINT and SIGQUIT ignored) or under `nohup` (SIGHUP) would
+/// hand that on to every program. Async-signal-safe: `sigaction(2)` only; SIGKILL, SIGSTOP
+/// and the C library's internal signals refuse the change, which is harmless.
+fn default_signals_in_child() {
+    for signal in 1..=libc::SIGRTMAX() {
+        if signal != libc::SIGKILL && signal != libc::SIGSTOP {
+            // SAFETY: sets a signal's action to its default; no handler runs.
+            unsafe { libc::signal(signal, libc::SIG_DFL) };
+        }
+    }
 }
 
 fn install_hook(command: &mut std::process::Command, hook: PreExecHook) -> std::io::Result<HookMarker> {

@@ -26,6 +26,7 @@ mod schema;
 mod security_env;
 mod security_http;
 mod security_proc;
+mod signals;
 mod ssh;
 mod stress;
 mod vanished_clients;

@@ -316,3 +316,44 @@ async fn a_direct_start_gives_the_child_its_group_signals_directory_and_environm
     assert_eq!(handle.wait().await.exit_code, Some(0));
     assert_eq!(handle.stdout().collected().text, "pipe\nfed");
 }
+
+/// What `grep` reports of its own ignored signals as it starts, as a mask.
+async fn ignored_signals(service: &SubprocessService, mut spec: SpawnSpec) -> u64 {
+    spec.argv = vec!["grep".into(), "^SigIgn".into(), "/proc/self/status".into()];
+    let handle = service.spawn(spec).expect("spawn");
+    assert_eq!(handle.wait().await.exit_code, Some(0));
+    let text = handle.stdout().collected().text;
+    let mask = text.trim().trim_start_matches("SigIgn:").trim();
+    u64::from_str_radix(mask, 16).unwrap_or_else(|_| panic!("a mask: {text:?}"))
+}
+
+#[tokio::test]
+async fn no_signal_the_harness_ignores_stays_ignored_in_the_program() {
+    // A harness started in the background by a shell ignores SIGINT and SIGQUIT, one under
+    // `nohup` SIGHUP; this test process ignores them from here on (and SIGPIPE, as every
+    // Rust program does), which changes nothing else in this binary.
+    let ignored = [libc::SIGINT, libc::SIGQUIT, libc::SIGHUP, libc::SIGUSR1, libc::SIGRTMIN() + 2];
+    for signal in ignored {
+        // SAFETY: sets a signal's action to "ignore"; no handler.
+        unsafe { libc::signal(signal, libc::SIG_IGN) };
+    }
+    let service = SubprocessService::new();
+    let plain = SpawnSpec::new(Vec::new());
+    let mut hooked = SpawnSpec::new(Vec::new());
+    // SAFETY: an empty hook.
+    unsafe { hooked.pre_exec(|| Ok(())) };
+    let mut session = SpawnSpec::new(Vec::new());
+    session.new_session = true;
+    let mut terminal = SpawnSpec::new(Vec::new());
+    terminal.pty = Some(dsh_subprocess::PtySize::DEFAULT);
+    terminal.new_session = true;
+    // Signals 32 up to SIGRTMIN are the C library's own, which glibc's `posix_spawn` leaves
+    // ignored in every child it starts; no program can use them.
+    let reserved: u64 = (32..libc::SIGRTMIN()).map(|signal| 1u64 << (signal - 1)).sum();
+    for (start, spec) in
+        [("direct", plain), ("hooked", hooked), ("new session", session), ("terminal", terminal)]
+    {
+        let mask = ignored_signals(&service, spec).await;
+        assert_eq!(mask & !reserved, 0, "{start} start: {mask:#x}");
+    }
+}
