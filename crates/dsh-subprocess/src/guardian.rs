@@ -5,12 +5,12 @@
 //! re-parented to init and run on. So the first spawn forks a small **guardian** process that
 //! holds the read ends of two pipes whose write ends only the harness holds (close-on-exec, so
 //! no command inherits them). On the first, the harness records each live group as it starts
-//! and ends (8-byte records, never blocking). The guardian does not wait on that pipe, so a
-//! record costs the harness one `write` that wakes nobody; it reads the records in batches,
-//! every [`DRAIN_INTERVAL_MS`] and at the end, and the pipe is widened to hold far more than
-//! arrive between two reads. The guardian waits on the second pipe, on which nothing is ever
-//! written: when it reaches end of file — the harness is gone, whether it exited or was killed
-//! — the guardian reads the last records and then:
+//! and ends (8-byte records, never blocking). The guardian reads them in batches: idle, it
+//! sleeps until a record comes; after each read it rests for [`DRAIN_INTERVAL_MS`], and the
+//! records written meanwhile cost the harness one `write` that wakes nobody (the pipe is
+//! widened to hold far more than arrive in that time). Throughout, it also waits on the second
+//! pipe, on which nothing is ever written: when it reaches end of file — the harness is gone,
+//! whether it exited or was killed — the guardian reads the last records and then:
 //!
 //! 1. lists every process (`/proc`), marks those in a live group or a live group's session,
 //!    and every descendant of a marked process (by parent pid), sparing processes whose
@@ -36,7 +36,7 @@ use std::sync::atomic::{AtomicI32, Ordering};
 const MAX_GROUPS: usize = 16 * 1024;
 /// At most this many processes are looked at per listing.
 const MAX_PROCS: usize = 64 * 1024;
-/// How often the guardian reads the records the harness wrote since the last time.
+/// How long the guardian rests after reading records before it waits for more.
 const DRAIN_INTERVAL_MS: i32 = 500;
 /// The records pipe is widened to this (best effort): 131,072 records, far more than a
 /// harness starts and ends groups in [`DRAIN_INTERVAL_MS`].
@@ -222,17 +222,28 @@ fn guardian_main(channel: Inbound, slots: &mut [i32], procs: &mut [Proc], seen: 
         libc::syscall(libc::SYS_close_range, high + 1, libc::c_uint::MAX, 0u32);
     }
     let mut groups = Groups { slots, count: 0 };
-    loop {
-        let mut life = libc::pollfd { fd: channel.life, events: libc::POLLIN, revents: 0 };
-        // SAFETY: polling one descriptor described on the stack.
-        let ready = unsafe { libc::poll(&mut life, 1, DRAIN_INTERVAL_MS) };
+    // Nothing is ever written on the life pipe: any event on it is its end of file (or an
+    // error on it, which ends the guardian's watch all the same).
+    let harness_gone = |timeout: i32, with_records: bool| {
+        let mut fds = [
+            libc::pollfd { fd: channel.life, events: libc::POLLIN, revents: 0 },
+            libc::pollfd { fd: channel.records, events: libc::POLLIN, revents: 0 },
+        ];
+        let count = if with_records { 2 } else { 1 };
+        // SAFETY: polling `count` descriptors described on the stack.
+        let ready = unsafe { libc::poll(fds.as_mut_ptr(), count, timeout) };
+        ready > 0 && fds[0].revents != 0
+    };
+    // Idle, the guardian sleeps until a record or the end comes. After each read it rests for
+    // `DRAIN_INTERVAL_MS`, watching only for the end: the records written meanwhile wake
+    // nobody and are read together.
+    while !harness_gone(-1, true) {
         groups.drain(channel.records);
-        // Nothing is ever written on the life pipe: any event on it is its end of file (or an
-        // error on it, which ends the guardian's watch all the same).
-        if ready > 0 && life.revents != 0 {
+        if harness_gone(DRAIN_INTERVAL_MS, false) {
             break;
         }
     }
+    groups.drain(channel.records);
     let count = groups.count;
     let groups = &groups.slots[..count];
     if !groups.is_empty() {
