@@ -8,7 +8,8 @@
 //! part is a list of C strings made once per service, and only the call's own variables are
 //! converted. The child gets what `Command` would give it: a process group of its own, an
 //! empty signal mask, `SIGPIPE` back to its default, the working directory, and exactly the
-//! three standard descriptors (every other descriptor is close-on-exec).
+//! three standard descriptors (with the GNU C library every other one is closed in the child;
+//! elsewhere every descriptor is marked close-on-exec just before the start).
 
 use std::ffi::{CString, OsStr, OsString, c_char};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -194,6 +195,11 @@ pub(crate) fn spawn(image: &Image<'_>, dev_null: RawFd) -> Result<Direct, Errno>
         if let Some(dir) = &cwd {
             check(libc::posix_spawn_file_actions_addchdir_np(actions, dir.as_ptr()))?;
         }
+        // Every descriptor from 3 closed in the child, after the `dup2`s: one the harness
+        // opened without close-on-exec (C code in another thread, say) never reaches the
+        // program, however late it was opened.
+        #[cfg(target_env = "gnu")]
+        check(libc::posix_spawn_file_actions_addclosefrom_np(actions, 3))?;
         let mut pid: libc::pid_t = 0;
         check(libc::posix_spawn(
             &mut pid,

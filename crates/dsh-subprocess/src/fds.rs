@@ -2,13 +2,15 @@
 //!
 //! Whoever started the harness may have handed it descriptors (`dsh-bash call … 7>>file`); a
 //! command must not be able to write through them. Every descriptor from 3 up is made
-//! close-on-exec: once per process, for what the harness inherited; in the parent before
-//! every `posix_spawn` (no code of ours runs in such a child), for what was opened since; and
-//! in every forked child before any caller hook runs. The `posix_spawn` case leaves a window:
-//! a descriptor another thread opens without close-on-exec between the mark and the spawn's
-//! `exec` is inherited (the standard library and the runtime open every descriptor
-//! close-on-exec; a forked child has no such window). Close-on-exec rather than close, so descriptors the child still needs
-//! until `exec` (the standard library's exec-error pipe, a sandbox's rule set) keep working.
+//! close-on-exec: once per process, for what the harness inherited; in every forked child
+//! before any caller hook runs. A child started by `posix_spawn` (no code of ours runs in it)
+//! has every descriptor from 3 closed by the C library's `addclosefrom` action, with the GNU C
+//! library; elsewhere they are marked in the parent just before the spawn, which leaves a
+//! window: a descriptor another thread opens without close-on-exec between the mark and the
+//! spawn's `exec` is inherited (the standard library and the runtime open every descriptor
+//! close-on-exec). Close-on-exec rather than close in a forked child, so descriptors it still
+//! needs until `exec` (the standard library's exec-error pipe, a sandbox's rule set) keep
+//! working.
 
 use std::sync::Once;
 

@@ -343,6 +343,8 @@ fn start_direct(
     dev_null: std::os::fd::RawFd,
     failed: Failure<'_>,
 ) -> Result<Started, SpawnError> {
+    // The GNU C library's `posix_spawn` closes them in the child (`crate::direct`).
+    #[cfg(not(target_env = "gnu"))]
     crate::fds::mark_all_cloexec();
     let image = crate::direct::Image {
         executable,

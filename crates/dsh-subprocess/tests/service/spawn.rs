@@ -357,3 +357,46 @@ async fn no_signal_the_harness_ignores_stays_ignored_in_the_program() {
         assert_eq!(mask & !reserved, 0, "{start} start: {mask:#x}");
     }
 }
+
+/// While starts run, another thread keeps a descriptor open without close-on-exec (as C code
+/// in the harness might): no child gets it, on either start path. Marking descriptors in the
+/// parent before a `posix_spawn` would leave a window; the direct start closes them in the
+/// child, as the forked one does.
+#[tokio::test]
+async fn a_descriptor_another_thread_opens_during_a_start_is_not_inherited() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let stop = Arc::new(AtomicBool::new(false));
+    let churn = {
+        let stop = Arc::clone(&stop);
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                // SAFETY: `dup` makes a descriptor without close-on-exec, closed right after.
+                unsafe {
+                    let fd = libc::dup(2);
+                    std::hint::spin_loop();
+                    libc::close(fd);
+                }
+            }
+        })
+    };
+    let service = SubprocessService::new();
+    let mut leaks = Vec::new();
+    for round in 0..150 {
+        let mut spec = SpawnSpec::new(vec!["ls".into(), "/proc/self/fd".into()]);
+        if round % 2 == 1 {
+            // SAFETY: an empty hook (the forked start).
+            unsafe { spec.pre_exec(|| Ok(())) };
+        }
+        let handle = service.spawn(spec).expect("spawn");
+        assert_eq!(handle.wait().await.exit_code, Some(0));
+        // 0, 1, 2 and the directory `ls` reads.
+        let listed = handle.stdout().collected().text;
+        if listed.lines().count() != 4 {
+            leaks.push((round, listed));
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    churn.join().expect("churn");
+    assert!(leaks.is_empty(), "inherited descriptors (round, listing): {leaks:?}");
+}
