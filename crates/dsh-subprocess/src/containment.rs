@@ -145,10 +145,11 @@ impl Reaper {
     }
 
     /// Starts the task on `runtime` the first time a tree is spawned. It sweeps when asked
-    /// (after every leader exit), again with a short backoff while a killed stray is not yet
-    /// reaped, and once every [`IDLE_SWEEP`] for strays that exited on their own. No `SIGCHLD`
-    /// stream: adoption sends no signal, the leaders' exits already ask, and a signal-driven
-    /// sweep per exit would double the harness's work on every call.
+    /// (after a leader exit whose own pass, [`Reaper::after_exit`], could not finish), again
+    /// with a short backoff while a killed stray is not yet reaped, and once every
+    /// [`IDLE_SWEEP`] for strays that exited on their own. No `SIGCHLD` stream: adoption sends
+    /// no signal, the leaders' exits already sweep, and a signal-driven sweep per exit would
+    /// double the harness's work on every call.
     pub(crate) fn ensure_started(&self, runtime: &tokio::runtime::Handle) {
         self.started.call_once(|| {
             let wake = Arc::clone(&self.wake);
@@ -170,8 +171,27 @@ impl Reaper {
     }
 
     /// Asks for a sweep soon.
-    pub(crate) fn wake(&self) {
+    fn wake(&self) {
         self.wake.notify_one();
+    }
+
+    /// After a leader's exit: the cheap pass made here and now when it needs no waiting (no
+    /// other task is woken, so no other thread), else asked of the task (a spawn holds the
+    /// lock, or a killed stray is not yet reaped and needs the task's retries).
+    pub(crate) fn after_exit(&self) {
+        let mut busy = false;
+        let pending = sweep_with(
+            Scope::Adopter,
+            || {
+                let guard = SPAWNED.try_lock();
+                busy = guard.is_none();
+                guard
+            },
+            |pgid| Some(crate::exit_guard::is_live_group(pgid)),
+        );
+        if pending > 0 || busy {
+            self.wake();
+        }
     }
 }
 

@@ -154,7 +154,7 @@ impl ProcessInner {
         if let Some(reaper) = &self.reaper {
             crate::containment::forget_spawned(self.pid);
             crate::containment::kill_leftovers(self.pid);
-            reaper.wake();
+            reaper.after_exit();
         }
     }
 
