@@ -80,6 +80,18 @@ pub struct JsonlPersistence {
     attached: Arc<Mutex<HashMap<String, usize>>>,
 }
 
+/// One line of a log, serialized in place from the event (no copy of its data): the fields
+/// in this order, as the header line has them.
+#[derive(serde::Serialize)]
+struct LogRecord<'a> {
+    session: &'a str,
+    seq: u64,
+    at: u64,
+    #[serde(rename = "type")]
+    kind: &'a str,
+    data: &'a serde_json::Value,
+}
+
 /// Marks a log name as attached while the session's sink lives.
 struct Attached {
     attached: Arc<Mutex<HashMap<String, usize>>>,
@@ -201,16 +213,16 @@ impl SessionPersistence for JsonlPersistence {
                     &mut open.file
                 }
             };
-            let mut line = json!({
-                "session": header.id,
-                "seq": event.seq,
-                "at": event.at,
-                "type": event.kind,
-                "data": event.data,
-            })
-            .to_string();
-            line.push('\n');
-            file.write_all(line.as_bytes()).map_err(|e| SessionError::log_io(&path, e))
+            let record = LogRecord {
+                session: &header.id,
+                seq: event.seq,
+                at: event.at,
+                kind: &event.kind,
+                data: &event.data,
+            };
+            let mut line = serde_json::to_vec(&record).map_err(|e| SessionError::log_io(&path, e.into()))?;
+            line.push(b'\n');
+            file.write_all(&line).map_err(|e| SessionError::log_io(&path, e))
         }));
     }
 }
