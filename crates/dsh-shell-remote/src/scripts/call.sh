@@ -45,12 +45,15 @@ leftovers() {
     local e p x mark detach entries
     set +f
     for e in /proc/[0-9]*/environ; do
-        p=${e#/proc/} p=${p%/environ}
         mapfile -d '' entries 2>/dev/null <"$e" || continue
+        # One match over the whole environment rules most processes out; the entries of the
+        # rest are looked at one by one (the marker and the opt-out count as whole entries).
+        case "${entries[*]}" in *"DSH_CALL=$id"*) ;; *) continue ;; esac
         mark=0 detach=0
         for x in "${entries[@]}"; do
             case $x in "DSH_CALL=$id") mark=1 ;; DSH_DETACH=1) detach=1 ;; esac
         done
+        p=${e#/proc/} p=${p%/environ}
         [ $mark = 1 ] && [ $detach = 0 ] && PIDS+=("$p")
     done
     set -f
@@ -74,7 +77,7 @@ keeper=$!
 exec 0</dev/null 4<&- 5>&-
 read -r pid <&7
 status=
-delay=0.001
+delay=0.0002
 while [ -n "$pid" ]; do
     stat=
     read -r stat 2>/dev/null </proc/"$pid"/stat || break
@@ -83,7 +86,7 @@ while [ -n "$pid" ]; do
     if [ "${fields[0]}" = Z ]; then status=${fields[49]}; break; fi
     read -r -t "$delay" -u 7 _
     case $? in 0 | 1) break ;; esac
-    case $delay in 0.001) delay=0.002 ;; 0.002) delay=0.005 ;; 0.005) delay=0.01 ;; 0.01) delay=0.02 ;; *) delay=0.05 ;; esac
+    case $delay in 0.0002) delay=0.0005 ;; 0.0005) delay=0.001 ;; 0.001) delay=0.002 ;; 0.002) delay=0.005 ;; 0.005) delay=0.01 ;; 0.01) delay=0.02 ;; *) delay=0.05 ;; esac
 done
 leftovers
 [ ${#PIDS[@]} -gt 0 ] && kill -KILL "${PIDS[@]}" 2>/dev/null
