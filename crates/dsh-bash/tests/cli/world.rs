@@ -23,3 +23,4 @@ mod network;
 mod privileges;
 mod processes;
 mod secrets;
+mod signals;
