@@ -6,9 +6,9 @@
 //! until it `exec`s), but `Command` copies every environment variable three times on every
 //! start (into its own map, into the captured one, into C strings); here the scrubbed ambient
 //! part is a list of C strings made once per service, and only the call's own variables are
-//! converted. The child gets what `Command` would give it: a process group of its own, an
-//! empty signal mask, `SIGPIPE` back to its default, the working directory, and exactly the
-//! three standard descriptors (with the GNU C library every other one is closed in the child;
+//! converted. The child gets what a forked start gives it: a process group of its own, an
+//! empty signal mask, every signal at its default action, the working directory, and exactly
+//! the three standard descriptors (with the GNU C library every other one is closed in the child;
 //! elsewhere every descriptor is marked close-on-exec just before the start).
 
 use std::ffi::{CString, OsStr, OsString, c_char};

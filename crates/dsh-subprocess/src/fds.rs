@@ -27,9 +27,9 @@ pub(crate) fn mark_inherited_cloexec() {
 
 /// Marks every descriptor `>= 3` of this process close-on-exec now: before a `posix_spawn`,
 /// which runs no code in the child, so a descriptor opened without close-on-exec since the
-/// harness started does not reach the program. One system call where the kernel has
-/// `close_range`. Descriptors meant for a child are never left open in the parent: they are
-/// cleared of close-on-exec in the forked child, after this.
+/// harness started does not reach the program (with the GNU C library the child closes them
+/// itself instead). One system call where the kernel has `close_range`.
+#[cfg(not(target_env = "gnu"))]
 pub(crate) fn mark_all_cloexec() {
     if close_range_cloexec().is_err() {
         mark_listed_fds();

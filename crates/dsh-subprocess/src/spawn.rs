@@ -379,8 +379,8 @@ struct Launch<'a> {
     pty: Option<&'a crate::pty::Pty>,
 }
 
-/// Starts a child through the standard library's `Command`: with a hook, a new session, a
-/// terminal or a shared file (a `fork`, or `posix_spawn` when none of them needs one).
+/// Starts a child through the standard library's `Command` (a `fork`): with a hook, a new
+/// session, a terminal or a shared file, or when the direct start has no `/dev/null`.
 fn start_command(
     runtime: &tokio::runtime::Handle,
     spec: &SpawnSpec,
@@ -414,12 +414,11 @@ fn start_command(
         // leader of a new group instead, with the same pgid (its pid).
         command.process_group(0);
     }
+    // Every child started here gets the prelude, the plain one too (only when `/dev/null`
+    // could not be opened for the direct start): `posix_spawn` would leave it the signals
+    // the harness ignores.
     let shared_fd = spec.shared_file.as_ref().map(|f| f.as_raw_fd());
-    if new_session || spec.pre_exec.is_some() || shared_fd.is_some() {
-        install_prelude(&mut command, Prelude { new_session, controlling_terminal, shared_fd });
-    } else {
-        crate::fds::mark_all_cloexec();
-    }
+    install_prelude(&mut command, Prelude { new_session, controlling_terminal, shared_fd });
     let hook_marker = match &spec.pre_exec {
         Some(hook) => Some(
             install_hook(&mut command, hook.clone()).map_err(|e| failed(errno_of(&e), SpawnStage::Exec))?,
@@ -666,8 +665,9 @@ fn install_prelude(command: &mut std::process::Command, prelude: Prelude) {
         Ok(())
     };
     // SAFETY: the closure runs between fork and exec and only makes the setsid(2), ioctl(2),
-    // fcntl(2), getrlimit(2), close_range(2) and sigaction(2) system calls, all async-signal-safe; it allocates
-    // nothing (an errno converts to `io::Error` without allocating).
+    // fcntl(2), getrlimit(2), close_range(2) and sigaction(2) system calls, all
+    // async-signal-safe; it allocates nothing (an errno converts to `io::Error` without
+    // allocating).
     unsafe { command.pre_exec(prelude) };
 }
 
