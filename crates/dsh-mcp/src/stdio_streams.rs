@@ -10,10 +10,10 @@
 //! duplicate is watched by the event loop and read and written with `MSG_DONTWAIT`, which
 //! asks for a non-blocking call without changing the socket's flags. Either way the
 //! descriptors 0 and 1 keep their flags, so nothing that shares them (a parent, `2>&1`)
-//! sees a change.
-//! Anything else is read and written as before: a terminal, a file, a socket, no `/proc`,
-//! or a pipe that another user made (a pipe's inode belongs to its maker and is mode 0600,
-//! so a harness running as another user than its client cannot open it again).
+//! sees a change. Anything else is read and written as before: a terminal, a file, a
+//! socket that is not a stream, no `/proc`, or a pipe that another user made (a pipe's
+//! inode belongs to its maker and is mode 0600, so a harness running as another user than
+//! its client cannot open it again).
 
 use std::os::fd::{OwnedFd, RawFd};
 use std::pin::Pin;

@@ -124,8 +124,6 @@ fn mcp_serves_the_default_composition_on_stdio() {
     assert!(stderr.contains("MCP session agent"), "dsh_mcp=info lets the info line through: {stderr}");
 }
 
-/// Without `RUST_LOG` the server logs warnings only: no line per request or result (each one
-/// formatted whole, with the command and its output) reaches stderr.
 /// Hosts built on libuv (Node.js) give their children socket pairs, not pipes, for stdio:
 /// `mcp` and `batch` answer over them, and end when the client closes its end.
 #[test]
@@ -183,6 +181,8 @@ fn mcp_and_batch_serve_a_socket_pair_as_stdio() {
     }
 }
 
+/// Without `RUST_LOG` the server logs warnings only: no line per request or result (each one
+/// formatted whole, with the command and its output) reaches stderr.
 #[test]
 fn by_default_the_server_logs_no_request_or_result() {
     let sandbox = Sandbox::new();

@@ -65,8 +65,7 @@ async fn ctrl_c_interrupts_the_foreground_job_and_ctrl_d_ends_input() {
     let service = SubprocessService::new();
     let script = "trap 'echo interrupted' INT; sleep 30 & echo ready; wait; cat; echo cat-done";
     let handle = service.spawn(on_terminal(script)).expect("spawn");
-    // Ctrl-C once the trap is set and the shell is about to wait (a busy machine can take
-    // longer than any fixed delay to get bash that far).
+    // Ctrl-C once the trap is set and the shell is about to wait.
     assert!(eventually(|| stdout_text(&handle) == "ready\n").await, "{}", stdout_text(&handle));
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert!(handle.interrupt());
