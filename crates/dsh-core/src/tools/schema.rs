@@ -225,18 +225,71 @@ impl ToolParams {
             out.push("\"arguments\" must be an object".to_owned());
             return out;
         };
-        validate_members(&self.properties, &self.required, true, map, "", &mut out);
+        let mut report = Report { texts: Some(&mut out), failed: false };
+        validate_members(&self.properties, &self.required, true, map, &At::Root(""), &mut report);
         out
     }
 
     /// True when `args` passes validation (presenters soft-validate with this).
     pub fn accepts(&self, args: &Value) -> bool {
-        self.validate(args).is_empty()
+        let Some(map) = args.as_object() else { return false };
+        let mut probe = Report { texts: None, failed: false };
+        validate_members(&self.properties, &self.required, true, map, &At::Root(""), &mut probe);
+        !probe.failed
     }
 }
 
-fn join_path(parent: &str, name: &str) -> String {
-    if parent.is_empty() { name.to_owned() } else { format!("{parent}.{name}") }
+/// Where a value sits in what is validated. Formatted only when a violation names it, so a
+/// valid value costs no string.
+#[derive(Clone, Copy)]
+enum At<'a> {
+    /// The path the caller gave (`""` for a tool's arguments).
+    Root(&'a str),
+    /// A member of an object: `parent.name`, or `name` under an empty path.
+    Member(&'a At<'a>, &'a str),
+    /// An item of an array: `parent[i]`.
+    Item(&'a At<'a>, usize),
+}
+
+impl At<'_> {
+    fn is_empty(&self) -> bool {
+        match self {
+            At::Root(path) => path.is_empty(),
+            At::Member(parent, name) => parent.is_empty() && name.is_empty(),
+            At::Item(..) => false,
+        }
+    }
+}
+
+impl std::fmt::Display for At<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            At::Root(path) => f.write_str(path),
+            At::Member(parent, name) if parent.is_empty() => f.write_str(name),
+            At::Member(parent, name) => write!(f, "{parent}.{name}"),
+            At::Item(parent, i) => write!(f, "{parent}[{i}]"),
+        }
+    }
+}
+
+/// Where violations go: their texts, or (for a `oneOf` branch) only whether there was one.
+struct Report<'o> {
+    texts: Option<&'o mut Vec<String>>,
+    failed: bool,
+}
+
+impl Report<'_> {
+    fn fail(&mut self, text: impl FnOnce() -> String) {
+        self.failed = true;
+        if let Some(texts) = self.texts.as_deref_mut() {
+            texts.push(text());
+        }
+    }
+
+    /// A probe stops at its first violation; a report with texts goes on to name them all.
+    fn done(&self) -> bool {
+        self.failed && self.texts.is_none()
+    }
 }
 
 fn validate_members(
@@ -244,26 +297,31 @@ fn validate_members(
     required: &[String],
     additional: bool,
     map: &Map<String, Value>,
-    path: &str,
-    out: &mut Vec<String>,
+    at: &At<'_>,
+    report: &mut Report<'_>,
 ) {
     for name in required {
         if !map.contains_key(name) {
-            out.push(format!("missing required property \"{}\"", join_path(path, name)));
+            report.fail(|| format!("missing required property \"{}\"", At::Member(at, name)));
         }
     }
     for (name, schema) in properties {
+        if report.done() {
+            return;
+        }
         if let Some(value) = map.get(name) {
-            validate_value(schema, value, &join_path(path, name), out);
+            walk(schema, value, &At::Member(at, name), report);
         }
     }
     if !additional {
         for key in map.keys() {
             if !properties.iter().any(|(n, _)| n == key) {
-                out.push(format!(
-                    "\"{}\" is not a declared property (additionalProperties: false)",
-                    join_path(path, key)
-                ));
+                report.fail(|| {
+                    format!(
+                        "\"{}\" is not a declared property (additionalProperties: false)",
+                        At::Member(at, key)
+                    )
+                });
             }
         }
     }
@@ -271,47 +329,54 @@ fn validate_members(
 
 /// Validates `value` against `schema` at `path`, appending violations to `out`.
 pub fn validate_value(schema: &Schema, value: &Value, path: &str, out: &mut Vec<String>) {
+    walk(schema, value, &At::Root(path), &mut Report { texts: Some(out), failed: false });
+}
+
+fn walk(schema: &Schema, value: &Value, at: &At<'_>, report: &mut Report<'_>) {
     if schema.nullable && value.is_null() {
         return;
     }
     let type_ok = match &schema.kind {
-        Kind::String => check(value.is_string(), path, "a string", out),
-        Kind::Number => check(value.is_number(), path, "a number", out),
+        Kind::String => check(value.is_string(), at, "a string", report),
+        Kind::Number => check(value.is_number(), at, "a number", report),
         Kind::Integer => check(
             value.as_f64().is_some_and(|f| f.fract() == 0.0) || value.is_i64() || value.is_u64(),
-            path,
+            at,
             "an integer",
-            out,
+            report,
         ),
-        Kind::Boolean => check(value.is_boolean(), path, "a boolean", out),
-        Kind::Null => check(value.is_null(), path, "null", out),
+        Kind::Boolean => check(value.is_boolean(), at, "a boolean", report),
+        Kind::Null => check(value.is_null(), at, "null", report),
         Kind::Array(items) => match value.as_array() {
             Some(values) => {
                 for (i, item) in values.iter().enumerate() {
-                    validate_value(items, item, &format!("{path}[{i}]"), out);
+                    if report.done() {
+                        break;
+                    }
+                    walk(items, item, &At::Item(at, i), report);
                 }
                 true
             }
-            None => check(false, path, "an array", out),
+            None => check(false, at, "an array", report),
         },
         Kind::Object { properties, required, additional } => match value.as_object() {
             Some(map) => {
-                validate_members(properties, required, *additional, map, path, out);
+                validate_members(properties, required, *additional, map, at, report);
                 true
             }
-            None => check(false, path, "an object", out),
+            None => check(false, at, "an object", report),
         },
         Kind::OneOf(branches) => {
             let matched = branches
                 .iter()
                 .filter(|b| {
-                    let mut scratch = Vec::new();
-                    validate_value(b, value, path, &mut scratch);
-                    scratch.is_empty()
+                    let mut probe = Report { texts: None, failed: false };
+                    walk(b, value, at, &mut probe);
+                    !probe.failed
                 })
                 .count();
             if matched != 1 {
-                out.push(format!("\"{path}\" must match exactly one oneOf branch (matched {matched})"));
+                report.fail(|| format!("\"{at}\" must match exactly one oneOf branch (matched {matched})"));
             }
             matched == 1
         }
@@ -323,18 +388,18 @@ pub fn validate_value(schema: &Schema, value: &Value, path: &str, out: &mut Vec<
     if let Some(values) = &schema.enum_values
         && !values.contains(value)
     {
-        out.push(format!("\"{path}\" must be one of {}", Value::Array(values.clone())));
+        report.fail(|| format!("\"{at}\" must be one of {}", Value::Array(values.clone())));
     }
     if let Some(c) = &schema.const_value
         && c != value
     {
-        out.push(format!("\"{path}\" must be {c}"));
+        report.fail(|| format!("\"{at}\" must be {c}"));
     }
 }
 
-fn check(ok: bool, path: &str, what: &str, out: &mut Vec<String>) -> bool {
+fn check(ok: bool, at: &At<'_>, what: &str, report: &mut Report<'_>) -> bool {
     if !ok {
-        out.push(format!("\"{path}\" must be {what}"));
+        report.fail(|| format!("\"{at}\" must be {what}"));
     }
     ok
 }
@@ -401,5 +466,32 @@ mod tests {
                 "\"o.z\" is not a declared property (additionalProperties: false)",
             ]
         );
+    }
+
+    #[test]
+    fn paths_under_an_empty_root_and_branches_that_both_match() {
+        let item = Schema::object(vec![("x", Schema::string(), true)], false);
+        let s = Schema::array(Schema::one_of(vec![item, Schema::number().or_null()]));
+        let mut out = Vec::new();
+        validate_value(&s, &json!([{"x": 1}, {"y": "z"}, null, 2]), "", &mut out);
+        assert_eq!(
+            out,
+            vec![
+                "\"[0]\" must match exactly one oneOf branch (matched 0)",
+                "\"[1]\" must match exactly one oneOf branch (matched 0)",
+            ]
+        );
+        let both = Schema::one_of(vec![Schema::number(), Schema::integer()]);
+        let mut out = Vec::new();
+        validate_value(&both, &json!(3), "n", &mut out);
+        assert_eq!(out, vec!["\"n\" must match exactly one oneOf branch (matched 2)"]);
+        let nested = Schema::object(vec![("a", Schema::array(item_of_x()), true)], true);
+        let mut out = Vec::new();
+        validate_value(&nested, &json!({"a": [{"x": 1}, {}]}), "", &mut out);
+        assert_eq!(out, vec!["\"a[0].x\" must be a string", "missing required property \"a[1].x\""]);
+    }
+
+    fn item_of_x() -> Schema {
+        Schema::object(vec![("x", Schema::string(), true)], true)
     }
 }
