@@ -13,8 +13,8 @@
 use std::sync::Arc;
 
 use rmcp::model::{
-    CallToolRequestParams, ClientJsonRpcMessage, ClientRequest, InitializeRequestParams, JsonRpcMessage,
-    PaginatedRequestParams, ServerJsonRpcMessage, SetLevelRequestParams,
+    CallToolRequest, CallToolRequestParams, ClientJsonRpcMessage, ClientRequest, InitializeRequestParams,
+    JsonRpcMessage, JsonRpcRequest, PaginatedRequestParams, ServerJsonRpcMessage, SetLevelRequestParams,
 };
 use rmcp::transport::Transport;
 use rmcp::{RoleServer, ServiceExt};
@@ -263,6 +263,73 @@ fn misfit_params(message: &ClientJsonRpcMessage) -> Option<Value> {
     Some(error_message(id, INVALID_PARAMS, message))
 }
 
+/// A well-formed `tools/call` request, read without the SDK's general parse (which tries
+/// each kind of request in turn until `tools/call`, about twenty, each failure an error
+/// value). `None` for anything else, or anything this does not read the way the general parse
+/// would: that parse then decides.
+fn tool_call(raw: &[u8]) -> Option<ClientJsonRpcMessage> {
+    let shape = serde_json::from_slice::<Shape>(raw).ok()?;
+    if !shape.is_tool_call_request() {
+        return None;
+    }
+    let request = serde_json::from_slice::<JsonRpcRequest<CallToolRequest>>(raw).ok()?;
+    Some(JsonRpcMessage::Request(JsonRpcRequest {
+        jsonrpc: request.jsonrpc,
+        id: request.id,
+        request: ClientRequest::CallToolRequest(request.request),
+    }))
+}
+
+/// Which of the keys that decide a message's kind an object has (present, whatever their
+/// value, as the SDK counts them), and whether its method is `tools/call`.
+#[derive(Default)]
+struct Shape {
+    tool_call: bool,
+    id: bool,
+    result: bool,
+    error: bool,
+}
+
+impl Shape {
+    /// A request (a method and an id, neither a result nor an error) for `tools/call`.
+    fn is_tool_call_request(&self) -> bool {
+        self.tool_call && self.id && !self.result && !self.error
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Shape {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Keys;
+        impl<'de> serde::de::Visitor<'de> for Keys {
+            type Value = Shape;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a JSON-RPC message object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Shape, A::Error> {
+                let mut shape = Shape::default();
+                let mut methods = 0;
+                while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+                    match key.as_ref() {
+                        "method" => {
+                            methods += 1;
+                            let method = map.next_value::<Value>()?;
+                            shape.tool_call = methods == 1 && method == "tools/call";
+                            continue;
+                        }
+                        "id" => shape.id = true,
+                        "result" => shape.result = true,
+                        "error" => shape.error = true,
+                        _ => {}
+                    }
+                    map.next_value::<serde::de::IgnoredAny>()?;
+                }
+                Ok(shape)
+            }
+        }
+        deserializer.deserialize_map(Keys)
+    }
+}
+
 enum Parsed {
     Message(Box<ClientJsonRpcMessage>),
     Reply(Value),
@@ -274,6 +341,9 @@ fn parse_line(raw: &[u8]) -> Parsed {
     let raw = raw.strip_prefix(UTF8_BOM).unwrap_or(raw);
     if raw.iter().all(u8::is_ascii_whitespace) {
         return Parsed::Skip;
+    }
+    if let Some(call) = tool_call(raw) {
+        return Parsed::Message(Box::new(call));
     }
     let error = match serde_json::from_slice::<ClientJsonRpcMessage>(raw) {
         Ok(message) => {
@@ -322,5 +392,54 @@ fn parse_line(raw: &[u8]) -> Parsed {
             INVALID_REQUEST,
             "Invalid Request: missing \"method\"".into(),
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn general(raw: &str) -> ClientJsonRpcMessage {
+        serde_json::from_str(raw).expect("the general parse reads it")
+    }
+
+    #[test]
+    fn a_tool_call_reads_as_the_general_parse_reads_it() {
+        let lines = [
+            r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"bash","arguments":{"command":"true","description":"t"}}}"#,
+            r#"{"method":"tools/call","params":{"arguments":{"n":1.5e3,"big":18446744073709551615,"s":"\u00e9\n","a":[null,{}]},"name":"b\u0061sh","_meta":{"progressToken":"p-1","x":[1]}},"id":"abc","jsonrpc":"2.0"}"#,
+            r#"{"jsonrpc":"2.0","id":-3,"method":"tools/call","params":{"name":"job_list"},"extra":{"ignored":true}}"#,
+            r#"{"jsonrpc":"2.0","id":0,"method":"tools/call","params":{"name":"bash","arguments":{},"_meta":{"progressToken":9}}}"#,
+        ];
+        for line in lines {
+            let fast = tool_call(line.as_bytes()).expect("read by the fast path");
+            let general = general(line);
+            assert_eq!(format!("{fast:?}"), format!("{general:?}"), "{line}");
+            let (fast, general) =
+                (serde_json::to_value(&fast).unwrap(), serde_json::to_value(&general).unwrap());
+            assert_eq!(fast, general, "{line}");
+        }
+    }
+
+    #[test]
+    fn anything_but_a_well_formed_tool_call_is_left_to_the_general_parse() {
+        let lines = [
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#,
+            r#"{"jsonrpc":"2.0","method":"tools/call","params":{"name":"bash"}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"bash"},"result":{}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"bash"},"error":null}"#,
+            r#"{"jsonrpc":"2.0","id":null,"method":"tools/call","params":{"name":"bash"}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","method":"tools/list","params":{"name":"bash"}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":["tools/call"],"params":{"name":"bash"}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"bash","arguments":[1]}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"arguments":{}}}"#,
+            r#"{"jsonrpc":"1.0","id":1,"method":"tools/call","params":{"name":"bash"}}"#,
+            r#"{"jsonrpc":"2.0","id":1.5,"method":"tools/call","params":{"name":"bash"}}"#,
+            r#"[{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"bash"}}]"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"bash"}"#,
+        ];
+        for line in lines {
+            assert!(tool_call(line.as_bytes()).is_none(), "{line}");
+        }
     }
 }
