@@ -59,9 +59,10 @@ pub(crate) fn spawn_spec(
     spawn.stdout = CaptureLimits::new("stdout", stdout_cap, spill_cap);
     spawn.stderr = CaptureLimits::new("stderr", memory_cap(config.max_output_bytes), spill_cap);
     spawn.grace = grace_duration(config.grace_ms);
-    // Every command starts a session of its own: no controlling terminal to read from (a
-    // prompt on `/dev/tty` fails at once instead of stopping the command until its timeout)
-    // or to inject input into, no signals from the terminal.
+    // No command gets a controlling terminal to read from (a prompt on `/dev/tty` fails at
+    // once instead of stopping the command until its timeout) or to inject input into, nor
+    // the terminal's signals: a session of its own while the harness has a terminal (see
+    // `SpawnSpec::new_session`).
     spawn.new_session = true;
     spawn.with_pre_exec(pre_exec);
     spawn
