@@ -221,21 +221,22 @@ impl ToolParams {
     /// Violations in walk order; empty when the arguments are valid.
     pub fn validate(&self, args: &Value) -> Vec<String> {
         let mut out = Vec::new();
-        let Some(map) = args.as_object() else {
-            out.push("\"arguments\" must be an object".to_owned());
-            return out;
-        };
-        let mut report = Report { texts: Some(&mut out), failed: false };
-        validate_members(&self.properties, &self.required, true, map, &At::Root(""), &mut report);
+        self.walk(args, &mut Report::texts(&mut out));
         out
     }
 
     /// True when `args` passes validation (presenters soft-validate with this).
     pub fn accepts(&self, args: &Value) -> bool {
-        let Some(map) = args.as_object() else { return false };
-        let mut probe = Report { texts: None, failed: false };
-        validate_members(&self.properties, &self.required, true, map, &At::Root(""), &mut probe);
+        let mut probe = Report::probe();
+        self.walk(args, &mut probe);
         !probe.failed
+    }
+
+    fn walk(&self, args: &Value, report: &mut Report<'_>) {
+        match args.as_object() {
+            Some(map) => validate_members(&self.properties, &self.required, true, map, &At::Root(""), report),
+            None => report.fail(|| "\"arguments\" must be an object".to_owned()),
+        }
     }
 }
 
@@ -278,7 +279,17 @@ struct Report<'o> {
     failed: bool,
 }
 
-impl Report<'_> {
+impl<'o> Report<'o> {
+    /// Collects every violation's text into `out`.
+    fn texts(out: &'o mut Vec<String>) -> Self {
+        Self { texts: Some(out), failed: false }
+    }
+
+    /// Only finds whether there is a violation, stopping at the first.
+    fn probe() -> Self {
+        Self { texts: None, failed: false }
+    }
+
     fn fail(&mut self, text: impl FnOnce() -> String) {
         self.failed = true;
         if let Some(texts) = self.texts.as_deref_mut() {
@@ -329,7 +340,7 @@ fn validate_members(
 
 /// Validates `value` against `schema` at `path`, appending violations to `out`.
 pub fn validate_value(schema: &Schema, value: &Value, path: &str, out: &mut Vec<String>) {
-    walk(schema, value, &At::Root(path), &mut Report { texts: Some(out), failed: false });
+    walk(schema, value, &At::Root(path), &mut Report::texts(out));
 }
 
 fn walk(schema: &Schema, value: &Value, at: &At<'_>, report: &mut Report<'_>) {
@@ -370,7 +381,7 @@ fn walk(schema: &Schema, value: &Value, at: &At<'_>, report: &mut Report<'_>) {
             let matched = branches
                 .iter()
                 .filter(|b| {
-                    let mut probe = Report { texts: None, failed: false };
+                    let mut probe = Report::probe();
                     walk(b, value, at, &mut probe);
                     !probe.failed
                 })
