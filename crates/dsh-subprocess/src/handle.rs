@@ -150,9 +150,9 @@ impl ProcessInner {
 
     /// With containment, the leader's exit ends the tree: what is left of its group is
     /// killed (opted-out members aside) and the reaper sweeps strays that left the group.
+    /// Its one caller, the supervisor, has already forgotten the leader's pid as a spawn.
     pub(crate) fn contain_leftovers(&self) {
         if let Some(reaper) = &self.reaper {
-            crate::containment::forget_spawned(self.pid);
             crate::containment::kill_leftovers(self.pid);
             reaper.after_exit();
         }
