@@ -174,14 +174,20 @@ fn release_freed_memory() {
 /// `info`, or per target, `warn,dsh_mcp=debug`); `warn` when it is unset or unparseable.
 /// The MCP library's per-message trace events are never logged: a client's answer to a
 /// secret question (askpass) would be in them.
+///
+/// Both filters are global, so a span or event they turn away is never made: each callsite is
+/// asked once. (As two filters nested on the one layer, the library's `info` span around its
+/// serve loop was made anyway and entered and left on every poll, on every message.)
 fn init_logging() {
-    use tracing_subscriber::{EnvFilter, Layer as _, filter::filter_fn, layer::SubscriberExt as _};
+    use tracing_subscriber::{EnvFilter, filter::filter_fn, layer::SubscriberExt as _};
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn"));
     // A cap, not a directive: a directive `rmcp::service=debug` would turn the library's
     // per-message debug events (every request and result, formatted whole) on by default.
     let no_message_trace =
         filter_fn(|meta| !(*meta.level() == tracing::Level::TRACE && meta.target().starts_with("rmcp")));
-    let layer = tracing_subscriber::fmt::layer().with_writer(std::io::stderr).with_filter(filter);
-    let subscriber = tracing_subscriber::registry().with(layer.with_filter(no_message_trace));
+    let subscriber = tracing_subscriber::registry()
+        .with(filter)
+        .with(no_message_trace)
+        .with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr));
     let _ = tracing::subscriber::set_global_default(subscriber);
 }
