@@ -41,7 +41,8 @@ fn c_string(text: &[u8]) -> Result<CString, Errno> {
     CString::new(text).map_err(|_| Errno::EINVAL)
 }
 
-/// The parent's ends of a directly started child's standard streams.
+/// The parent's ends of a directly started child's standard streams (the output ends already
+/// non-blocking).
 pub(crate) struct Direct {
     pub(crate) pid: i32,
     /// The write end of the child's stdin, when it is a pipe.
@@ -74,6 +75,53 @@ fn pipe() -> Result<(OwnedFd, OwnedFd), Errno> {
     }
     // SAFETY: both descriptors were just created and are owned here.
     Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// A close-on-exec pipe for a child's output: (read end, non-blocking, for the runtime; write
+/// end, blocking, for the child).
+fn output_pipe() -> Result<(OwnedFd, OwnedFd), Errno> {
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 fills the two-element array on success.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) } < 0 {
+        return Err(Errno::last());
+    }
+    // SAFETY: both descriptors were just created and are owned here.
+    let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    // The flags belong to each end's file description, which the child's descriptor 1 or 2
+    // shares: its end blocks, as a program expects of its output. A fresh pipe has no other
+    // status flag to keep.
+    // SAFETY: setting the status flags of a descriptor owned here.
+    if unsafe { libc::fcntl(write.as_raw_fd(), libc::F_SETFL, 0) } < 0 {
+        return Err(Errno::last());
+    }
+    Ok((read, write))
+}
+
+/// Output pipes for one start, made while the harness had nothing else to do.
+type OutputPipes = [(OwnedFd, OwnedFd); 2];
+
+/// The spare pair of output pipes: the next direct start takes it, and the supervisor of a
+/// finished child makes the next one once the result is on its way ([`refill_spare`]). Four
+/// idle close-on-exec descriptors; no child inherits them (see [`spawn`]'s file actions and
+/// the forked start's prelude).
+static SPARE: std::sync::Mutex<Option<OutputPipes>> = std::sync::Mutex::new(None);
+
+/// Makes the spare pair of output pipes when there is none (best effort: a start that finds
+/// none makes its own).
+pub(crate) fn refill_spare() {
+    let mut spare = SPARE.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    if spare.is_none() {
+        *spare = output_pipe().and_then(|stdout| Ok([stdout, output_pipe()?])).ok();
+    }
+}
+
+/// The spare output pipes, or new ones.
+fn output_pipes() -> Result<OutputPipes, Errno> {
+    let spare = SPARE.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
+    match spare {
+        Some(pipes) => Ok(pipes),
+        None => Ok([output_pipe()?, output_pipe()?]),
+    }
 }
 
 /// Sets `O_NONBLOCK` on a descriptor this process owns.
@@ -164,8 +212,7 @@ pub(crate) fn spawn(image: &Image<'_>, dev_null: RawFd) -> Result<Direct, Errno>
     let envp = envp(image, &mut owned)?;
     let cwd = image.cwd.map(|dir| c_string(dir.as_os_str().as_bytes())).transpose()?;
 
-    let (stdout_read, stdout_write) = pipe()?;
-    let (stderr_read, stderr_write) = pipe()?;
+    let [(stdout_read, stdout_write), (stderr_read, stderr_write)] = output_pipes()?;
     let stdin = if image.stdin_piped { Some(pipe()?) } else { None };
     let stdin_source = stdin.as_ref().map_or(dev_null, |(read, _)| read.as_raw_fd());
 

@@ -6,9 +6,10 @@
 //!
 //! A service remembers where it found each program on each `PATH`, as a shell's command hash
 //! table does: the next spawn checks that one file (still an executable regular file) instead
-//! of every directory before it. Like the shell's table, a program that appears later in an
-//! earlier directory is not noticed while the remembered one stays; a remembered one that went
-//! away is searched for afresh. A `PATH` with a relative or empty entry (which depends on the
+//! of every directory before it, or, when it starts the child with `posix_spawn` (which reports
+//! a file it cannot execute), starts that file unchecked. Like the shell's table, a program
+//! that appears later in an earlier directory is not noticed while the remembered one stays; a
+//! remembered one that went away is searched for afresh. A `PATH` with a relative or empty entry (which depends on the
 //! working directory) is always searched.
 
 use std::collections::HashMap;
@@ -29,7 +30,7 @@ const CACHE_ENTRIES: usize = 256;
 /// Where programs were found, by program and `PATH`.
 #[derive(Default)]
 pub(crate) struct ProgramCache {
-    /// Keyed by the program's name, a NUL (which neither can hold) and the `PATH` value.
+    /// Keyed by [`cache_key`].
     found: Mutex<HashMap<Vec<u8>, PathBuf>>,
 }
 
@@ -42,14 +43,9 @@ impl ProgramCache {
         path_var: Option<&OsStr>,
         cwd: &Path,
     ) -> Result<PathBuf, Errno> {
-        let path = path_var.unwrap_or(OsStr::new(DEFAULT_PATH)).as_bytes();
-        if program.contains('/') || path.split(|b| *b == b':').any(|dir| !dir.starts_with(b"/")) {
+        let Some(key) = cache_key(program, path_var) else {
             return resolve_program(program, path_var, cwd);
-        }
-        let mut key = Vec::with_capacity(program.len() + 1 + path.len());
-        key.extend_from_slice(program.as_bytes());
-        key.push(0);
-        key.extend_from_slice(path);
+        };
         let remembered = self.found.lock().get(&key).cloned();
         if let Some(found) = remembered
             && is_executable_file(&found)
@@ -64,6 +60,36 @@ impl ProgramCache {
         cache.insert(key, found.clone());
         Ok(found)
     }
+
+    /// The file remembered for `program` on `path_var`, not checked: for a start that reports
+    /// a program it cannot execute (as `posix_spawn` does), which then [`forget`](Self::forget)s
+    /// it and [`resolve`](Self::resolve)s afresh. That saves two `stat`-like calls per start.
+    pub(crate) fn remembered(&self, program: &str, path_var: Option<&OsStr>) -> Option<PathBuf> {
+        let key = cache_key(program, path_var)?;
+        self.found.lock().get(&key).cloned()
+    }
+
+    /// Forgets where `program` was found on `path_var`.
+    pub(crate) fn forget(&self, program: &str, path_var: Option<&OsStr>) {
+        if let Some(key) = cache_key(program, path_var) {
+            self.found.lock().remove(&key);
+        }
+    }
+}
+
+/// The cache's key for `program` on `path_var`: the program's name, a NUL (which neither can
+/// hold) and the `PATH` value. `None` when the answer is not cached: a program given as a path,
+/// or a `PATH` with a relative or empty entry (which depends on the working directory).
+fn cache_key(program: &str, path_var: Option<&OsStr>) -> Option<Vec<u8>> {
+    let path = path_var.unwrap_or(OsStr::new(DEFAULT_PATH)).as_bytes();
+    if program.contains('/') || path.split(|b| *b == b':').any(|dir| !dir.starts_with(b"/")) {
+        return None;
+    }
+    let mut key = Vec::with_capacity(program.len() + 1 + path.len());
+    key.extend_from_slice(program.as_bytes());
+    key.push(0);
+    key.extend_from_slice(path);
+    Some(key)
 }
 
 /// Whether `path` is a regular file this process may execute.

@@ -225,9 +225,23 @@ pub(crate) fn spawn_process(
         _ => os_error(errno, stage),
     };
     let env = child_env(&service.inherited_env, &spec.env);
-    let executable = (service.programs)
-        .resolve(&program, lookup(&env, "PATH"), &cwd)
-        .map_err(|errno| failed(errno, SpawnStage::Exec))?;
+    let path_var = lookup(&env, "PATH");
+    let resolve = || {
+        (service.programs).resolve(&program, path_var, &cwd).map_err(|errno| failed(errno, SpawnStage::Exec))
+    };
+    // A start that can go through `posix_spawn` takes the file remembered for the program as
+    // it is: `posix_spawn` reports a file it cannot execute, and then it is searched for
+    // afresh and started once more (below). Any other start checks it first.
+    let may_go_direct = spec.pty.is_none()
+        && spec.pre_exec.is_none()
+        && spec.shared_file.is_none()
+        && service.dev_null.is_some();
+    let remembered = if may_go_direct { service.programs.remembered(&program, path_var) } else { None };
+    let unchecked = remembered.is_some();
+    let executable = match remembered {
+        Some(found) => found,
+        None => resolve()?,
+    };
 
     let pty = match spec.pty {
         Some(size) => Some(crate::pty::Pty::open(size).map_err(|e| SpawnError::Terminal(errno_of(&e)))?),
@@ -252,8 +266,17 @@ pub(crate) fn spawn_process(
         _ => None,
     };
     let started = match direct {
-        Some(dev_null) => start_direct(service, &runtime, &spec, &executable, &env, dev_null, &failed)?,
+        Some(dev_null) => {
+            match start_direct(service, &runtime, &spec, &executable, &env, dev_null, &failed) {
+                Err(SpawnError::Os(error)) if unchecked && gone_from_where_it_was(&error) => {
+                    service.programs.forget(&program, path_var);
+                    start_direct(service, &runtime, &spec, &resolve()?, &env, dev_null, &failed)?
+                }
+                started => started?,
+            }
+        }
         None => {
+            let executable = if unchecked { resolve()? } else { executable };
             let launch = Launch { program: &program, executable: &executable, env: &env, pty: pty.as_ref() };
             start_command(&runtime, &spec, &launch, new_session, controlling_terminal, &failed, &os_error)?
         }
@@ -322,13 +345,23 @@ pub(crate) fn spawn_process(
     Ok(handle)
 }
 
+/// Whether a start of a remembered file failed because the file is no longer there to execute
+/// (removed, replaced by a directory or a dangling link, or no longer executable).
+fn gone_from_where_it_was(error: &OsSpawnError) -> bool {
+    error.stage == SpawnStage::Exec
+        && matches!(error.errno, Errno::ENOENT | Errno::EACCES | Errno::ENOTDIR | Errno::ELOOP)
+}
+
 /// How a spawn's failure is reported: the OS error and the stage it happened at.
 type Failure<'a> = &'a dyn Fn(Errno, SpawnStage) -> OsSpawnError;
 
-/// The parent's end of an output pipe, read by the runtime.
-fn receiver(runtime: &tokio::runtime::Handle, fd: std::os::fd::OwnedFd) -> Option<Pipe> {
+/// The parent's end of an output pipe, read by the runtime (made non-blocking first unless it
+/// is already).
+fn receiver(runtime: &tokio::runtime::Handle, fd: std::os::fd::OwnedFd, nonblocking: bool) -> Option<Pipe> {
     let _guard = runtime.enter();
-    crate::direct::set_nonblocking(&fd);
+    if !nonblocking {
+        crate::direct::set_nonblocking(&fd);
+    }
     tokio::net::unix::pipe::Receiver::from_owned_fd_unchecked(fd).ok()
 }
 
@@ -366,8 +399,8 @@ fn start_direct(
         pid: spawned.pid,
         leader: Leader::of(spawned.pid),
         stdin: spawned.stdin,
-        stdout: receiver(runtime, spawned.stdout),
-        stderr: receiver(runtime, spawned.stderr),
+        stdout: receiver(runtime, spawned.stdout, true),
+        stderr: receiver(runtime, spawned.stderr, true),
     })
 }
 
@@ -492,8 +525,8 @@ fn start_command(
             first: sibling.map(|_| Box::new(Leader::of(pid))),
         },
         stdin: child.stdin.take().map(std::os::fd::OwnedFd::from),
-        stdout: child.stdout.take().and_then(|out| receiver(runtime, out.into())),
-        stderr: child.stderr.take().and_then(|err| receiver(runtime, err.into())),
+        stdout: child.stdout.take().and_then(|out| receiver(runtime, out.into(), false)),
+        stderr: child.stderr.take().and_then(|err| receiver(runtime, err.into(), false)),
     })
 }
 
@@ -704,14 +737,14 @@ fn install_hook(command: &mut std::process::Command, hook: PreExecHook) -> std::
     Ok(HookMarker { reader, writer })
 }
 
-async fn pump(pipe: Option<impl AsyncRead + AsFd + Unpin>, collector: &OutputCollector) {
-    let Some(mut pipe) = pipe else { return };
+async fn pump<P: AsyncRead + AsFd + Unpin>(pipe: Option<P>, collector: &OutputCollector) -> Option<P> {
+    let mut pipe = pipe?;
     // Small outputs never pay for the full chunk; a read that fills the buffer grows it.
     let mut buf = Vec::with_capacity(FIRST_CHUNK);
     loop {
         buf.clear();
         match pipe.read_buf(&mut buf).await {
-            Ok(0) => return,
+            Ok(0) => return Some(pipe),
             Ok(n) => {
                 collector.push(&buf);
                 if n == buf.capacity() && n < CHUNK {
@@ -720,7 +753,7 @@ async fn pump(pipe: Option<impl AsyncRead + AsFd + Unpin>, collector: &OutputCol
                 }
             }
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(_) => return,
+            Err(_) => return Some(pipe),
         }
     }
 }
@@ -762,22 +795,27 @@ async fn pump_terminal(master: Option<std::os::fd::OwnedFd>, inner: &ProcessInne
     }
 }
 
+/// The output pipes a child has finished with, still open (closing them is upkeep).
+type SpentPipes = (Option<Pipe>, Option<Pipe>);
+
 /// Waits for the direct child and the pipes (at most `grace` past the exit), forwarding an
-/// abort as a termination. Returns when the streams are complete; the pipes close on return.
+/// abort as a termination. Returns when the streams are complete, with the pipes read to
+/// their end (the others close on return).
 async fn run_to_exit(
     leader: &mut Leader,
     streams: (Option<Pipe>, Option<Pipe>),
     inner: &Arc<ProcessInner>,
     cancel: Option<&CancellationToken>,
     terminal: Option<std::os::fd::OwnedFd>,
-) -> std::io::Result<ExitStatus> {
+) -> (std::io::Result<ExitStatus>, SpentPipes) {
     let (stdout, stderr) = streams;
     let pumps = async {
-        tokio::join!(
+        let (stdout, stderr, ()) = tokio::join!(
             pump(stdout, &inner.stdout),
             pump(stderr, &inner.stderr),
             pump_terminal(terminal, inner)
         );
+        (stdout, stderr)
     };
     let abort = async {
         match cancel {
@@ -786,12 +824,12 @@ async fn run_to_exit(
         }
     };
     tokio::pin!(pumps, abort);
-    let mut pumps_done = false;
+    let mut spent = None;
     let mut abort_seen = false;
     let status = loop {
         tokio::select! {
             status = leader.wait() => break status,
-            () = &mut pumps, if !pumps_done => pumps_done = true,
+            pipes = &mut pumps, if spent.is_none() => spent = Some(pipes),
             () = &mut abort, if !abort_seen => {
                 abort_seen = true;
                 inner.terminate();
@@ -801,12 +839,15 @@ async fn run_to_exit(
     inner.mark_leader_reaped();
     crate::containment::forget_spawned(inner.pid);
     inner.contain_leftovers();
-    if !pumps_done {
+    if spent.is_none() {
         let drain = tokio::time::sleep(inner.grace);
         tokio::pin!(drain);
         loop {
             tokio::select! {
-                () = &mut pumps => break,
+                pipes = &mut pumps => {
+                    spent = Some(pipes);
+                    break;
+                }
                 () = &mut drain => break,
                 () = &mut abort, if !abort_seen => {
                     abort_seen = true;
@@ -815,7 +856,7 @@ async fn run_to_exit(
             }
         }
     }
-    status
+    (status, spent.unwrap_or_default())
 }
 
 fn outcome_of(status: std::io::Result<ExitStatus>) -> ProcessOutcome {
@@ -841,11 +882,19 @@ async fn supervise(
     stdin_task: Option<JoinHandle<()>>,
     terminal: Option<std::os::fd::OwnedFd>,
 ) {
-    let status = run_to_exit(&mut leader, streams, &inner, cancel.as_ref(), terminal).await;
+    let (status, spent) = run_to_exit(&mut leader, streams, &inner, cancel.as_ref(), terminal).await;
     if let Some(task) = stdin_task {
         task.abort();
     }
     inner.settle(outcome_of(status));
+    // The rest is upkeep, which the result does not wait for. On a runtime with one worker
+    // (a stdio server's), it waits until the tasks the settlement woke (the waiter, and what
+    // answers with its result) have run: a yielded task there wakes no other thread.
+    if tokio::runtime::Handle::current().metrics().num_workers() == 1 {
+        tokio::task::yield_now().await;
+    }
+    drop(spent);
+    crate::direct::refill_spare();
     // Descendants outlive settlement; the service owns them until the whole tree is gone.
     inner.observe_until_gone(LINGER_POLL_MAX).await;
 }

@@ -84,3 +84,38 @@ async fn the_program_is_found_on_the_childs_path() {
     let err = service.spawn(spec).expect_err("must not be found on the parent's PATH");
     assert_eq!(err.to_string(), "spawn only-in-child-path ENOENT");
 }
+
+/// A program found once is started from where it was found, unchecked, until starting it
+/// there fails: then it is searched for again on the child's `PATH`, and what the search
+/// finds (or its error) is the start's.
+#[tokio::test]
+async fn a_remembered_program_that_went_away_is_searched_for_again() {
+    use std::os::unix::fs::PermissionsExt;
+    let (first, second) = (tempfile::tempdir().expect("tempdir"), tempfile::tempdir().expect("tempdir"));
+    let service = service_with(&[]);
+    let spec = || {
+        let mut spec = dsh_subprocess::SpawnSpec::new(vec!["moving-tool".into()]);
+        let path = format!("{}:{}", first.path().display(), second.path().display());
+        spec.env = vec![("PATH".into(), EnvEntry::Set(path))];
+        spec
+    };
+    crate::write_script(&first.path().join("moving-tool"), "#!/bin/sh\necho first\n");
+    crate::write_script(&second.path().join("moving-tool"), "#!/bin/sh\necho second\n");
+    assert_eq!(stdout_of(&service, spec()).await, "first\n");
+    assert_eq!(stdout_of(&service, spec()).await, "first\n", "remembered");
+
+    // No longer executable where it was found: the next one on the path runs.
+    std::fs::set_permissions(first.path().join("moving-tool"), std::fs::Permissions::from_mode(0o644))
+        .expect("chmod");
+    assert_eq!(stdout_of(&service, spec()).await, "second\n");
+    // Gone from where it was found, with none left: the search's error.
+    std::fs::remove_file(second.path().join("moving-tool")).expect("remove");
+    let error = service.spawn(spec()).expect_err("nothing left to run");
+    assert_eq!(error.to_string(), "spawn moving-tool EACCES", "the first is there, not executable");
+    std::fs::remove_file(first.path().join("moving-tool")).expect("remove");
+    let error = service.spawn(spec()).expect_err("nothing left to run");
+    assert_eq!(error.to_string(), "spawn moving-tool ENOENT");
+    // And one that appears again is found again.
+    crate::write_script(&second.path().join("moving-tool"), "#!/bin/sh\necho back\n");
+    assert_eq!(stdout_of(&service, spec()).await, "back\n");
+}
