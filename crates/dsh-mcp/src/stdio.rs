@@ -272,12 +272,58 @@ fn tool_call(raw: &[u8]) -> Option<ClientJsonRpcMessage> {
     if !shape.is_tool_call_request() {
         return None;
     }
-    let request = serde_json::from_slice::<JsonRpcRequest<CallToolRequest>>(raw).ok()?;
+    let call = serde_json::from_slice::<ToolCallLine>(raw).ok()?;
+    let ToolCallParams { meta, name, arguments, input_responses, request_state } = call.params;
+    let mut params = CallToolRequestParams::new(name);
+    if let Some(arguments) = arguments {
+        params = params.with_arguments(arguments);
+    }
+    if let Some(responses) = input_responses {
+        params = params.with_input_responses(responses);
+    }
+    if let Some(state) = request_state {
+        params = params.with_request_state(state);
+    }
+    let mut request = CallToolRequest::new(params);
+    // Where the SDK's reading puts `_meta` (and so the progress token): in the extensions,
+    // not in the parameters.
+    if let Some(meta) = meta {
+        request.extensions.insert(rmcp::model::RequestMetaObject::from(meta));
+    }
     Some(JsonRpcMessage::Request(JsonRpcRequest {
-        jsonrpc: request.jsonrpc,
-        id: request.id,
-        request: ClientRequest::CallToolRequest(request.request),
+        jsonrpc: call.jsonrpc,
+        id: call.id,
+        request: ClientRequest::CallToolRequest(request),
     }))
+}
+
+/// A `tools/call` request line as the SDK's types read it, flattened by hand: the SDK's own
+/// types flatten the request into the message and the parameters beside `_meta` (serde's
+/// `flatten`), which buffers the whole line and then the parameters before reading either.
+/// Unknown keys are ignored, as there; a duplicate key, a wrong type or a missing member is
+/// an error, as there (and the general parse then answers it).
+#[derive(serde::Deserialize)]
+struct ToolCallLine {
+    jsonrpc: rmcp::model::JsonRpcVersion2_0,
+    id: rmcp::model::RequestId,
+    #[serde(rename = "method")]
+    _method: rmcp::model::CallToolRequestMethod,
+    params: ToolCallParams,
+}
+
+/// The members of `tools/call`'s parameters, `_meta` included.
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ToolCallParams {
+    #[serde(rename = "_meta", default)]
+    meta: Option<rmcp::model::JsonObject>,
+    name: std::borrow::Cow<'static, str>,
+    #[serde(default)]
+    arguments: Option<rmcp::model::JsonObject>,
+    #[serde(default)]
+    input_responses: Option<rmcp::model::InputResponses>,
+    #[serde(default)]
+    request_state: Option<String>,
 }
 
 /// Which of the keys that decide a message's kind an object has (present, whatever their
@@ -410,6 +456,9 @@ mod tests {
             r#"{"method":"tools/call","params":{"arguments":{"n":1.5e3,"big":18446744073709551615,"s":"\u00e9\n","a":[null,{}]},"name":"b\u0061sh","_meta":{"progressToken":"p-1","x":[1]}},"id":"abc","jsonrpc":"2.0"}"#,
             r#"{"jsonrpc":"2.0","id":-3,"method":"tools/call","params":{"name":"job_list"},"extra":{"ignored":true}}"#,
             r#"{"jsonrpc":"2.0","id":0,"method":"tools/call","params":{"name":"bash","arguments":{},"_meta":{"progressToken":9}}}"#,
+            r#"{"params":{"unknown":[1,{"a":2}],"_meta":null,"arguments":null,"name":"bash"},"id":"x","method":"tools/call","jsonrpc":"2.0"}"#,
+            r#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"bash","arguments":{"k":-1},"inputResponses":{"r":{"answer":true}},"requestState":"opaque"}}"#,
+            r#"{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"bash","_meta":{}}}"#,
         ];
         for line in lines {
             let fast = tool_call(line.as_bytes()).expect("read by the fast path");
@@ -437,6 +486,12 @@ mod tests {
             r#"{"jsonrpc":"2.0","id":1.5,"method":"tools/call","params":{"name":"bash"}}"#,
             r#"[{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"bash"}}]"#,
             r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"bash"}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"bash","name":"job_list"}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"id":2,"method":"tools/call","params":{"name":"bash"}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"bash","_meta":1}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":7}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":null}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call"}"#,
         ];
         for line in lines {
             assert!(tool_call(line.as_bytes()).is_none(), "{line}");
