@@ -66,11 +66,11 @@ pub(crate) struct Image<'a> {
     pub(crate) stdin_piped: bool,
 }
 
-/// A close-on-exec pipe: (read end, write end).
-fn pipe() -> Result<(OwnedFd, OwnedFd), Errno> {
+/// A close-on-exec pipe, both ends with the status `flags`: (read end, write end).
+fn pipe(flags: libc::c_int) -> Result<(OwnedFd, OwnedFd), Errno> {
     let mut fds = [0; 2];
     // SAFETY: pipe2 fills the two-element array on success.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } < 0 {
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | flags) } < 0 {
         return Err(Errno::last());
     }
     // SAFETY: both descriptors were just created and are owned here.
@@ -80,13 +80,7 @@ fn pipe() -> Result<(OwnedFd, OwnedFd), Errno> {
 /// A close-on-exec pipe for a child's output: (read end, non-blocking, for the runtime; write
 /// end, blocking, for the child).
 fn output_pipe() -> Result<(OwnedFd, OwnedFd), Errno> {
-    let mut fds = [0; 2];
-    // SAFETY: pipe2 fills the two-element array on success.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) } < 0 {
-        return Err(Errno::last());
-    }
-    // SAFETY: both descriptors were just created and are owned here.
-    let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    let (read, write) = pipe(libc::O_NONBLOCK)?;
     // The flags belong to each end's file description, which the child's descriptor 1 or 2
     // shares: its end blocks, as a program expects of its output. A fresh pipe has no other
     // status flag to keep.
@@ -213,7 +207,7 @@ pub(crate) fn spawn(image: &Image<'_>, dev_null: RawFd) -> Result<Direct, Errno>
     let cwd = image.cwd.map(|dir| c_string(dir.as_os_str().as_bytes())).transpose()?;
 
     let [(stdout_read, stdout_write), (stderr_read, stderr_write)] = output_pipes()?;
-    let stdin = if image.stdin_piped { Some(pipe()?) } else { None };
+    let stdin = if image.stdin_piped { Some(pipe(0)?) } else { None };
     let stdin_source = stdin.as_ref().map_or(dev_null, |(read, _)| read.as_raw_fd());
 
     let mut spawn = Attributes::new()?;

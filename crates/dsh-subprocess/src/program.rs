@@ -9,8 +9,8 @@
 //! of every directory before it, or, when it starts the child with `posix_spawn` (which reports
 //! a file it cannot execute), starts that file unchecked. Like the shell's table, a program
 //! that appears later in an earlier directory is not noticed while the remembered one stays; a
-//! remembered one that went away is searched for afresh. A `PATH` with a relative or empty entry (which depends on the
-//! working directory) is always searched.
+//! remembered one that went away is searched for afresh. A `PATH` with a relative or empty
+//! entry (which depends on the working directory) is always searched.
 
 use std::collections::HashMap;
 use std::ffi::OsStr;

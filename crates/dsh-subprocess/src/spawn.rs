@@ -232,6 +232,7 @@ pub(crate) fn spawn_process(
     // A start that can go through `posix_spawn` takes the file remembered for the program as
     // it is: `posix_spawn` reports a file it cannot execute, and then it is searched for
     // afresh and started once more (below). Any other start checks it first.
+    // (Unless a new session is needed, which only the terminal probe below can tell.)
     let may_go_direct = spec.pty.is_none()
         && spec.pre_exec.is_none()
         && spec.shared_file.is_none()
@@ -258,11 +259,7 @@ pub(crate) fn spawn_process(
     // leader's exit hangs up its terminal's foreground group.
     let controlling_terminal = pty.is_some() && spec.pre_exec.is_none();
     let direct = match &service.dev_null {
-        Some(dev_null)
-            if pty.is_none() && !new_session && spec.pre_exec.is_none() && spec.shared_file.is_none() =>
-        {
-            Some(dev_null.as_raw_fd())
-        }
+        Some(dev_null) if may_go_direct && !new_session => Some(dev_null.as_raw_fd()),
         _ => None,
     };
     let started = match direct {
