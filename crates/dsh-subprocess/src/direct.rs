@@ -1,15 +1,18 @@
-//! The direct start: `posix_spawn` with an environment made mostly of C strings built once.
+//! The direct start: a `vfork`-style start with an environment made mostly of C strings built
+//! once.
 //!
-//! A child that needs no code of ours between `fork` and `exec` (no hook, no new session, no
-//! terminal, no shared file) is started here rather than through the standard library's
-//! `Command`. The work is the same (`posix_spawn`, whose child shares the harness's memory
-//! until it `exec`s), but `Command` copies every environment variable three times on every
-//! start (into its own map, into the captured one, into C strings); here the scrubbed ambient
-//! part is a list of C strings made once per service, and only the call's own variables are
-//! converted. The child gets what a forked start gives it: a process group of its own, an
-//! empty signal mask, every signal at its default action, the working directory, and exactly
-//! the three standard descriptors (with the GNU C library every other one is closed in the child;
-//! elsewhere every descriptor is marked close-on-exec just before the start).
+//! A child that needs no code of the caller's between `fork` and `exec` (no hook, no new
+//! session, no terminal, no shared file) is started here rather than through the standard
+//! library's `Command`. The child shares the harness's memory until it `exec`s, as with
+//! `posix_spawn`, but `Command` copies every environment variable three times on every start
+//! (into its own map, into the captured one, into C strings); here the scrubbed ambient part is
+//! a list of C strings made once per service, and only the call's own variables are converted.
+//! On Linux the start is `clone(CLONE_VM | CLONE_VFORK)` with the child's few steps written
+//! out (see [`vfork`]); elsewhere it is `posix_spawn`. The child gets what a forked start gives
+//! it: a process group of its own, an empty signal mask, every signal at its default action,
+//! the working directory, and exactly the three standard descriptors (on Linux every other one
+//! is closed in the child; elsewhere every descriptor is marked close-on-exec just before the
+//! start).
 
 use std::ffi::{CString, OsStr, OsString, c_char};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -45,6 +48,8 @@ fn c_string(text: &[u8]) -> Result<CString, Errno> {
 /// non-blocking).
 pub(crate) struct Direct {
     pub(crate) pid: i32,
+    /// The child's pidfd, when the start made one.
+    pub(crate) pidfd: Option<OwnedFd>,
     /// The write end of the child's stdin, when it is a pipe.
     pub(crate) stdin: Option<OwnedFd>,
     pub(crate) stdout: OwnedFd,
@@ -157,46 +162,19 @@ fn envp(image: &Image<'_>, owned: &mut Vec<CString>) -> Result<Vec<*const c_char
     Ok(pointers)
 }
 
-/// RAII for the two `posix_spawn` attribute objects.
-struct Attributes {
-    attr: libc::posix_spawnattr_t,
-    actions: libc::posix_spawn_file_actions_t,
+/// What the child of a direct start does before it `exec`s, made before the start: the child
+/// shares the harness's memory until then and allocates nothing.
+struct Plan<'a> {
+    path: &'a CString,
+    argv: &'a [*const c_char],
+    envp: &'a [*const c_char],
+    cwd: Option<&'a CString>,
+    /// The descriptors that become the child's 0, 1 and 2 (all above 2, close-on-exec).
+    stdio: [RawFd; 3],
 }
 
-impl Drop for Attributes {
-    fn drop(&mut self) {
-        // SAFETY: both were initialised by `Attributes::new`.
-        unsafe {
-            libc::posix_spawnattr_destroy(&mut self.attr);
-            libc::posix_spawn_file_actions_destroy(&mut self.actions);
-        }
-    }
-}
-
-fn check(rc: libc::c_int) -> Result<(), Errno> {
-    if rc == 0 { Ok(()) } else { Err(Errno::from_raw(rc)) }
-}
-
-impl Attributes {
-    fn new() -> Result<Box<Self>, Errno> {
-        // SAFETY: all-zero values are placeholders that the init calls overwrite.
-        let mut this: Box<Self> = Box::new(unsafe { std::mem::zeroed() });
-        // SAFETY: initialising the objects in place.
-        unsafe {
-            check(libc::posix_spawnattr_init(&mut this.attr))?;
-            if let Err(e) = check(libc::posix_spawn_file_actions_init(&mut this.actions)) {
-                libc::posix_spawnattr_destroy(&mut this.attr);
-                // Only the attributes were initialised: do not destroy the actions in Drop.
-                std::mem::forget(this);
-                return Err(e);
-            }
-        }
-        Ok(this)
-    }
-}
-
-/// Starts `image` with `posix_spawn`. The error is `posix_spawn`'s: an `exec` or `chdir`
-/// failure in the child, or a resource the start needed.
+/// Starts `image`. The error is the start's: an `exec`, `chdir` or descriptor failure in the
+/// child, or a resource the start needed.
 pub(crate) fn spawn(image: &Image<'_>, dev_null: RawFd) -> Result<Direct, Errno> {
     let path = c_string(image.executable.as_os_str().as_bytes())?;
     let args: Vec<CString> = image.argv.iter().map(|a| c_string(a.as_bytes())).collect::<Result<_, _>>()?;
@@ -209,49 +187,334 @@ pub(crate) fn spawn(image: &Image<'_>, dev_null: RawFd) -> Result<Direct, Errno>
     let [(stdout_read, stdout_write), (stderr_read, stderr_write)] = output_pipes()?;
     let stdin = if image.stdin_piped { Some(pipe(0)?) } else { None };
     let stdin_source = stdin.as_ref().map_or(dev_null, |(read, _)| read.as_raw_fd());
+    // They are all above 2: the standard library keeps 0, 1 and 2 open in every Rust program,
+    // so no new descriptor takes one of those numbers.
+    let plan = Plan {
+        path: &path,
+        argv: &argv,
+        envp: &envp,
+        cwd: cwd.as_ref(),
+        stdio: [stdin_source, stdout_write.as_raw_fd(), stderr_write.as_raw_fd()],
+    };
+    let (pid, pidfd) = start(&plan)?;
+    drop((stdout_write, stderr_write));
+    let stdin = stdin.map(|(_read, write)| write);
+    Ok(Direct { pid, pidfd, stdin, stdout: stdout_read, stderr: stderr_read })
+}
 
-    let mut spawn = Attributes::new()?;
-    let Attributes { attr, actions } = &mut *spawn;
-    // SAFETY: plain calls on initialised objects with valid arguments; the sigsets live on
-    // the stack until `posix_spawn` returns.
-    unsafe {
-        let mut empty: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut empty);
-        // Every signal at its default action: a signal the harness ignores (SIGPIPE here, or
-        // SIGINT and SIGHUP when a host started it in the background or under `nohup`) would
-        // stay ignored across `exec`, and a program could neither be interrupted nor trap it.
-        let mut default: libc::sigset_t = std::mem::zeroed();
-        libc::sigfillset(&mut default);
-        check(libc::posix_spawnattr_setpgroup(attr, 0))?;
-        check(libc::posix_spawnattr_setsigmask(attr, &empty))?;
-        check(libc::posix_spawnattr_setsigdefault(attr, &default))?;
-        let flags = libc::POSIX_SPAWN_SETPGROUP | libc::POSIX_SPAWN_SETSIGMASK | libc::POSIX_SPAWN_SETSIGDEF;
-        check(libc::posix_spawnattr_setflags(attr, flags as libc::c_short))?;
-        // `dup2` onto 0, 1 and 2 clears close-on-exec there; the sources stay close-on-exec.
-        // They are all above 2: the standard library keeps 0, 1 and 2 open in every Rust
-        // program, so no new descriptor takes one of those numbers.
-        check(libc::posix_spawn_file_actions_adddup2(actions, stdin_source, 0))?;
-        check(libc::posix_spawn_file_actions_adddup2(actions, stdout_write.as_raw_fd(), 1))?;
-        check(libc::posix_spawn_file_actions_adddup2(actions, stderr_write.as_raw_fd(), 2))?;
-        if let Some(dir) = &cwd {
-            check(libc::posix_spawn_file_actions_addchdir_np(actions, dir.as_ptr()))?;
+#[cfg(target_os = "linux")]
+use vfork::start;
+
+/// The start on Linux: `clone(CLONE_VM | CLONE_VFORK)` onto a stack this thread keeps, and the
+/// child's steps written out, as the C library's `posix_spawn` does them, minus what it does
+/// per call that a kept stack and a kept signal list make unnecessary (a fresh stack mapped and
+/// unmapped, the descriptor limit read once per file action), and with the pidfd from the
+/// `clone` itself.
+#[cfg(target_os = "linux")]
+mod vfork {
+    use std::cell::{Cell, UnsafeCell};
+    use std::ffi::c_void;
+    use std::os::fd::{FromRawFd, OwnedFd};
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    use nix::errno::Errno;
+
+    use super::Plan;
+
+    /// The child's stack: enough for the few calls it makes, above one guard page.
+    const STACK_SIZE: usize = 64 * 1024;
+
+    /// A stack for `clone`, mapped once per thread that starts children.
+    struct Stack {
+        base: *mut c_void,
+        len: usize,
+    }
+
+    impl Stack {
+        fn map() -> Result<Self, Errno> {
+            // SAFETY: sysconf with a constant name.
+            let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096);
+            let len = STACK_SIZE + page;
+            // SAFETY: a fresh private anonymous mapping; nothing else refers to it.
+            let base = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    len,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
+                    -1,
+                    0,
+                )
+            };
+            if base == libc::MAP_FAILED {
+                return Err(Errno::last());
+            }
+            let stack = Self { base, len };
+            // The lowest page is the guard: a child that ran off its stack faults instead of
+            // writing over whatever lies below.
+            // SAFETY: the first page of the mapping made above.
+            if unsafe { libc::mprotect(base, page, libc::PROT_NONE) } < 0 {
+                return Err(Errno::last());
+            }
+            Ok(stack)
         }
-        // Every descriptor from 3 closed in the child, after the `dup2`s: one the harness
-        // opened without close-on-exec (C code in another thread, say) never reaches the
-        // program, however late it was opened.
-        #[cfg(target_env = "gnu")]
-        check(libc::posix_spawn_file_actions_addclosefrom_np(actions, 3))?;
-        let mut pid: libc::pid_t = 0;
-        check(libc::posix_spawn(
-            &mut pid,
-            path.as_ptr(),
-            actions,
-            attr,
-            argv.as_ptr().cast::<*mut c_char>(),
-            envp.as_ptr().cast::<*mut c_char>(),
-        ))?;
-        drop((stdout_write, stderr_write));
-        let stdin = stdin.map(|(_read, write)| write);
-        Ok(Direct { pid, stdin, stdout: stdout_read, stderr: stderr_read })
+
+        fn top(&self) -> *mut c_void {
+            // Stacks grow down on every architecture Linux runs this on; the end of a mapping
+            // is page-aligned, which satisfies every ABI's stack alignment.
+            // SAFETY: one past the end of the mapping, which `clone` takes as the stack top.
+            unsafe { self.base.cast::<u8>().add(self.len).cast() }
+        }
+    }
+
+    impl Drop for Stack {
+        fn drop(&mut self) {
+            // SAFETY: the mapping made by `map`, used by no child any more (a `clone` on it
+            // returns only once its child has `exec`ed or exited).
+            unsafe { libc::munmap(self.base, self.len) };
+        }
+    }
+
+    thread_local! {
+        /// This thread's stack for its children; taken while a start uses it.
+        static STACK: Cell<Option<Box<Stack>>> = const { Cell::new(None) };
+    }
+
+    /// Whether `clone` refused `CLONE_PIDFD` once (Linux before 5.2): then it is not asked again.
+    static NO_CLONE_PIDFD: AtomicBool = AtomicBool::new(false);
+
+    /// What the child reads, and where it leaves its errno when a step fails.
+    struct Shared<'a> {
+        plan: &'a Plan<'a>,
+        error: UnsafeCell<libc::c_int>,
+    }
+
+    /// Starts the child; its pid, and its pidfd when the kernel gives one with the `clone`.
+    pub(super) fn start(plan: &Plan<'_>) -> Result<(i32, Option<OwnedFd>), Errno> {
+        let stack = match STACK.with(Cell::take) {
+            Some(stack) => stack,
+            None => Box::new(Stack::map()?),
+        };
+        let shared = Shared { plan, error: UnsafeCell::new(0) };
+        let mut pidfd: libc::c_int = -1;
+        let mut flags = libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD;
+        let mut pid = clone_child(&stack, &shared, flags | pidfd_flag(), &mut pidfd);
+        if pid < 0 && Errno::last() == Errno::EINVAL && pidfd_flag() != 0 {
+            NO_CLONE_PIDFD.store(true, Ordering::Relaxed);
+            flags &= !libc::CLONE_PIDFD;
+            pid = clone_child(&stack, &shared, flags, &mut pidfd);
+        }
+        let clone_error = Errno::last();
+        STACK.with(|slot| slot.set(Some(stack)));
+        if pid < 0 {
+            return Err(clone_error);
+        }
+        // SAFETY: the child has `exec`ed or exited (CLONE_VFORK), so nothing writes it now.
+        let error = unsafe { *shared.error.get() };
+        // SAFETY: with CLONE_PIDFD the kernel stored a fresh descriptor owned by nobody else.
+        let pidfd = (pidfd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(pidfd) });
+        if error != 0 {
+            // The child exited (127) after the failed step: reap it now. Its pidfd goes with it.
+            let mut status = 0;
+            // SAFETY: waiting for our own child, which has exited.
+            unsafe { libc::waitpid(pid, &mut status, 0) };
+            return Err(Errno::from_raw(error));
+        }
+        Ok((pid, pidfd))
+    }
+
+    fn pidfd_flag() -> libc::c_int {
+        if NO_CLONE_PIDFD.load(Ordering::Relaxed) { 0 } else { libc::CLONE_PIDFD }
+    }
+
+    /// One `clone` with every signal blocked in this thread around it, so no handler of the
+    /// harness runs in the child before the child has set every signal to its default.
+    fn clone_child(stack: &Stack, shared: &Shared<'_>, flags: libc::c_int, pidfd: &mut libc::c_int) -> i32 {
+        // SAFETY: sigset_t is plain data; sigfillset initialises it.
+        let mut all: libc::sigset_t = unsafe { std::mem::zeroed() };
+        // SAFETY: as above.
+        let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
+        // SAFETY: filling a set on the stack, then changing this thread's mask (restored below).
+        unsafe {
+            libc::sigfillset(&mut all);
+            libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
+        }
+        // SAFETY: the child runs `child_main` on `stack`, which nothing else uses meanwhile
+        // (it is this thread's, taken out of its slot), sharing this process's memory while
+        // this thread is suspended (CLONE_VFORK) until the child `exec`s or exits; `shared`
+        // outlives that. The child only makes async-signal-safe calls and never returns.
+        let pid = unsafe {
+            libc::clone(
+                child_main,
+                stack.top(),
+                flags,
+                std::ptr::from_ref(shared).cast_mut().cast(),
+                std::ptr::from_mut(pidfd),
+            )
+        };
+        let error = Errno::last();
+        // SAFETY: restoring this thread's mask as it was.
+        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
+        Errno::set_raw(error as i32);
+        pid
+    }
+
+    /// The child, on the kept stack in the harness's memory, with every signal blocked:
+    /// every signal at its default action, a process group of its own, the three standard
+    /// descriptors, the working directory, every other descriptor closed, an empty signal
+    /// mask, then the program. A failed step leaves its errno for the parent and exits 127.
+    extern "C" fn child_main(arg: *mut c_void) -> libc::c_int {
+        // SAFETY: `arg` is the parent's `Shared`, alive while the parent is suspended.
+        let shared = unsafe { &*arg.cast::<Shared<'_>>() };
+        let plan = shared.plan;
+        let fail = || -> ! {
+            // SAFETY: the parent reads `error` only after this child has exited; leaving the
+            // child with `_exit` runs none of the harness's exit handlers.
+            unsafe {
+                *shared.error.get() = Errno::last_raw();
+                libc::_exit(127)
+            }
+        };
+        crate::spawn::default_signals_in_child();
+        // SAFETY: async-signal-safe calls with integer arguments or the plan's C strings and
+        // NULL-terminated vectors, made before the start.
+        unsafe {
+            if libc::setpgid(0, 0) < 0 {
+                fail();
+            }
+            // `dup2` onto 0, 1 and 2 clears close-on-exec there; the sources stay close-on-exec.
+            for (target, source) in plan.stdio.iter().enumerate() {
+                if libc::dup2(*source, target as libc::c_int) < 0 {
+                    fail();
+                }
+            }
+            if let Some(dir) = plan.cwd
+                && libc::chdir(dir.as_ptr()) < 0
+            {
+                fail();
+            }
+            // Every descriptor from 3 closed, after the `dup2`s: one the harness opened
+            // without close-on-exec (C code in another thread, say) never reaches the program,
+            // however late it was opened.
+            close_from_3();
+            // SAFETY: sigset_t is plain data; sigemptyset initialises it.
+            let mut empty: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut empty);
+            libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
+            libc::execve(plan.path.as_ptr(), plan.argv.as_ptr(), plan.envp.as_ptr());
+        }
+        fail()
+    }
+
+    /// Closes every descriptor from 3: one `close_range` (Linux 5.9), else one `close` per
+    /// number below the descriptor limit.
+    fn close_from_3() {
+        // SAFETY: close_range and close take no pointers; in the child, the descriptors are its own.
+        unsafe {
+            if libc::syscall(libc::SYS_close_range, 3 as libc::c_uint, libc::c_uint::MAX, 0 as libc::c_uint)
+                == 0
+            {
+                return;
+            }
+            let mut limit: libc::rlimit = std::mem::zeroed();
+            let end = if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 {
+                limit.rlim_cur.min(libc::c_int::MAX as libc::rlim_t) as libc::c_int
+            } else {
+                1024
+            };
+            for fd in 3..end {
+                libc::close(fd);
+            }
+        }
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+use posix::start;
+
+/// The start elsewhere: `posix_spawn`.
+#[cfg(not(target_os = "linux"))]
+mod posix {
+    use std::ffi::c_char;
+    use std::os::fd::OwnedFd;
+
+    use nix::errno::Errno;
+
+    use super::Plan;
+
+    /// RAII for the two `posix_spawn` attribute objects.
+    struct Attributes {
+        attr: libc::posix_spawnattr_t,
+        actions: libc::posix_spawn_file_actions_t,
+    }
+
+    impl Drop for Attributes {
+        fn drop(&mut self) {
+            // SAFETY: both were initialised by `Attributes::new`.
+            unsafe {
+                libc::posix_spawnattr_destroy(&mut self.attr);
+                libc::posix_spawn_file_actions_destroy(&mut self.actions);
+            }
+        }
+    }
+
+    fn check(rc: libc::c_int) -> Result<(), Errno> {
+        if rc == 0 { Ok(()) } else { Err(Errno::from_raw(rc)) }
+    }
+
+    impl Attributes {
+        fn new() -> Result<Box<Self>, Errno> {
+            // SAFETY: all-zero values are placeholders that the init calls overwrite.
+            let mut this: Box<Self> = Box::new(unsafe { std::mem::zeroed() });
+            // SAFETY: initialising the objects in place.
+            unsafe {
+                check(libc::posix_spawnattr_init(&mut this.attr))?;
+                if let Err(e) = check(libc::posix_spawn_file_actions_init(&mut this.actions)) {
+                    libc::posix_spawnattr_destroy(&mut this.attr);
+                    // Only the attributes were initialised: do not destroy the actions in Drop.
+                    std::mem::forget(this);
+                    return Err(e);
+                }
+            }
+            Ok(this)
+        }
+    }
+
+    pub(super) fn start(plan: &Plan<'_>) -> Result<(i32, Option<OwnedFd>), Errno> {
+        let mut spawn = Attributes::new()?;
+        let Attributes { attr, actions } = &mut *spawn;
+        // SAFETY: plain calls on initialised objects with valid arguments; the sigsets live on
+        // the stack until `posix_spawn` returns.
+        unsafe {
+            let mut empty: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut empty);
+            // Every signal at its default action: a signal the harness ignores (SIGPIPE here, or
+            // SIGINT and SIGHUP when a host started it in the background or under `nohup`) would
+            // stay ignored across `exec`, and a program could neither be interrupted nor trap it.
+            let mut default: libc::sigset_t = std::mem::zeroed();
+            libc::sigfillset(&mut default);
+            check(libc::posix_spawnattr_setpgroup(attr, 0))?;
+            check(libc::posix_spawnattr_setsigmask(attr, &empty))?;
+            check(libc::posix_spawnattr_setsigdefault(attr, &default))?;
+            let flags =
+                libc::POSIX_SPAWN_SETPGROUP | libc::POSIX_SPAWN_SETSIGMASK | libc::POSIX_SPAWN_SETSIGDEF;
+            check(libc::posix_spawnattr_setflags(attr, flags as libc::c_short))?;
+            for (target, source) in plan.stdio.iter().enumerate() {
+                check(libc::posix_spawn_file_actions_adddup2(actions, *source, target as libc::c_int))?;
+            }
+            if let Some(dir) = plan.cwd {
+                check(libc::posix_spawn_file_actions_addchdir_np(actions, dir.as_ptr()))?;
+            }
+            let mut pid: libc::pid_t = 0;
+            check(libc::posix_spawn(
+                &mut pid,
+                plan.path.as_ptr(),
+                actions,
+                attr,
+                plan.argv.as_ptr().cast::<*mut c_char>(),
+                plan.envp.as_ptr().cast::<*mut c_char>(),
+            ))?;
+            Ok((pid, None))
+        }
     }
 }

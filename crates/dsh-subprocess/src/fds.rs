@@ -3,14 +3,14 @@
 //! Whoever started the harness may have handed it descriptors (`dsh-bash call … 7>>file`); a
 //! command must not be able to write through them. Every descriptor from 3 up is made
 //! close-on-exec: once per process, for what the harness inherited; in every forked child
-//! before any caller hook runs. A child started by `posix_spawn` (no code of ours runs in it)
-//! has every descriptor from 3 closed by the C library's `addclosefrom` action, with the GNU C
-//! library; elsewhere they are marked in the parent just before the spawn, which leaves a
-//! window: a descriptor another thread opens without close-on-exec between the mark and the
-//! spawn's `exec` is inherited (the standard library and the runtime open every descriptor
-//! close-on-exec). Close-on-exec rather than close in a forked child, so descriptors it still
-//! needs until `exec` (the standard library's exec-error pipe, a sandbox's rule set) keep
-//! working.
+//! before any caller hook runs. A child of the direct start closes every descriptor from 3
+//! itself on Linux (`close_range`, after its `dup2`s); elsewhere, where that start is
+//! `posix_spawn` (no code of ours runs in the child), they are marked in the parent just
+//! before the spawn, which leaves a window: a descriptor another thread opens without
+//! close-on-exec between the mark and the spawn's `exec` is inherited (the standard library
+//! and the runtime open every descriptor close-on-exec). Close-on-exec rather than close in a
+//! forked child, so descriptors it still needs until `exec` (the standard library's exec-error
+//! pipe, a sandbox's rule set) keep working.
 
 use std::sync::Once;
 
@@ -27,9 +27,9 @@ pub(crate) fn mark_inherited_cloexec() {
 
 /// Marks every descriptor `>= 3` of this process close-on-exec now: before a `posix_spawn`,
 /// which runs no code in the child, so a descriptor opened without close-on-exec since the
-/// harness started does not reach the program (with the GNU C library the child closes them
+/// harness started does not reach the program (on Linux the direct start's child closes them
 /// itself instead). One system call where the kernel has `close_range`.
-#[cfg(not(target_env = "gnu"))]
+#[cfg(not(target_os = "linux"))]
 pub(crate) fn mark_all_cloexec() {
     if close_range_cloexec().is_err() {
         mark_listed_fds();

@@ -1,13 +1,13 @@
 //! Finding the executable on the **child's** `PATH`.
 //!
 //! Resolving in the parent (rather than letting `execvp` search the parent's `PATH`) gives the
-//! child's environment the last word and keeps the spawn on the `posix_spawn` fast path, which
-//! the standard library only takes for a program given as a path.
+//! child's environment the last word and keeps the spawn on the direct start (`crate::direct`),
+//! which takes a program given as a path.
 //!
 //! A service remembers where it found each program on each `PATH`, as a shell's command hash
 //! table does: the next spawn checks that one file (still an executable regular file) instead
-//! of every directory before it, or, when it starts the child with `posix_spawn` (which reports
-//! a file it cannot execute), starts that file unchecked. Like the shell's table, a program
+//! of every directory before it, or, when it starts the child directly (the start reports a
+//! file it cannot execute), starts that file unchecked. Like the shell's table, a program
 //! that appears later in an earlier directory is not noticed while the remembered one stays; a
 //! remembered one that went away is searched for afresh. A `PATH` with a relative or empty
 //! entry (which depends on the working directory) is always searched.
@@ -62,7 +62,7 @@ impl ProgramCache {
     }
 
     /// The file remembered for `program` on `path_var`, not checked: for a start that reports
-    /// a program it cannot execute (as `posix_spawn` does), which then [`forget`](Self::forget)s
+    /// a program it cannot execute (as the direct start does), which then [`forget`](Self::forget)s
     /// it and [`resolve`](Self::resolve)s afresh. That saves two `stat`-like calls per start.
     pub(crate) fn remembered(&self, program: &str, path_var: Option<&OsStr>) -> Option<PathBuf> {
         let key = cache_key(program, path_var)?;

@@ -3,7 +3,7 @@
 //!
 //! A child spawned with [`crate::SpawnSpec::pty`] gets the slave side as its stdin, stdout
 //! and stderr; the harness keeps the master. Both descriptors are opened close-on-exec, so
-//! no other child (started concurrently, through `posix_spawn` or not) inherits them.
+//! no other child (started concurrently, directly or not) inherits them.
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;

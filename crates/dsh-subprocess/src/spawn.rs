@@ -94,14 +94,14 @@ pub struct SpawnSpec {
     /// Cancelling it terminates the process (and, cancelled before the spawn, refuses it).
     pub cancel: Option<CancellationToken>,
     /// Runs in the child before `exec` (set with [`SpawnSpec::with_pre_exec`] or
-    /// [`SpawnSpec::pre_exec`]); when `None` (and `new_session` is false) the fast
-    /// `posix_spawn` path is used.
+    /// [`SpawnSpec::pre_exec`]); when `None` (and `new_session` is false) the fast direct
+    /// start is used.
     pre_exec: Option<PreExecHook>,
     /// Start the child in a new session (`setsid`) instead of only a new process group, so
     /// it has no controlling terminal (it cannot reach the harness's terminal through
     /// `/dev/tty` or `TIOCSTI`). The process group id is still the child's pid. Off by default.
     /// While the harness's own session has no terminal, a new process group gives the same
-    /// guarantee and is what the child gets (the faster `posix_spawn` path).
+    /// guarantee and is what the child gets (the faster direct start).
     pub new_session: bool,
     /// A file the child keeps open at the descriptor number it has here (every other
     /// descriptor from 3 is closed on `exec`); the caller tells the program that number.
@@ -229,8 +229,8 @@ pub(crate) fn spawn_process(
     let resolve = || {
         (service.programs).resolve(&program, path_var, &cwd).map_err(|errno| failed(errno, SpawnStage::Exec))
     };
-    // A start that can go through `posix_spawn` takes the file remembered for the program as
-    // it is: `posix_spawn` reports a file it cannot execute, and then it is searched for
+    // A start that can go direct takes the file remembered for the program as it is: the
+    // direct start reports a file it cannot execute, and then it is searched for
     // afresh and started once more (below). Any other start checks it first.
     // (Unless a new session is needed, which only the terminal probe below can tell.)
     let may_go_direct = spec.pty.is_none()
@@ -250,7 +250,7 @@ pub(crate) fn spawn_process(
     };
     // A new session only matters while the harness's own session has a terminal: without
     // one, a child in a new group of this session has none either and cannot get one (only a
-    // session leader acquires a terminal), so the `posix_spawn` path, which cannot `setsid`,
+    // session leader acquires a terminal), so the direct start, which does not `setsid`,
     // gives the same guarantee at the cost of a `vfork` instead of a `fork`. A terminal job
     // always gets a session of its own (its terminal becomes the controlling one).
     let new_session = pty.is_some() || (spec.new_session && session_has_terminal());
@@ -362,8 +362,8 @@ fn receiver(runtime: &tokio::runtime::Handle, fd: std::os::fd::OwnedFd, nonblock
     tokio::net::unix::pipe::Receiver::from_owned_fd_unchecked(fd).ok()
 }
 
-/// Starts a child that needs no code between `fork` and `exec` with `posix_spawn`
-/// (see [`crate::direct`]).
+/// Starts a child that needs no code of the caller's between `fork` and `exec` directly (see
+/// [`crate::direct`]).
 fn start_direct(
     service: &SubprocessService,
     runtime: &tokio::runtime::Handle,
@@ -373,8 +373,8 @@ fn start_direct(
     dev_null: std::os::fd::RawFd,
     failed: Failure<'_>,
 ) -> Result<Started, SpawnError> {
-    // The GNU C library's `posix_spawn` closes them in the child (`crate::direct`).
-    #[cfg(not(target_env = "gnu"))]
+    // On Linux the child closes them itself (`crate::direct`).
+    #[cfg(not(target_os = "linux"))]
     crate::fds::mark_all_cloexec();
     let image = crate::direct::Image {
         executable,
@@ -394,7 +394,7 @@ fn start_direct(
     drop(spawned_pids);
     Ok(Started {
         pid: spawned.pid,
-        leader: Leader::of(spawned.pid),
+        leader: Leader { pid: spawned.pid, pidfd: None, opened: spawned.pidfd, first: None },
         stdin: spawned.stdin,
         stdout: receiver(runtime, spawned.stdout, true),
         stderr: receiver(runtime, spawned.stderr, true),
@@ -445,8 +445,8 @@ fn start_command(
         command.process_group(0);
     }
     // Every child started here gets the prelude, the plain one too (only when `/dev/null`
-    // could not be opened for the direct start): `posix_spawn` would leave it the signals
-    // the harness ignores.
+    // could not be opened for the direct start): a bare `fork` and `exec` would leave it the
+    // signals the harness ignores.
     let shared_fd = spec.shared_file.as_ref().map(|f| f.as_raw_fd());
     install_prelude(&mut command, Prelude { new_session, controlling_terminal, shared_fd });
     let hook_marker = match &spec.pre_exec {
@@ -519,6 +519,7 @@ fn start_command(
         leader: Leader {
             pid: sibling.unwrap_or(pid),
             pidfd: None,
+            opened: None,
             first: sibling.map(|_| Box::new(Leader::of(pid))),
         },
         stdin: child.stdin.take().map(std::os::fd::OwnedFd::from),
@@ -557,6 +558,8 @@ type Pipe = tokio::net::unix::pipe::Receiver;
 struct Leader {
     pid: i32,
     pidfd: Option<tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>>,
+    /// A pidfd the start made, registered with the runtime at the first wait.
+    opened: Option<std::os::fd::OwnedFd>,
     first: Option<Box<Leader>>,
 }
 
@@ -565,7 +568,7 @@ const NO_PIDFD_POLL: Duration = Duration::from_millis(5);
 
 impl Leader {
     fn of(pid: i32) -> Self {
-        Self { pid, pidfd: None, first: None }
+        Self { pid, pidfd: None, opened: None, first: None }
     }
 
     async fn wait(&mut self) -> std::io::Result<ExitStatus> {
@@ -575,16 +578,24 @@ impl Leader {
         }
         let pid = self.pid;
         if self.pidfd.is_none() {
-            // SAFETY: pidfd_open of a child of this process; the fd is owned below.
-            let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-            if fd >= 0 {
-                // SAFETY: a fresh descriptor nobody else owns.
-                let fd = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd as i32) };
+            let fd = match self.opened.take() {
+                Some(fd) => Some(fd),
+                None => {
+                    // SAFETY: pidfd_open of a child of this process; the fd is owned below.
+                    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+                    if fd < 0 && Errno::last() != Errno::ENOSYS {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    // SAFETY: a fresh descriptor nobody else owns.
+                    (fd >= 0).then(|| unsafe {
+                        <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd as i32)
+                    })
+                }
+            };
+            if let Some(fd) = fd {
                 // SAFETY: the `OwnedFd` is open and is moved into the `AsyncFd`, which owns it
                 // (and so its descriptor number) until it is dropped.
                 self.pidfd = Some(unsafe { tokio::io::unix::AsyncFd::register(fd) }?);
-            } else if Errno::last() != Errno::ENOSYS {
-                return Err(std::io::Error::last_os_error());
             }
         }
         loop {
@@ -701,17 +712,40 @@ fn install_prelude(command: &mut std::process::Command, prelude: Prelude) {
     unsafe { command.pre_exec(prelude) };
 }
 
-/// In a forked child, before `exec`: every signal at its default action. `exec` resets the
-/// signals that have a handler but keeps the ignored ones ignored, so a harness started in
-/// the background by a shell (SIGINT and SIGQUIT ignored) or under `nohup` (SIGHUP) would
-/// hand that on to every program. Async-signal-safe: `sigaction(2)` only; SIGKILL, SIGSTOP
-/// and the C library's internal signals refuse the change, which is harmless.
-fn default_signals_in_child() {
+/// In a child, before `exec`: every signal at its default action. `exec` resets the signals
+/// that have a handler but keeps the ignored ones ignored, so a harness started in the
+/// background by a shell (SIGINT and SIGQUIT ignored) or under `nohup` (SIGHUP) would hand
+/// that on to every program. Async-signal-safe: `rt_sigaction(2)` only. The system call
+/// itself, because the C library's wrapper refuses its own signals (32 up to SIGRTMIN), which
+/// a harness started by that library's `posix_spawn` has ignored; SIGKILL and SIGSTOP are
+/// left alone. Where the kernel's signal set is not 64 bits, the wrapper does what it can.
+pub(crate) fn default_signals_in_child() {
+    // SIG_DFL, no flags, no restorer, an empty mask: the kernel's `struct sigaction` all zero,
+    // whatever its layout (at most 32 bytes where the set has 64 bits).
+    #[cfg(target_os = "linux")]
+    let action = [0u64; 8];
     for signal in 1..=libc::SIGRTMAX() {
-        if signal != libc::SIGKILL && signal != libc::SIGSTOP {
-            // SAFETY: sets a signal's action to its default; no handler runs.
-            unsafe { libc::signal(signal, libc::SIG_DFL) };
+        if signal == libc::SIGKILL || signal == libc::SIGSTOP {
+            continue;
         }
+        #[cfg(target_os = "linux")]
+        {
+            // SAFETY: rt_sigaction reads the zeroed action and writes nothing (no old action).
+            let rc = unsafe {
+                libc::syscall(
+                    libc::SYS_rt_sigaction,
+                    signal,
+                    action.as_ptr(),
+                    std::ptr::null::<u64>(),
+                    8usize,
+                )
+            };
+            if rc == 0 {
+                continue;
+            }
+        }
+        // SAFETY: sets a signal's action to its default; no handler runs.
+        unsafe { libc::signal(signal, libc::SIG_DFL) };
     }
 }
 
