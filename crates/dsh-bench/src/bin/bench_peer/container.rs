@@ -14,7 +14,7 @@ use dsh_shell_remote::{RemoteExecSpec, RemoteExecutor, RemoteTransport};
 use serde_json::{Map, Value, json};
 use tokio::io::AsyncReadExt;
 
-use crate::measure::{ms, stats};
+use crate::measure::{ms, round, stats};
 use crate::{Args, Composed, Outcome, run_with};
 
 /// `true` through the transport alone: exec, both streams to their end, the exit.
@@ -103,6 +103,10 @@ pub(crate) async fn container(c: &Composed, args: &Args) -> anyhow::Result<Outco
     let mut results = Map::new();
     for (key, s) in ["docker_exec", "bollard_exec", "executor_run"].into_iter().zip(&samples) {
         results.insert(key.into(), Value::Object(stats(s)));
+    }
+    let p50 = |key: &str| results[key]["p50_ms"].as_f64().filter(|x| *x > 0.0);
+    if let (Some(run), Some(raw)) = (p50("executor_run"), p50("docker_exec")) {
+        results.insert("run_vs_docker_exec_p50".into(), round(run / raw, 3));
     }
     Ok(Outcome { params, results: Value::Object(results), shape: Value::Null })
 }
