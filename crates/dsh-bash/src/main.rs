@@ -73,12 +73,17 @@ fn main() -> ExitCode {
         return fail(&anyhow::anyhow!("cannot make the process non-dumpable: {e}"));
     }
     let mut runtime = tokio::runtime::Builder::new_multi_thread();
-    // A stdio MCP server serves one session, whose calls run one at a time: a single worker
-    // thread does that work without waking a second one on every call, which on two CPUs
-    // cost about 3% of a `true` round trip. `TOKIO_WORKER_THREADS` still decides when set.
-    if matches!(&cli.command, Command::Mcp(args) if args.http.is_none())
-        && std::env::var_os("TOKIO_WORKER_THREADS").is_none()
-    {
+    // A stdio MCP server serves one session, whose calls run one at a time, and `batch` runs
+    // its lines one at a time: a single worker thread does that work without waking a second
+    // one on every call, which on two CPUs cost about 3% of a `true` round trip, and the
+    // upkeep after a call waits until its answer is written. `TOKIO_WORKER_THREADS` still
+    // decides when set.
+    let one_at_a_time = match &cli.command {
+        Command::Mcp(args) => args.http.is_none(),
+        Command::Batch => true,
+        _ => false,
+    };
+    if one_at_a_time && std::env::var_os("TOKIO_WORKER_THREADS").is_none() {
         runtime.worker_threads(1);
     }
     let runtime = match runtime.enable_all().build() {
