@@ -8,7 +8,7 @@ use std::time::Instant;
 use anyhow::{Context as _, bail};
 use serde_json::{Map, Value, json};
 
-use crate::measure::{ms, round, stats};
+use crate::measure::{ms, round, settle, settle_flag, stats, with_settle};
 use crate::{Args, Outcome};
 
 pub(crate) fn dsh_bash_path(args: &Args) -> anyhow::Result<PathBuf> {
@@ -85,6 +85,7 @@ pub(crate) fn batch(args: &Args) -> anyhow::Result<Outcome> {
     let n = args.int_at(1, "N")?;
     let warmup = args.int_flag("warmup", 20)?;
     let bin = dsh_bash_path(args)?;
+    let pause = settle_flag(args)?;
     let t_spawn = Instant::now();
     let mut child = LineChild::spawn(&bin, "batch")?;
     child.send(BATCH_LINE)?;
@@ -99,9 +100,11 @@ pub(crate) fn batch(args: &Args) -> anyhow::Result<Outcome> {
     let mut round_trips = Vec::with_capacity(n as usize);
     let mut raw = Vec::with_capacity(n as usize);
     for _ in 0..n {
+        settle(pause);
         let t = Instant::now();
         crate::baselines::raw_spawn(false)?;
         raw.push(ms(t.elapsed()));
+        settle(pause);
         let t = Instant::now();
         child.send(BATCH_LINE)?;
         check_batch(&child.receive()?)?;
@@ -133,7 +136,7 @@ pub(crate) fn batch(args: &Args) -> anyhow::Result<Outcome> {
     results.insert("cold_first_ms".into(), round(cold_first, 3));
     results.insert("teardown_ms".into(), round(teardown, 3));
     Ok(Outcome {
-        params: json!({"n": n, "warmup": warmup, "line": BATCH_LINE, "bin": bin}),
+        params: with_settle(json!({"n": n, "warmup": warmup, "line": BATCH_LINE, "bin": bin}), pause),
         results: Value::Object(results),
         shape: Value::Null,
     })
@@ -163,6 +166,7 @@ pub(crate) fn mcp(args: &Args) -> anyhow::Result<Outcome> {
     let n = args.int_at(1, "N")?;
     let warmup = args.int_flag("warmup", 20)?;
     let bin = dsh_bash_path(args)?;
+    let pause = settle_flag(args)?;
     let t_spawn = Instant::now();
     let mut child = LineChild::spawn(&bin, "mcp")?;
     let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
@@ -179,11 +183,13 @@ pub(crate) fn mcp(args: &Args) -> anyhow::Result<Outcome> {
             "params": {"name": "bash", "arguments": {"command": "true", "description": "t"}}});
         let line = call.to_string();
         // The baseline, a raw `bash -c true` spawn, measured in the same moments.
+        settle(pause);
         let t = Instant::now();
         crate::baselines::raw_spawn(false)?;
         if i >= warmup {
             raw.push(ms(t.elapsed()));
         }
+        settle(pause);
         let t = Instant::now();
         child.send(&line)?;
         let response = mcp_response(&mut child, id)?;
@@ -203,8 +209,11 @@ pub(crate) fn mcp(args: &Args) -> anyhow::Result<Outcome> {
     results.insert("initialize_ms".into(), round(initialize_ms, 3));
     results.insert("teardown_ms".into(), round(teardown, 3));
     Ok(Outcome {
-        params: json!({"n": n, "warmup": warmup, "tool": "bash", "arguments": {"command": "true", "description": "t"},
+        params: with_settle(
+            json!({"n": n, "warmup": warmup, "tool": "bash", "arguments": {"command": "true", "description": "t"},
             "protocolVersion": reply["result"]["protocolVersion"], "bin": bin}),
+            pause,
+        ),
         results: Value::Object(results),
         shape: Value::Null,
     })

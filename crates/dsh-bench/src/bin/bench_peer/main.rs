@@ -21,8 +21,12 @@
 //! bench_peer overhead N        raw `bash -c true` spawns vs the service vs run("true"), interleaved
 //! bench_peer pipe BYTES [--plain]   the throughput command through a plain pipe, read and discarded
 //! bench_peer raw-concurrent N  N `sleep 0.5; echo done` spawned by std at once, then awaited
-//! bench_peer batch N [--bin DSH_BASH] [--warmup W]   `dsh-bash batch`: per-line cost and round trip
-//! bench_peer mcp N [--bin DSH_BASH] [--warmup W]     `dsh-bash mcp` over stdio: tools/call round trip
+//! bench_peer batch N [--bin DSH_BASH] [--warmup W] [--settle-ms S]   `dsh-bash batch`: per-line
+//!                               cost and round trip
+//! bench_peer mcp N [--bin DSH_BASH] [--warmup W] [--settle-ms S]     `dsh-bash mcp` over stdio:
+//!                               tools/call round trip
+//!                               (--settle-ms: an idle pause before each timed round trip and raw
+//!                               spawn, so nothing one left to do runs in the next one's time)
 //! bench_peer mcp-http N [--bin DSH_BASH] [--warmup W]   the same round trip over a keep-alive
 //!                               HTTP connection and over stdio, alternating, in one run
 //! bench_peer mcp-load [--sessions S] [--calls C] [--jobs J] [--churn K] [--rounds R] [--bin DSH_BASH]

@@ -23,6 +23,33 @@ pub(crate) fn round(x: f64, digits: i32) -> Value {
     js((x * f).round() / f)
 }
 
+/// The pause before each timed operation of an interleaved measurement (`--settle-ms`, default
+/// none). Without one, what the previous operation left to do after its answer (a server's
+/// upkeep once it has replied, a child's teardown) may run in the next one's time, on a
+/// machine whose scheduler keeps both on one CPU; with one, each starts from an idle machine,
+/// as an agent's next call does after the model has read the last answer (and with the caches
+/// an idle CPU leaves).
+pub(crate) fn settle_flag(args: &crate::Args) -> anyhow::Result<Duration> {
+    Ok(Duration::from_millis(args.int_flag("settle-ms", 0)?))
+}
+
+/// `params` with `settle_ms` when there was a pause (lines without one stay as they were).
+pub(crate) fn with_settle(mut params: Value, pause: Duration) -> Value {
+    if !pause.is_zero()
+        && let Some(map) = params.as_object_mut()
+    {
+        map.insert("settle_ms".into(), js(ms(pause)));
+    }
+    params
+}
+
+/// Sleeps for `pause` unless it is zero.
+pub(crate) fn settle(pause: Duration) {
+    if !pause.is_zero() {
+        std::thread::sleep(pause);
+    }
+}
+
 pub(crate) fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }

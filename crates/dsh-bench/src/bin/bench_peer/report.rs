@@ -223,6 +223,8 @@ fn latency(d: &Lines, t: &mut Table, has_ts: bool) {
     t.section(
         "per-call latency of `true` (p50 of each rep; a same-moments ratio is the median of the reps' own)",
     );
+    // Back to back (no pause before a timed operation); the rows after an idle pause follow.
+    let hot = [("settle_ms", Value::Null)];
     let raw = d.med("rust", "overhead", &[], "results.raw_spawn.p50_ms");
     t.info("raw `bash -c true`: std spawn+wait (posix_spawn)", Unit::Ms, raw, None);
     let fork = d.med("rust", "overhead", &[], "results.raw_fork.p50_ms");
@@ -237,28 +239,52 @@ fn latency(d: &Lines, t: &mut Table, has_ts: bool) {
         d.med("rust", "overhead", &[], "results.run_vs_raw_p50"),
         Target::RatioAtMost(1.10, "<= 1.10x raw spawn (same moments)"),
     );
-    let batch = d.med("rust", "batch", &[], "results.pipelined_per_line_ms");
+    let batch = d.med("rust", "batch", &hot, "results.pipelined_per_line_ms");
     t.info("dsh-bash batch, per line (N lines fed at once)", Unit::Ms, batch, raw);
     // The host rows are set against the raw spawns measured between their own round trips
     // (the machine's speed drifts between benchmarks), else against the overhead run's.
-    let batch_rt = d.med("rust", "batch", &[], "results.round_trip.p50_ms");
-    let batch_raw = d.med("rust", "batch", &[], "results.raw_spawn.p50_ms").or(raw);
+    let batch_rt = d.med("rust", "batch", &hot, "results.round_trip.p50_ms");
+    let batch_raw = d.med("rust", "batch", &hot, "results.raw_spawn.p50_ms").or(raw);
     t.add_paired(
         "dsh-bash batch, one-line round trip",
         Unit::Ms,
         (batch_rt, batch_raw),
-        d.med("rust", "batch", &[], "results.round_trip_vs_raw_p50"),
+        d.med("rust", "batch", &hot, "results.round_trip_vs_raw_p50"),
         Target::RatioAtMost(1.15, "<= 1.15x raw spawn (same moments)"),
     );
-    let mcp = d.med("rust", "mcp", &[], "results.p50_ms");
-    let mcp_raw = d.med("rust", "mcp", &[], "results.raw_spawn.p50_ms").or(raw);
+    let mcp = d.med("rust", "mcp", &hot, "results.p50_ms");
+    let mcp_raw = d.med("rust", "mcp", &hot, "results.raw_spawn.p50_ms").or(raw);
     t.add_paired(
         "dsh-bash mcp (stdio), tools/call bash round trip",
         Unit::Ms,
         (mcp, mcp_raw),
-        d.med("rust", "mcp", &[], "results.vs_raw_p50"),
+        d.med("rust", "mcp", &hot, "results.vs_raw_p50"),
         Target::RatioAtMost(1.20, "<= 1.20x raw spawn (same moments)"),
     );
+    // The same two round trips, each (and each raw spawn) after a 1 ms idle pause: nothing the
+    // previous operation left to do runs in the next one's time, and the caches are an idle
+    // CPU's. Information: the targets are the back-to-back rows'.
+    let idle = [("settle_ms", json!(1))];
+    for (bench, label, rt, paired) in [
+        (
+            "batch",
+            "dsh-bash batch round trip, after a 1 ms idle pause",
+            "results.round_trip.p50_ms",
+            "results.round_trip_vs_raw_p50",
+        ),
+        (
+            "mcp",
+            "dsh-bash mcp (stdio) round trip, after a 1 ms idle pause",
+            "results.p50_ms",
+            "results.vs_raw_p50",
+        ),
+    ] {
+        let value = d.med("rust", bench, &idle, rt);
+        if value.is_some() {
+            let base = d.med("rust", bench, &idle, "results.raw_spawn.p50_ms");
+            t.add_paired(label, Unit::Ms, (value, base), d.med("rust", bench, &idle, paired), Target::Info);
+        }
+    }
     let http = d.med("rust", "mcp-http", &[], "results.http.p50_ms");
     let stdio = d.med("rust", "mcp-http", &[], "results.stdio.p50_ms");
     t.add_paired(
@@ -271,13 +297,13 @@ fn latency(d: &Lines, t: &mut Table, has_ts: bool) {
     t.info(
         "dsh-bash batch: start + first response",
         Unit::Ms,
-        d.med("rust", "batch", &[], "results.cold_first_ms"),
+        d.med("rust", "batch", &hot, "results.cold_first_ms"),
         None,
     );
     t.info(
         "dsh-bash mcp: start + initialize",
         Unit::Ms,
-        d.med("rust", "mcp", &[], "results.initialize_ms"),
+        d.med("rust", "mcp", &hot, "results.initialize_ms"),
         None,
     );
     if !has_ts {
