@@ -116,11 +116,7 @@ impl Table {
     }
 
     fn add(&mut self, what: &str, unit: Unit, value: Option<f64>, baseline: Option<f64>, target: Target) {
-        let ratio = match (value, baseline) {
-            (Some(a), Some(b)) if b != 0.0 => Some(a / b),
-            _ => None,
-        };
-        self.add_ratio(what, unit, value, baseline, ratio, target);
+        self.add_paired(what, unit, (value, baseline), None, target);
     }
 
     /// A row whose measurement and baseline were taken in the same moments, rep by rep: the
