@@ -206,10 +206,10 @@ pub(crate) fn spawn(image: &Image<'_>, dev_null: RawFd) -> Result<Direct, Errno>
 use vfork::start;
 
 /// The start on Linux: `clone(CLONE_VM | CLONE_VFORK)` onto a stack this thread keeps, and the
-/// child's steps written out, as the C library's `posix_spawn` does them, minus what it does
-/// per call that a kept stack and a kept signal list make unnecessary (a fresh stack mapped and
-/// unmapped, the descriptor limit read once per file action), and with the pidfd from the
-/// `clone` itself.
+/// child's steps written out in the order the C library's `posix_spawn` takes them. What that
+/// does on every call and this does not: map and unmap a fresh stack (the unmapping can make
+/// another CPU flush its TLB), read the descriptor limit once per file action, and leave the
+/// C library's own signals ignored. The pidfd comes from the `clone` itself.
 #[cfg(target_os = "linux")]
 mod vfork {
     use std::cell::{Cell, UnsafeCell};
