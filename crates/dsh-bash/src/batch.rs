@@ -58,11 +58,7 @@ async fn serve(ctx: Context, tools: Arc<ToolRegistry>) -> anyhow::Result<()> {
         text.push('\n');
         stdout.write_all(text.as_bytes()).await.context("writing stdout")?;
         stdout.flush().await.context("writing stdout")?;
-        // The upkeep after the call waits until now (one worker); a reader sharing this CPU
-        // reads its answer first (see `dsh_mcp`'s stdio transport).
-        if tokio::runtime::Handle::current().metrics().num_workers() == 1 {
-            std::thread::yield_now();
-        }
+        dsh_mcp::answer_written();
         if interrupted.is_aborted() {
             break;
         }

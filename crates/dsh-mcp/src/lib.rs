@@ -94,4 +94,4 @@ pub use origin::{InvalidOrigin, Origin};
 pub use roots::file_uri_path;
 pub use server::{CLIENT_CANCELLED, PROTOCOL_VERSION};
 pub use stdio::{serve_io, serve_stdio};
-pub use stdio_streams::{StdinStream, StdoutStream, stdio_streams};
+pub use stdio_streams::{StdinStream, StdoutStream, answer_written, stdio_streams};

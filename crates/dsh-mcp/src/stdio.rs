@@ -169,14 +169,7 @@ async fn write_line<W: AsyncWrite + Unpin>(writer: &Mutex<W>, line: &[u8]) -> st
     writer.write_all(line).await?;
     writer.flush().await?;
     drop(writer);
-    // On a one-worker runtime (a stdio server's) the upkeep after a call waits until its
-    // answer is written; a client that shares this CPU (as a scheduler that packs a machine's
-    // work onto few CPUs keeps it) and was woken by the line may still wait behind that
-    // upkeep. Giving up the CPU here lets it read its answer first; alone on the CPU, this
-    // returns at once.
-    if tokio::runtime::Handle::current().metrics().num_workers() == 1 {
-        std::thread::yield_now();
-    }
+    crate::stdio_streams::answer_written();
     Ok(())
 }
 

@@ -23,6 +23,17 @@ use tokio::io::unix::AsyncFd;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::unix::pipe;
 
+/// After an answer was written to stdout: on a one-worker runtime (a stdio server's, or
+/// `batch`'s) the upkeep after a call waits until its answer is written, and a client that
+/// shares this CPU (as a scheduler that packs a machine's work onto few CPUs keeps it) and was
+/// woken by the answer may still wait behind that upkeep. Giving up the CPU once lets it read
+/// its answer first; alone on the CPU, this returns at once.
+pub fn answer_written() {
+    if tokio::runtime::Handle::current().metrics().num_workers() == 1 {
+        std::thread::yield_now();
+    }
+}
+
 /// Standard input: a reopened pipe, a socket, or tokio's stdin.
 #[derive(Debug)]
 pub enum StdinStream {

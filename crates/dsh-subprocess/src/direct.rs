@@ -10,9 +10,8 @@
 //! On Linux the start is `clone(CLONE_VM | CLONE_VFORK)` with the child's few steps written
 //! out (see [`vfork`]); elsewhere it is `posix_spawn`. The child gets what a forked start gives
 //! it: a process group of its own, an empty signal mask, every signal at its default action,
-//! the working directory, and exactly the three standard descriptors (on Linux every other one
-//! is closed in the child; elsewhere every descriptor is marked close-on-exec just before the
-//! start).
+//! the working directory, and exactly the three standard descriptors (every other one is
+//! marked close-on-exec: on Linux in the child, elsewhere just before the start).
 
 use std::ffi::{CString, OsStr, OsString, c_char};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -297,11 +296,12 @@ mod vfork {
         };
         let shared = Shared { plan, error: UnsafeCell::new(0) };
         let mut pidfd: libc::c_int = -1;
-        let mut flags = libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD;
-        let mut pid = clone_child(&stack, &shared, flags | pidfd_flag(), &mut pidfd);
-        if pid < 0 && Errno::last() == Errno::EINVAL && pidfd_flag() != 0 {
+        let flags = libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD;
+        let with_pidfd = !NO_CLONE_PIDFD.load(Ordering::Relaxed);
+        let mut pid =
+            clone_child(&stack, &shared, flags | if with_pidfd { libc::CLONE_PIDFD } else { 0 }, &mut pidfd);
+        if pid < 0 && with_pidfd && Errno::last() == Errno::EINVAL {
             NO_CLONE_PIDFD.store(true, Ordering::Relaxed);
-            flags &= !libc::CLONE_PIDFD;
             pid = clone_child(&stack, &shared, flags, &mut pidfd);
         }
         let clone_error = Errno::last();
@@ -321,10 +321,6 @@ mod vfork {
             return Err(Errno::from_raw(error));
         }
         Ok((pid, pidfd))
-    }
-
-    fn pidfd_flag() -> libc::c_int {
-        if NO_CLONE_PIDFD.load(Ordering::Relaxed) { 0 } else { libc::CLONE_PIDFD }
     }
 
     /// One `clone` with every signal blocked in this thread around it, so no handler of the
@@ -361,8 +357,8 @@ mod vfork {
 
     /// The child, on the kept stack in the harness's memory, with every signal blocked:
     /// every signal at its default action, a process group of its own, the three standard
-    /// descriptors, the working directory, every other descriptor closed, an empty signal
-    /// mask, then the program. A failed step leaves its errno for the parent and exits 127.
+    /// descriptors, the working directory, every other descriptor close-on-exec, an empty
+    /// signal mask, then the program. A failed step leaves its errno for the parent and exits 127.
     extern "C" fn child_main(arg: *mut c_void) -> libc::c_int {
         // SAFETY: `arg` is the parent's `Shared`, alive while the parent is suspended.
         let shared = unsafe { &*arg.cast::<Shared<'_>>() };
@@ -393,10 +389,10 @@ mod vfork {
             {
                 fail();
             }
-            // Every descriptor from 3 closed, after the `dup2`s: one the harness opened
-            // without close-on-exec (C code in another thread, say) never reaches the program,
-            // however late it was opened.
-            close_from_3();
+            // Every descriptor from 3 close-on-exec, after the `dup2`s, as in a forked child:
+            // one the harness opened without it (C code in another thread, say) never reaches
+            // the program, however late it was opened.
+            crate::fds::cloexec_from_3_in_child();
             // SAFETY: sigset_t is plain data; sigemptyset initialises it.
             let mut empty: libc::sigset_t = std::mem::zeroed();
             libc::sigemptyset(&mut empty);
@@ -404,28 +400,6 @@ mod vfork {
             libc::execve(plan.path.as_ptr(), plan.argv.as_ptr(), plan.envp.as_ptr());
         }
         fail()
-    }
-
-    /// Closes every descriptor from 3: one `close_range` (Linux 5.9), else one `close` per
-    /// number below the descriptor limit.
-    fn close_from_3() {
-        // SAFETY: close_range and close take no pointers; in the child, the descriptors are its own.
-        unsafe {
-            if libc::syscall(libc::SYS_close_range, 3 as libc::c_uint, libc::c_uint::MAX, 0 as libc::c_uint)
-                == 0
-            {
-                return;
-            }
-            let mut limit: libc::rlimit = std::mem::zeroed();
-            let end = if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 {
-                limit.rlim_cur.min(libc::c_int::MAX as libc::rlim_t) as libc::c_int
-            } else {
-                1024
-            };
-            for fd in 3..end {
-                libc::close(fd);
-            }
-        }
     }
 }
 

@@ -3,10 +3,9 @@
 //! Whoever started the harness may have handed it descriptors (`dsh-bash call … 7>>file`); a
 //! command must not be able to write through them. Every descriptor from 3 up is made
 //! close-on-exec: once per process, for what the harness inherited; in every forked child
-//! before any caller hook runs. A child of the direct start closes every descriptor from 3
-//! itself on Linux (`close_range`, after its `dup2`s); elsewhere, where that start is
-//! `posix_spawn` (no code of ours runs in the child), they are marked in the parent just
-//! before the spawn, which leaves a window: a descriptor another thread opens without
+//! before any caller hook runs, and, on Linux, in the direct start's child after its `dup2`s.
+//! Elsewhere, where that start is `posix_spawn` (no code of ours runs in the child), they are
+//! marked in the parent just before the spawn, which leaves a window: a descriptor another thread opens without
 //! close-on-exec between the mark and the spawn's `exec` is inherited (the standard library
 //! and the runtime open every descriptor close-on-exec). Close-on-exec rather than close in a
 //! forked child, so descriptors it still needs until `exec` (the standard library's exec-error
@@ -94,7 +93,8 @@ fn mark_below_limit() {
     }
 }
 
-/// In a forked child, before `exec`: marks every descriptor `>= 3` close-on-exec.
+/// In a child before `exec` (forked, or the direct start's): marks every descriptor `>= 3`
+/// close-on-exec.
 /// Async-signal-safe (no allocation, no locks).
 pub(crate) fn cloexec_from_3_in_child() {
     if close_range_cloexec().is_err() {

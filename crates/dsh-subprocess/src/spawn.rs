@@ -373,7 +373,7 @@ fn start_direct(
     dev_null: std::os::fd::RawFd,
     failed: Failure<'_>,
 ) -> Result<Started, SpawnError> {
-    // On Linux the child closes them itself (`crate::direct`).
+    // On Linux the child marks them itself (`crate::direct`).
     #[cfg(not(target_os = "linux"))]
     crate::fds::mark_all_cloexec();
     let image = crate::direct::Image {
