@@ -117,14 +117,20 @@ impl SessionWorlds {
             }
         }
         let hidden = hidden_dirs(&writable);
+        let spellings = config.denied_reads();
+        let protected = protected_paths(&writable, &config.protected_paths);
+        let masks = denied_paths(&spellings, &hidden);
+        let identities = protected.iter().chain(masks.iter().map(|(p, _)| p)).map(|p| identity(p)).collect();
         let spec = WorldSpec {
             tmp: session.join("tmp"),
             shm: session.join("shm"),
             writable: policy.mode == SandboxMode::WorkspaceWrite,
-            protected: protected_paths(&writable, &config.protected_paths),
-            masks: denied_paths(&config.denied_reads(), &hidden),
+            protected,
+            masks,
             empty_file: base.join("empty"),
             empty_dir: base.join("empty.d"),
+            reads: read_denial(&spellings, &hidden, &writable),
+            identities,
             hidden,
             shares,
         };
@@ -160,6 +166,56 @@ fn denied_paths(spellings: &[PathBuf], hidden: &[PathBuf]) -> Vec<(PathBuf, bool
         found.push((path, meta.is_dir()));
     }
     found
+}
+
+/// The device and inode at `path` (not following a last link), if something is there.
+fn identity(path: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(path).ok().map(|m| (m.dev(), m.ino()))
+}
+
+/// The denied reads the Landlock rules keep closed: every spelling, existing or not, resolved
+/// to where it leads (links followed as far as the path exists), except those below the
+/// private `/tmp` or a hidden directory (out of reach anyway) and those inside a writable
+/// root, which the writable root's own rule grants in full (there the cover alone holds, and
+/// is made again when the host replaces the file, see `world::recover`).
+fn read_denial(
+    spellings: &[PathBuf],
+    hidden: &[PathBuf],
+    writable: &[PathBuf],
+) -> crate::inprocess::ReadDenial {
+    crate::inprocess::ReadDenial::new(
+        spellings
+            .iter()
+            .filter_map(|p| resolve_missing(p))
+            .filter(|p| !p.starts_with(PRIVATE_TMP) && !hidden.iter().any(|h| p.starts_with(h)))
+            .filter(|p| !writable.iter().any(|w| p.starts_with(w))),
+    )
+}
+
+/// `path` with the longest existing prefix canonicalized and the missing rest appended; `None`
+/// for a relative path or a rest that climbs (`..`).
+fn resolve_missing(path: &Path) -> Option<PathBuf> {
+    if !path.is_absolute() {
+        return None;
+    }
+    let mut rest = Vec::new();
+    let mut existing = path;
+    loop {
+        if let Ok(canonical) = std::fs::canonicalize(existing) {
+            let mut resolved = canonical;
+            for part in rest.iter().rev() {
+                resolved.push(part);
+            }
+            return Some(resolved);
+        }
+        let name = existing.file_name()?;
+        if name == ".." {
+            return None;
+        }
+        rest.push(name.to_os_string());
+        existing = existing.parent()?;
+    }
 }
 
 /// The stable directory of a named session, made if missing; its parent must be owned by the

@@ -118,6 +118,8 @@ pub(crate) struct Template {
     /// The namespace's own `devpts` (an `O_PATH` fd), for the Landlock rule that lets the
     /// command use terminals it opens there.
     pub pts: Option<OwnedFd>,
+    /// The PID namespace's own `/proc` (an `O_PATH` fd), for the read rule that reaches it.
+    pub proc: Option<OwnedFd>,
     /// The shared network namespace, when the plan isolates the network.
     pub netns: Option<OwnedFd>,
     /// The proxy's listening socket on the namespace's loopback.
@@ -305,7 +307,13 @@ fn become_relay(keep: &[RawFd]) {
 /// The template's init (PID 1 of the shared namespace): mounts `/proc`, reports to the
 /// helper through `ready` (0, or the errno), then waits until the harness is gone or the
 /// template is released, and exits — which kills everything left in the namespace.
-pub(crate) fn run_template_init(alive: RawFd, release: RawFd, ready: RawFd) -> ! {
+///
+/// With a world, it also keeps the world's covers: it watches the namespace's mount table
+/// (the kernel flags every change on an open `mountinfo`) and, on a change, makes again each
+/// cover the host dropped by renaming a file over it ([`world::recover`]): a running command
+/// does not keep a writable `.git/config` or a readable new `~/.git-credentials` because the
+/// host rewrote the file.
+pub(crate) fn run_template_init(alive: RawFd, release: RawFd, ready: RawFd, world: Option<&WorldPlan>) -> ! {
     // SAFETY: signal with integer arguments; SIGCHLD ignored makes the kernel reap the
     // orphans this init adopts.
     unsafe { libc::signal(libc::SIGCHLD, libc::SIG_IGN) };
@@ -331,16 +339,26 @@ pub(crate) fn run_template_init(alive: RawFd, release: RawFd, ready: RawFd) -> !
         libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
     }
     close_all_but(&[alive, release]);
+    let mounts = match world {
+        // SAFETY: opening a constant NUL-terminated path; the fd stays open for the init's life.
+        Some(_) => unsafe { libc::open(c"/proc/self/mountinfo".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) },
+        None => -1,
+    };
     loop {
         let mut fds = [
             libc::pollfd { fd: alive, events: libc::POLLIN, revents: 0 },
             libc::pollfd { fd: release, events: libc::POLLIN, revents: 0 },
+            libc::pollfd { fd: mounts, events: libc::POLLPRI, revents: 0 },
         ];
-        // SAFETY: polling a stack array of two pollfds.
-        let ready = unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) };
-        if (ready < 0 && errno() != libc::EINTR) || fds.iter().any(|f| f.revents != 0) {
+        let count = if mounts >= 0 { 3 } else { 2 };
+        // SAFETY: polling a stack array of `count` pollfds.
+        let ready = unsafe { libc::poll(fds.as_mut_ptr(), count, -1) };
+        if (ready < 0 && errno() != libc::EINTR) || fds[..2].iter().any(|f| f.revents != 0) {
             // SAFETY: leaving the init ends the namespace.
             unsafe { libc::_exit(0) };
+        }
+        if let (Some(world), true) = (world, fds[2].revents != 0) {
+            world::recover(world);
         }
     }
 }

@@ -28,7 +28,7 @@ use std::sync::Arc;
 use dsh_sandbox::ChildConfinement;
 
 pub(crate) use cache::PreparedCache;
-pub(crate) use ruleset::landlock_abi;
+pub(crate) use ruleset::{ReadDenial, landlock_abi};
 pub(crate) use template::{NetworkHolder, create_network};
 
 use crate::runner::LANDLOCK_FATAL_SIGNATURE;
@@ -51,6 +51,14 @@ pub(crate) struct WorldSpec {
     pub empty_dir: PathBuf,
     pub hidden: Vec<PathBuf>,
     pub shares: Vec<PathBuf>,
+    /// The denied reads outside the writable roots, enforced by the Landlock rules too (see
+    /// [`ruleset`]): the covers in `masks` hide them in the mount namespace, the rules keep
+    /// them closed whatever the host does to the paths.
+    pub reads: ReadDenial,
+    /// The device and inode of each protected path and mask as the spec was made: a file the
+    /// host replaced since (a rename over it drops the cover made on the old one) is another
+    /// world, built afresh.
+    pub identities: Vec<Option<(u64, u64)>>,
 }
 
 /// Where the command's private `/tmp` is mounted.
@@ -78,7 +86,10 @@ impl WorldSpec {
 /// Everything one policy needs, built in the parent and shareable between spawns.
 #[derive(Debug)]
 pub(crate) struct Prepared {
-    ruleset: OwnedFd,
+    /// The current Landlock ruleset, and the stamps of the directories its read rules expand.
+    rules: std::sync::Mutex<(Vec<ruleset::Stamp>, Arc<OwnedFd>)>,
+    /// What the ruleset is made of, to make it again when an expanded directory changed.
+    inputs: PreparedRules,
     mounts: Option<MountPlan>,
     template: Option<Template>,
     /// Why the namespace could not be built ahead of time (each child then builds its own).
@@ -104,8 +115,16 @@ impl Prepared {
     ) -> Result<Self, String> {
         let existing: Vec<PathBuf> = writable.iter().filter(|p| p.exists()).cloned().collect();
         if !mount_namespace {
+            let reads = ReadDenial::default();
+            let ruleset = ruleset::build_ruleset(&existing, &[], None, (&reads, &[], None)).map_err(fatal)?;
             return Ok(Self {
-                ruleset: ruleset::build_ruleset(&existing, &[], None).map_err(fatal)?,
+                rules: std::sync::Mutex::new((Vec::new(), Arc::new(ruleset))),
+                inputs: PreparedRules {
+                    rule_roots: existing,
+                    devices: Vec::new(),
+                    reads,
+                    inside: Vec::new(),
+                },
                 mounts: None,
                 template: None,
                 template_error: None,
@@ -144,16 +163,66 @@ impl Prepared {
             }
             devices.push(PathBuf::from("/dev/tty"));
         }
-        let pts = template.as_ref().and_then(|t| t.pts.as_ref());
-        let ruleset = ruleset::build_ruleset(&rule_roots, &devices, pts).map_err(fatal)?;
+        // The read rules need the namespace's own `/proc`, known only with a pre-built
+        // namespace; without one, the covers alone hold the denied reads.
+        let reads = match (world, template.as_ref().and_then(|t| t.proc.as_ref())) {
+            (Some(world), Some(_)) => world.reads.clone(),
+            _ => ReadDenial::default(),
+        };
+        let mut inside: Vec<PathBuf> = world.map(|w| vec![w.tmp.clone(), w.shm.clone()]).unwrap_or_default();
+        inside
+            .extend(world::DEVICES.iter().map(|d| PathBuf::from(std::ffi::OsStr::from_bytes(d.to_bytes()))));
+        let prepared_rules = PreparedRules { rule_roots, devices, reads, inside };
+        let ruleset = prepared_rules.build(template.as_ref()).map_err(fatal)?;
+        let stamps = prepared_rules.reads.stamps();
         Ok(Self {
-            ruleset,
+            rules: std::sync::Mutex::new((stamps, Arc::new(ruleset))),
+            inputs: prepared_rules,
             mounts: Some(plan),
             template,
             template_error,
             bind_paths: existing,
             writable_paths,
         })
+    }
+}
+
+impl Prepared {
+    /// The ruleset for a command starting now: the one made last, or a new one when a
+    /// directory its read rules expand has changed since (an entry added, removed or
+    /// replaced), so what the host added there is readable and what replaced a denied path is
+    /// not. Commands already running keep the rules they started with.
+    fn ruleset(&self) -> Result<Arc<OwnedFd>, String> {
+        if self.inputs.reads.is_empty() {
+            let rules = self.rules.lock().unwrap_or_else(|p| p.into_inner());
+            return Ok(Arc::clone(&rules.1));
+        }
+        let stamps = self.inputs.reads.stamps();
+        let mut rules = self.rules.lock().unwrap_or_else(|p| p.into_inner());
+        if rules.0 != stamps {
+            let fresh = self.inputs.build(self.template.as_ref()).map_err(fatal)?;
+            *rules = (stamps, Arc::new(fresh));
+        }
+        Ok(Arc::clone(&rules.1))
+    }
+}
+
+/// What a [`Prepared`]'s ruleset is made of.
+#[derive(Debug)]
+struct PreparedRules {
+    rule_roots: Vec<PathBuf>,
+    devices: Vec<PathBuf>,
+    reads: ReadDenial,
+    /// What the namespace mounts afresh and the read rules must reach (see
+    /// [`ReadDenial`]): its `/tmp`, `/dev/shm` and device nodes.
+    inside: Vec<PathBuf>,
+}
+
+impl PreparedRules {
+    fn build(&self, template: Option<&Template>) -> Result<OwnedFd, String> {
+        let pts = template.and_then(|t| t.pts.as_ref());
+        let proc = template.and_then(|t| t.proc.as_ref());
+        ruleset::build_ruleset(&self.rule_roots, &self.devices, pts, (&self.reads, &self.inside, proc))
     }
 }
 
@@ -228,6 +297,7 @@ fn describe_step(bind_paths: &[PathBuf], writable_paths: &[PathBuf], step: Step,
 #[derive(Debug)]
 pub struct InProcessConfinement {
     prepared: Arc<Prepared>,
+    ruleset: Arc<OwnedFd>,
     record: FailureRecord,
     alive: std::os::fd::RawFd,
     last_cap: u32,
@@ -246,12 +316,14 @@ impl InProcessConfinement {
     pub(crate) fn from_prepared(prepared: Arc<Prepared>) -> Result<Self, String> {
         let record =
             FailureRecord::new().map_err(|e| fatal(format!("cannot map the failure record: {e}")))?;
+        let ruleset = prepared.ruleset()?;
         let seccomp = match prepared.mounts.is_some() {
             true => Some(crate::seccomp::filter().map_err(fatal)?),
             false => None,
         };
         Ok(Self {
             prepared,
+            ruleset,
             record,
             alive: alive_fd().map_err(fatal)?,
             last_cap: last_cap(),
@@ -290,7 +362,7 @@ unsafe impl ChildConfinement for InProcessConfinement {
     fn apply_in_child(&self) -> std::io::Result<()> {
         let prepared = &*self.prepared;
         let plan = ChildPlan {
-            ruleset: &prepared.ruleset,
+            ruleset: &self.ruleset,
             mounts: prepared.mounts.as_ref(),
             template: prepared.template.as_ref(),
             alive: self.alive,

@@ -23,6 +23,7 @@ use std::os::unix::fs::OpenOptionsExt;
 
 use super::child::{self, MountPlan, StepError, Template};
 use super::record::{self, Step};
+use super::world::WorldPlan;
 
 /// Builds the namespaces in a helper child and keeps fds to them.
 pub(crate) fn create(plan: &MountPlan, alive: Option<RawFd>) -> Result<Template, TemplateError> {
@@ -68,21 +69,26 @@ pub(crate) fn create(plan: &MountPlan, alive: Option<RawFd>) -> Result<Template,
             }
             false => (None, None),
         };
-        let pts = match plan.world {
-            Some(_) => Some(OwnedFd::from(
-                std::fs::OpenOptions::new()
-                    .read(true)
-                    .custom_flags(libc::O_PATH | libc::O_DIRECTORY)
-                    .open(format!("/proc/{holder}/root/dev/pts"))
-                    .map_err(TemplateError::Io)?,
-            )),
-            None => None,
+        let inside = |path: &str| {
+            std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC)
+                .open(format!("/proc/{holder}/root{path}"))
+                .map(OwnedFd::from)
+                .map_err(TemplateError::Io)
         };
-        Ok((userns, mntns, pidns, pts, netns, proxy))
+        let pts = plan.world.as_ref().map(|_| inside("/dev/pts")).transpose()?;
+        // The namespace's own `/proc` (mounted by the init), for the read rule that reaches
+        // it: Landlock does not look at the host's `/proc` below it.
+        let proc = match (&plan.world, init > 0) {
+            (Some(_), true) => Some(inside("/proc")?),
+            _ => None,
+        };
+        Ok((userns, mntns, pidns, (pts, proc), netns, proxy))
     })();
     drop(release_read);
     // On failure `release_write` is dropped here, which ends the helper (or the init).
-    let result = result.and_then(|(userns, mntns, pidns, pts, netns, proxy)| {
+    let result = result.and_then(|(userns, mntns, pidns, (pts, proc), netns, proxy)| {
         let release = match pidns {
             Some(_) => {
                 // Done with /proc/<init>: the init may now become non-dumpable.
@@ -92,7 +98,7 @@ pub(crate) fn create(plan: &MountPlan, alive: Option<RawFd>) -> Result<Template,
             }
             None => None,
         };
-        Ok(Template { userns, mntns, pidns, pts, release, netns, proxy })
+        Ok(Template { userns, mntns, pidns, pts, proc, release, netns, proxy })
     });
     let mut status = 0;
     // SAFETY: reaping the helper forked above (it exits at once with a PID namespace, else
@@ -135,7 +141,7 @@ fn helper(plan: &MountPlan, alive: Option<RawFd>, ready: RawFd, release: RawFd, 
     }
     let built = 1 | (u64::from(userns) << 1);
     match (plan.world.is_some(), alive) {
-        (true, Some(alive)) => match start_init(alive, release) {
+        (true, Some(alive)) => match start_init(alive, release, plan.world.as_ref()) {
             Ok(init) => send(built, init),
             Err((step, index, errno)) => send(record::pack(step, index, errno), 0),
         },
@@ -152,7 +158,7 @@ fn helper(plan: &MountPlan, alive: Option<RawFd>, ready: RawFd, release: RawFd, 
 }
 
 /// Forks the PID namespace's init and waits until it has mounted `/proc`; returns its pid.
-fn start_init(alive: RawFd, release: RawFd) -> Result<i32, StepError> {
+fn start_init(alive: RawFd, release: RawFd, world: Option<&WorldPlan>) -> Result<i32, StepError> {
     let mut ready = [0 as libc::c_int; 2];
     // SAFETY: pipe2 fills the two-element array; unshare with a constant flag.
     unsafe {
@@ -171,7 +177,7 @@ fn start_init(alive: RawFd, release: RawFd) -> Result<i32, StepError> {
     if init == 0 {
         // SAFETY: closing the read end this process does not use.
         unsafe { libc::close(ready[0]) };
-        child::run_template_init(alive, release, ready[1]);
+        child::run_template_init(alive, release, ready[1], world);
     }
     let mut bytes = [0u8; 4];
     // SAFETY: closing our write end, then reading the init's errno (0: ready) into a stack

@@ -26,7 +26,7 @@ const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 0x4;
 const MAX_CLONES: usize = 32;
 
 /// Device nodes bound from the host into the private `/dev`.
-const DEVICES: [&CStr; 6] =
+pub(crate) const DEVICES: [&CStr; 6] =
     [c"/dev/null", c"/dev/zero", c"/dev/full", c"/dev/random", c"/dev/urandom", c"/dev/tty"];
 
 /// Everything the world needs, prepared by the parent.
@@ -174,6 +174,59 @@ pub(crate) fn build(plan: &WorldPlan) -> Result<(), StepError> {
         }
     }
     Ok(())
+}
+
+/// Makes the covers of the protected paths and masks again where one is gone: called by the
+/// template's init, in the namespace, each time its mount table changes. A cover is a mount on
+/// a file or directory, and the kernel drops it in every namespace when the host renames
+/// another file over that path or removes it (as `git config`, editors and credential
+/// helpers do when they rewrite a file); the path then shows the host's new file, writable
+/// inside a writable root. Each path that is no longer a mount's root is covered again: a
+/// protected path by its new file, read-only; a mask by the empty file or directory (by what
+/// is there now). A path that is gone stays uncovered (nothing to read or keep), and a failed
+/// mount leaves it as it is (the next change tries again).
+pub(crate) fn recover(plan: &WorldPlan) {
+    for path in &plan.protected {
+        if mount_root(path) == Some(false) {
+            let _ = bind_read_only(path, path, 0);
+        }
+    }
+    for (path, _) in &plan.masks {
+        match (mount_root(path), is_dir(path)) {
+            (Some(false), Some(true)) => drop(bind_read_only(&plan.empty_dir, path, 0)),
+            (Some(false), Some(false)) => drop(bind_read_only(&plan.empty_file, path, 0)),
+            _ => {}
+        }
+    }
+}
+
+/// Whether `path` (not following a last link) is the root of a mount; `None` when it cannot be
+/// looked at (gone, or a link: a link's target is checked at its own path).
+fn mount_root(path: &CStr) -> Option<bool> {
+    // SAFETY: `statx` is plain old data; all zeroes is a valid value.
+    let mut stx: libc::statx = unsafe { std::mem::zeroed() };
+    // SAFETY: a NUL-terminated path and a live, correctly sized buffer on the stack.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_statx,
+            libc::AT_FDCWD,
+            path.as_ptr(),
+            libc::AT_SYMLINK_NOFOLLOW,
+            libc::STATX_TYPE,
+            &mut stx as *mut libc::statx,
+        )
+    };
+    let root = libc::STATX_ATTR_MOUNT_ROOT as u64;
+    let link = u32::from(stx.stx_mode) & libc::S_IFMT == libc::S_IFLNK;
+    (ret == 0 && !link && stx.stx_attributes_mask & root != 0).then_some(stx.stx_attributes & root != 0)
+}
+
+fn is_dir(path: &CStr) -> Option<bool> {
+    // SAFETY: `stat` is plain old data; all zeroes is a valid value.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: a NUL-terminated path and a live buffer on the stack.
+    let ret = unsafe { libc::lstat(path.as_ptr(), &mut st) };
+    (ret == 0).then_some(st.st_mode & libc::S_IFMT == libc::S_IFDIR)
 }
 
 /// A tmpfs on `/dev` holding the host's harmless device nodes, a fresh `devpts` instance,

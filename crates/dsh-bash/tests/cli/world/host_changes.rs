@@ -1,0 +1,165 @@
+//! The confinement holds when the host changes the files under it: a denied read
+//! (`~/.git-credentials`) and a protected path (`.git/config`) that the host rewrites the way
+//! `git config`, credential helpers and editors do (a new file renamed over the old one) stay
+//! closed, between two calls of one session and while a confined command runs; a denied file
+//! that did not exist when the session started stays closed once the host creates it.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, ChildStdout, Stdio};
+use std::time::Duration;
+
+use serde_json::json;
+
+use super::cell::{Mode, Outcome, Runner, World};
+use super::host::{q, wait_until};
+use super::matrix::{Skip, over_matrix};
+
+/// One `dsh-bash batch` under workspace-write, fed one line at a time, so the host can change
+/// files between two calls (and during one) of the same session.
+struct Batch {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+    next: u64,
+}
+
+impl Batch {
+    fn start(world: &World, home: &Path) -> Batch {
+        let args: Vec<String> = vec!["--sandbox".into(), Mode::WorkspaceWrite.name().into(), "batch".into()];
+        let mut child = world
+            .dsh_with_home(&args, Some(home))
+            .stdin(Stdio::piped())
+            .spawn()
+            .expect("spawn dsh-bash batch");
+        let stdin = child.stdin.take().expect("stdin");
+        let stdout = BufReader::new(child.stdout.take().expect("stdout"));
+        Batch { child, stdin, stdout, next: 0 }
+    }
+
+    /// Sends `command` as the next line of session `s`.
+    fn send(&mut self, world: &World, command: &str) {
+        let line = json!({
+            "tool": "bash",
+            "args": {"command": command, "description": "d", "timeoutMs": 60000},
+            "session": "s",
+            "cwd": world.ws,
+            "id": self.next,
+        });
+        self.next += 1;
+        writeln!(self.stdin, "{line}").expect("write a batch line");
+        self.stdin.flush().expect("flush the batch line");
+    }
+
+    /// Reads the answer of the line sent last.
+    fn answer(&mut self) -> Outcome {
+        let mut line = String::new();
+        self.stdout.read_line(&mut line).expect("read a batch answer");
+        assert!(!line.is_empty(), "dsh-bash batch ended without an answer");
+        Outcome::from_value(&serde_json::from_str(&line).expect("a JSON answer line"))
+    }
+
+    fn call(&mut self, world: &World, command: &str) -> Outcome {
+        self.send(world, command);
+        self.answer()
+    }
+}
+
+impl Drop for Batch {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Replaces `path` the way `git config` does: a new file beside it, renamed over it, owned by
+/// the cell's user (so only the sandbox stands between the command and it).
+fn replace_by_rename(world: &World, path: &Path, text: &str) {
+    let temp = path.with_extension("dsh-new");
+    std::fs::write(&temp, text).expect("write the replacement");
+    world.give(&temp);
+    std::fs::rename(&temp, path).expect("rename the replacement over the file");
+}
+
+/// The commands that try each protection, with the marks the assertions look for.
+fn attempts(home: &Path) -> String {
+    let credentials = q(home.join(".git-credentials").display());
+    let netrc = q(home.join(".netrc").display());
+    format!(
+        "cat {credentials}; echo planted >> .git/config && echo WROTE-CONFIG; \
+         python3 -c 'open(\".git/config\", \"a\").write(\"planted\\n\")' 2>/dev/null && echo WROTE-CONFIG; \
+         cat {netrc}; true"
+    )
+}
+
+#[track_caller]
+fn assert_held(world: &World, out: &Outcome, secrets: &[&str], when: &str) {
+    for secret in secrets {
+        assert!(!out.text.contains(secret), "{when}: a denied file was read: {out:#?}");
+    }
+    assert!(!out.text.contains("WROTE-CONFIG"), "{when}: .git/config was written: {out:#?}");
+    let config = std::fs::read_to_string(world.ws.join(".git/config")).expect("read .git/config");
+    assert!(!config.contains("planted"), "{when}: .git/config holds the command's line: {config:?}");
+    assert!(out.text.contains("Permission denied"), "{when}: not refused with EACCES: {out:#?}");
+}
+
+fn attack_host_renames(world: &World) -> Result<(), Skip> {
+    world.require("python3")?;
+    let home: PathBuf = world.ws.parent().expect("parent").join("user-home");
+    std::fs::create_dir_all(&home).expect("mkdir home");
+    std::fs::write(home.join(".git-credentials"), "https://u:FIRST-SECRET-1a2b@host\n").expect("write");
+    std::fs::write(home.join("notes.txt"), "notes\n").expect("write");
+    world.write(".git/config", "[core]\n\tbare = false\n");
+    world.give(&home);
+    let mut batch = Batch::start(world, &home);
+
+    // The setup is real: the same session reads an ordinary file of the home and writes the
+    // workspace.
+    let control =
+        batch.call(world, &format!("cat {} && echo ok > file", q(home.join("notes.txt").display())));
+    assert_eq!(control.ok(), "notes\n", "{control:#?}");
+    let first = batch.call(world, &attempts(&home));
+    assert_held(world, &first, &["FIRST-SECRET"], "before the host changed anything");
+
+    // Between two calls of the session: both files replaced by rename; then a denied one
+    // created where there was none.
+    replace_by_rename(world, &home.join(".git-credentials"), "https://u:SECOND-SECRET-3c4d@host\n");
+    replace_by_rename(world, &world.ws.join(".git/config"), "[core]\n\tbare = false\n# host 2\n");
+    let second = batch.call(world, &attempts(&home));
+    assert_held(world, &second, &["SECOND-SECRET"], "between two calls");
+    std::fs::write(home.join(".netrc"), "machine host password NETRC-SECRET-5e6f\n").expect("write .netrc");
+    world.give(&home);
+    let created = batch.call(world, &attempts(&home));
+    assert_held(world, &created, &["SECOND-SECRET", "NETRC-SECRET"], "a denied file created between calls");
+
+    // While a confined command runs: it starts, the host replaces both files again, then the
+    // command tries.
+    let started = world.ws.join("started");
+    let go = world.ws.join("go");
+    batch.send(world, &format!("touch started; while [ ! -e go ]; do sleep 0.05; done; {}", attempts(&home)));
+    assert!(wait_until(Duration::from_secs(30), || started.exists()), "the command did not start");
+    replace_by_rename(world, &home.join(".git-credentials"), "https://u:THIRD-SECRET-7a8b@host\n");
+    replace_by_rename(world, &world.ws.join(".git/config"), "[core]\n\tbare = false\n# host 3\n");
+    replace_by_rename(world, &home.join(".netrc"), "machine host password NETRC2-SECRET-9c0d\n");
+    std::fs::write(&go, "").expect("write go");
+    world.give(&go);
+    let during = batch.answer();
+    if world.cell.runner == Runner::Bwrap {
+        // bubblewrap builds each command's namespace itself, and nothing of the harness lives
+        // in it to make a dropped cover again: a command already running when the host
+        // replaces a covered file sees the new one (the README says so). The next command
+        // gets fresh covers, checked below.
+        drop(during);
+        replace_by_rename(world, &world.ws.join(".git/config"), "[core]\n\tbare = false\n# host 4\n");
+        let after = batch.call(world, &attempts(&home));
+        assert_held(world, &after, &["THIRD-SECRET", "NETRC2-SECRET"], "the call after a running one");
+        return Ok(());
+    }
+    assert_held(world, &during, &["THIRD-SECRET", "NETRC2-SECRET"], "while a command runs");
+    Ok(())
+}
+
+#[test]
+fn world_denials_hold_when_the_host_replaces_the_files() {
+    over_matrix("world_denials_hold_when_the_host_replaces_the_files", attack_host_renames);
+}
