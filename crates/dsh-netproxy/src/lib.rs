@@ -357,6 +357,11 @@ fn split_authority(authority: &str, default: Option<u16>) -> Option<(String, u16
     (!host.is_empty()).then(|| (host.to_owned(), port))
 }
 
+/// `host:port` as the command spelled the host (`[v6]:port` for IPv6).
+fn spelled_host_port(host: &str, port: u16) -> String {
+    if host.contains(':') { format!("[{host}]:{port}") } else { format!("{host}:{port}") }
+}
+
 /// The proxy's answer to a refused destination.
 pub fn refusal_response(hp: &str, why: &str) -> String {
     let body = format!("dsh-bash network policy: access to {hp} denied: {why}\n");
@@ -412,7 +417,10 @@ async fn handle(mut client: TcpStream, gate: &NetworkGate) -> std::io::Result<()
     let (host, port) = match &request {
         Request::Connect { host, port } | Request::Forward { host, port, .. } => (host.clone(), *port),
     };
-    let hp = host_port(&host, port);
+    // The answers to the command spell the destination as it did: a secret it put in a name
+    // is then found, as given, by the redaction of its output (the gate's records are
+    // lower-cased, and redacted without regard to case where they are reported).
+    let hp = spelled_host_port(&host, port);
     let admitted = match gate.decide(&host, port).await {
         Ok(admitted) => admitted,
         Err(Refusal(why)) => return client.write_all(refusal_response(&hp, &why).as_bytes()).await,
