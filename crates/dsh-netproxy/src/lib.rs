@@ -18,8 +18,9 @@
 //!   running at that moment ([`CallGuard::finish`]).
 //!
 //! One namespace (and one gate) serves a session: calls of a session that run at the same
-//! time share it. A refusal is then reported to each of them, and an approval is asked
-//! through the most recently started call that can ask.
+//! time share it. A refusal is then reported to each of them, an approval is asked through
+//! the most recently started call that can ask, and a grant serves them all until the call
+//! that holds it ends.
 
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
