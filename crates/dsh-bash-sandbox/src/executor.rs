@@ -151,6 +151,26 @@ fn withhold_agent_socket(spec: &mut ShellExecSpec, withhold: bool) {
     }
 }
 
+/// The refused destinations of a call, as its result reports them: passed through the same
+/// redactor as the output (a host name can carry a secret a command put there), matched
+/// without regard to case since the proxy reports names lower-cased. A redactor that cannot
+/// be built withholds the names rather than show them.
+fn redact_destinations(service: &dsh_subprocess::SubprocessService, denied: Vec<String>) -> Vec<String> {
+    let Some(redactor) = service.redactor().filter(|_| !denied.is_empty()) else {
+        return denied;
+    };
+    denied
+        .into_iter()
+        .map(|hp| match redactor.redact_ignoring_ascii_case(&hp) {
+            Ok(text) => text.into_owned(),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot redact a refused destination; it is withheld");
+                "[redacted]".to_owned()
+            }
+        })
+        .collect()
+}
+
 /// Whether confined commands go without the harness's ssh agent (see [`withhold_agent_socket`]).
 fn agent_socket_withheld() -> bool {
     std::env::var_os("SSH_AUTH_SOCK").is_some()
@@ -236,7 +256,8 @@ impl ShellExecutor for SandboxBashExecutor {
         let mut spec = self.confined_spec(spec, mode);
         let network = self.enter_network(&confined, &policy, &mut spec, true);
         let outcome = self.local.run_argv(&spec, confined.argv.clone(), confined.pre_exec_hook()).await;
-        let denied_hosts = network.map(CallGuard::finish).unwrap_or_default();
+        let denied_hosts =
+            redact_destinations(self.local.service(), network.map(CallGuard::finish).unwrap_or_default());
         let mut result = match outcome {
             Ok(result) => result,
             Err(ExecError::Spawn(error)) => {
@@ -285,9 +306,11 @@ impl ShellExecutor for SandboxBashExecutor {
         let workdir = spec.workdir.clone();
         let argv = confined.argv.clone();
         let hook = confined.pre_exec_hook();
+        let service = Arc::clone(self.local.service());
         let on_settle: dsh_bash_local::SettleHook = Box::new(move |facts: &SettleFacts| {
             let mut info = settle_facts(&confined, mode, &workdir, facts);
-            info.network_denied = network.map(CallGuard::finish).unwrap_or_default();
+            info.network_denied =
+                redact_destinations(&service, network.map(CallGuard::finish).unwrap_or_default());
             Some(info)
         });
         let process = self.local.start_argv(&spec, argv, hook, Some(on_settle))?;

@@ -10,13 +10,17 @@
 //! * A wildcard entry (`*.example.com`) never reaches a private or loopback address; an exact
 //!   entry (`localhost:8080`, `10.0.0.5`) does.
 //! * Under `ask`, an unlisted `host:port` goes to the approval of a call running in the
-//!   session; `allowed-once` grants it for the rest of that call.
+//!   session; `allowed-once` grants it for the rest of that call. A connection a grant
+//!   admitted (a `CONNECT` tunnel, a kept-alive plain-HTTP connection) belongs to the call
+//!   that holds the grant and is shut down, both ways, when that call ends: a process the
+//!   call left running keeps no way to the host. Connections to listed hosts are unaffected.
 //! * Every refusal answers `403` with one line saying why, and is recorded for the calls
 //!   running at that moment ([`CallGuard::finish`]).
 //!
 //! One namespace (and one gate) serves a session: calls of a session that run at the same
-//! time share it. A refusal is then reported to each of them, and an approval is asked
-//! through the most recently started call that can ask.
+//! time share it. A refusal is then reported to each of them, an approval is asked through
+//! the most recently started call that can ask, and a grant serves them all until the call
+//! that holds it ends.
 
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
@@ -73,6 +77,9 @@ struct ActiveCall {
     approver: Option<Arc<dyn NetworkApprover>>,
     grants: HashSet<String>,
     denied: Vec<String>,
+    /// Dropped when the call ends (its entry leaves [`Calls::active`]): every connection one
+    /// of its grants admitted holds a receiver and ends then.
+    lapse: tokio::sync::watch::Sender<()>,
 }
 
 /// A call registered with a gate; [`CallGuard::finish`] ends it and returns its refusals.
@@ -110,6 +117,17 @@ impl Drop for CallGuard {
 #[derive(Debug)]
 struct Admitted {
     addrs: Vec<SocketAddr>,
+    /// Set when a call's one-time grant admitted it: closed when that call ends, and the
+    /// connection with it. `None` for a listed host.
+    lapse: Option<tokio::sync::watch::Receiver<()>>,
+}
+
+impl Admitted {
+    /// This admission, ending with the call whose grant made it.
+    fn lapsing(mut self, lapse: tokio::sync::watch::Receiver<()>) -> Self {
+        self.lapse = Some(lapse);
+        self
+    }
 }
 
 impl NetworkGate {
@@ -128,12 +146,14 @@ impl NetworkGate {
         let mut calls = self.calls.lock();
         calls.next += 1;
         let id = calls.next;
-        calls.active.push(ActiveCall { id, approver, grants: HashSet::new(), denied: Vec::new() });
+        let (lapse, _) = tokio::sync::watch::channel(());
+        calls.active.push(ActiveCall { id, approver, grants: HashSet::new(), denied: Vec::new(), lapse });
         CallGuard { gate: Arc::clone(self), id }
     }
 
-    fn granted(&self, hp: &str) -> bool {
-        self.calls.lock().active.iter().any(|c| c.grants.contains(hp))
+    /// The lapse of the running call that holds a grant of `hp` (the most recent one).
+    fn granted(&self, hp: &str) -> Option<tokio::sync::watch::Receiver<()>> {
+        self.calls.lock().active.iter().rev().find(|c| c.grants.contains(hp)).map(|c| c.lapse.subscribe())
     }
 
     fn record_refusal(&self, hp: &str) {
@@ -165,15 +185,15 @@ impl NetworkGate {
             },
             HostAdmission::No => {}
         }
-        if self.granted(hp) {
-            return resolve(host, port, false).await;
+        if let Some(lapse) = self.granted(hp) {
+            return resolve(host, port, false).await.map(|a| a.lapsing(lapse));
         }
         if self.policy.mode != NetworkMode::Ask {
             return Err(Refusal("not in the allowlist".to_owned()));
         }
         let _one_at_a_time = self.ask.lock().await;
-        if self.granted(hp) {
-            return resolve(host, port, false).await;
+        if let Some(lapse) = self.granted(hp) {
+            return resolve(host, port, false).await.map(|a| a.lapsing(lapse));
         }
         // Asked and refused once in a running call: not asked again while it runs.
         if self.calls.lock().active.iter().any(|c| c.denied.iter().any(|d| d == hp)) {
@@ -188,13 +208,18 @@ impl NetworkGate {
         };
         match approver.approve(hp.to_owned()).await {
             NetworkApproval::AllowedOnce => {
-                {
+                let lapse = {
                     let mut calls = self.calls.lock();
-                    if let Some(call) = calls.active.iter_mut().find(|c| c.id == id) {
+                    calls.active.iter_mut().find(|c| c.id == id).map(|call| {
                         call.grants.insert(hp.to_owned());
-                    }
-                }
-                resolve(host, port, false).await
+                        call.lapse.subscribe()
+                    })
+                };
+                // A grant that came after its call ended admits nothing.
+                let Some(lapse) = lapse else {
+                    return Err(Refusal("the call it was granted to has ended".to_owned()));
+                };
+                resolve(host, port, false).await.map(|a| a.lapsing(lapse))
             }
             NetworkApproval::Refused(why) => Err(Refusal(why)),
         }
@@ -217,7 +242,7 @@ async fn resolve(host: &str, port: u16, public_only: bool) -> Result<Admitted, R
             false => format!("{name} resolves to no address"),
         }));
     }
-    Ok(Admitted { addrs })
+    Ok(Admitted { addrs, lapse: None })
 }
 
 /// Serves `proxy` with `gate` on the current tokio runtime until the provider drops the
@@ -333,6 +358,11 @@ fn split_authority(authority: &str, default: Option<u16>) -> Option<(String, u16
     (!host.is_empty()).then(|| (host.to_owned(), port))
 }
 
+/// `host:port` as the command spelled the host (`[v6]:port` for IPv6).
+fn spelled_host_port(host: &str, port: u16) -> String {
+    if host.contains(':') { format!("[{host}]:{port}") } else { format!("{host}:{port}") }
+}
+
 /// The proxy's answer to a refused destination.
 pub fn refusal_response(hp: &str, why: &str) -> String {
     let body = format!("dsh-bash network policy: access to {hp} denied: {why}\n");
@@ -388,7 +418,10 @@ async fn handle(mut client: TcpStream, gate: &NetworkGate) -> std::io::Result<()
     let (host, port) = match &request {
         Request::Connect { host, port } | Request::Forward { host, port, .. } => (host.clone(), *port),
     };
-    let hp = host_port(&host, port);
+    // The answers to the command spell the destination as it did: a secret it put in a name
+    // is then found, as given, by the redaction of its output (the gate's records are
+    // lower-cased, and redacted without regard to case where they are reported).
+    let hp = spelled_host_port(&host, port);
     let admitted = match gate.decide(&host, port).await {
         Ok(admitted) => admitted,
         Err(Refusal(why)) => return client.write_all(refusal_response(&hp, &why).as_bytes()).await,
@@ -410,7 +443,20 @@ async fn handle(mut client: TcpStream, gate: &NetworkGate) -> std::io::Result<()
     if !rest.is_empty() {
         upstream.write_all(&rest).await?;
     }
-    tokio::io::copy_bidirectional(&mut client, &mut upstream).await.map(|_| ())
+    let Some(mut lapse) = admitted.lapse else {
+        return tokio::io::copy_bidirectional(&mut client, &mut upstream).await.map(|_| ());
+    };
+    // A one-time grant's connection lives as long as the granting call: when it ends (the
+    // sender is dropped, before or while copying), both sockets are shut down and closed.
+    tokio::select! {
+        copied = tokio::io::copy_bidirectional(&mut client, &mut upstream) => copied.map(|_| ()),
+        _ = lapse.changed() => {
+            tracing::debug!("a one-time grant's call ended; its connection is closed");
+            let _ = client.shutdown().await;
+            let _ = upstream.shutdown().await;
+            Ok(())
+        }
+    }
 }
 
 async fn connect(addrs: &[SocketAddr]) -> std::io::Result<TcpStream> {
@@ -516,6 +562,69 @@ mod tests {
         let silent = gate.enter(None);
         assert_eq!(gate.decide("127.0.0.1", 9).await.unwrap_err().0, "no approval is available");
         drop(silent);
+    }
+
+    /// A tunnel through a proxy served with `gate` to a fresh loopback listener: the client
+    /// end, and the destination's end of the same connection.
+    async fn tunnel(gate: &Arc<NetworkGate>) -> (TcpStream, TcpStream) {
+        let destination = TcpListener::bind("127.0.0.1:0").await.expect("bind the destination");
+        let port = destination.local_addr().expect("destination address").port();
+        let proxy = TcpListener::bind("127.0.0.1:0").await.expect("bind the proxy");
+        let proxy_addr = proxy.local_addr().expect("proxy address");
+        let served = Arc::clone(gate);
+        tokio::spawn(async move {
+            let (stream, _) = proxy.accept().await.expect("accept at the proxy");
+            let _ = handle(stream, &served).await;
+        });
+        let mut client = TcpStream::connect(proxy_addr).await.expect("connect to the proxy");
+        client.write_all(format!("CONNECT 127.0.0.1:{port} HTTP/1.1\r\n\r\n").as_bytes()).await.unwrap();
+        let mut answer = [0u8; 39];
+        client.read_exact(&mut answer).await.expect("the proxy's answer");
+        assert_eq!(&answer[..], b"HTTP/1.1 200 Connection established\r\n\r\n");
+        let (far, _) = destination.accept().await.expect("the tunnel reaches the destination");
+        (client, far)
+    }
+
+    /// Whether `stream` ends (EOF or reset) within a generous bound.
+    async fn ends(stream: &mut TcpStream) -> bool {
+        let mut buf = [0u8; 64];
+        loop {
+            match tokio::time::timeout(Duration::from_secs(10), stream.read(&mut buf)).await {
+                Ok(Ok(0) | Err(_)) => return true,
+                Ok(Ok(_)) => continue,
+                Err(_) => return false,
+            }
+        }
+    }
+
+    async fn round_trip(client: &mut TcpStream, far: &mut TcpStream) {
+        client.write_all(b"ping").await.expect("send through the tunnel");
+        let mut buf = [0u8; 4];
+        far.read_exact(&mut buf).await.expect("the destination reads it");
+        assert_eq!(&buf, b"ping");
+    }
+
+    #[tokio::test]
+    async fn a_one_time_grant_s_tunnel_ends_with_its_call() {
+        let gate = NetworkGate::new(policy(NetworkMode::Ask, &[]));
+        let asked = Arc::new(Mutex::new(Vec::new()));
+        let call = gate.enter(Some(Arc::new(Scripted(NetworkApproval::AllowedOnce, Arc::clone(&asked)))));
+        let (mut client, mut far) = tunnel(&gate).await;
+        round_trip(&mut client, &mut far).await;
+        assert!(call.finish().is_empty());
+        assert!(ends(&mut far).await, "the destination's end stayed open after the call ended");
+        assert!(ends(&mut client).await, "the command's end stayed open after the call ended");
+        assert_eq!(asked.lock().len(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_listed_host_s_tunnel_outlives_the_call() {
+        // The destination's port is not known before the tunnel is made: list the address.
+        let gate = NetworkGate::new(policy(NetworkMode::Deny, &["127.0.0.1"]));
+        let call = gate.enter(None);
+        let (mut client, mut far) = tunnel(&gate).await;
+        assert!(call.finish().is_empty());
+        round_trip(&mut client, &mut far).await;
     }
 
     #[test]

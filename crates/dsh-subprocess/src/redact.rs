@@ -193,6 +193,29 @@ impl Redactor {
         }
     }
 
+    /// `text` with every value replaced by its marker, matched without regard to ASCII case:
+    /// for text the harness spelled itself from what a command gave it (a host name is
+    /// reported lower-cased), where a value may stand in another case than it was given.
+    pub fn redact_ignoring_ascii_case<'a>(&self, text: &'a str) -> Result<Cow<'a, str>, RedactorError> {
+        if self.searcher.is_none() {
+            return Ok(Cow::Borrowed(text));
+        }
+        let searcher = AhoCorasick::builder()
+            .match_kind(MatchKind::LeftmostLongest)
+            .ascii_case_insensitive(true)
+            .build(&self.values)
+            .map_err(|e| RedactorError(e.to_string()))?;
+        if !searcher.is_match(text) {
+            return Ok(Cow::Borrowed(text));
+        }
+        let mut out = Vec::with_capacity(text.len());
+        searcher.replace_all_with_bytes(text.as_bytes(), &mut out, |found, _, out| {
+            out.extend_from_slice(&self.markers[found.pattern().as_usize()]);
+            true
+        });
+        Ok(Cow::Owned(String::from_utf8_lossy(&out).into_owned()))
+    }
+
     /// Redacts `input` up to the point where it is decided: everything, when `at_end`; else
     /// up to the earliest suffix that could still grow into a value. With a match, `out`
     /// holds the redacted decided part; without one it is untouched (the decided part is

@@ -254,3 +254,16 @@ fn many_values_across_prefilter_groups_and_past_them() {
         assert_eq!(r.redact(input.as_bytes()).as_ref(), expected.as_slice());
     }
 }
+
+#[test]
+fn a_host_name_is_redacted_whatever_its_case() {
+    let r = redactor(&[("SECRET_X", "AbCdEf123456"), ("OTHER", "zzzzzzzzzz")]);
+    assert_eq!(
+        r.redact_ignoring_ascii_case("abcdef123456.example.invalid:443").expect("redact"),
+        "[redacted:SECRET_X].example.invalid:443"
+    );
+    assert_eq!(r.redact_ignoring_ascii_case("ABCDEF123456").expect("redact"), "[redacted:SECRET_X]");
+    assert!(matches!(r.redact_ignoring_ascii_case("example.com:443").expect("redact"), Cow::Borrowed(_)));
+    let empty = Redactor::empty();
+    assert_eq!(empty.redact_ignoring_ascii_case("abcdef123456").expect("redact"), "abcdef123456");
+}

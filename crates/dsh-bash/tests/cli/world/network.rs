@@ -282,3 +282,305 @@ fn a_background_job_reports_its_refusals_when_read() {
         Ok(())
     });
 }
+
+/// A host-side loopback echo server that counts the connections it accepted and those that
+/// ended (EOF or reset from the other side).
+struct EchoServer {
+    port: u16,
+    accepted: Arc<AtomicUsize>,
+    ended: Arc<AtomicUsize>,
+}
+
+impl EchoServer {
+    fn start() -> EchoServer {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind a loopback port");
+        let port = listener.local_addr().expect("local addr").port();
+        let (accepted, ended) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+        let (on_accept, on_end) = (Arc::clone(&accepted), Arc::clone(&ended));
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(mut stream) = stream else { continue };
+                on_accept.fetch_add(1, Ordering::SeqCst);
+                let on_end = Arc::clone(&on_end);
+                std::thread::spawn(move || {
+                    let mut buf = [0u8; 4096];
+                    loop {
+                        match stream.read(&mut buf) {
+                            Ok(0) | Err(_) => break,
+                            Ok(n) => {
+                                if stream.write_all(&buf[..n]).is_err() {
+                                    break;
+                                }
+                            }
+                        }
+                    }
+                    on_end.fetch_add(1, Ordering::SeqCst);
+                });
+            }
+        });
+        EchoServer { port, accepted, ended }
+    }
+
+    fn accepted(&self) -> usize {
+        self.accepted.load(Ordering::SeqCst)
+    }
+
+    fn ended(&self) -> usize {
+        self.ended.load(Ordering::SeqCst)
+    }
+}
+
+/// `dsh-bash ARGS mcp` on stdio as the cell's user, spoken to as a client that answers
+/// elicitations; every line it writes is handed over through a channel (so a silent server
+/// fails the test after a bound instead of hanging it). Killed on drop.
+struct McpClient {
+    child: std::process::Child,
+    stdin: Option<std::process::ChildStdin>,
+    lines: std::sync::mpsc::Receiver<serde_json::Value>,
+}
+
+/// How long a test waits for one answer of the server (a generous bound, never a measure).
+const ANSWER_BOUND: Duration = Duration::from_secs(90);
+
+impl McpClient {
+    fn start(world: &World, args: &[&str]) -> McpClient {
+        let mut args: Vec<String> = args.iter().map(|s| (*s).to_owned()).collect();
+        args.push("mcp".to_owned());
+        let mut child =
+            world.dsh(&args).stdin(std::process::Stdio::piped()).spawn().expect("spawn dsh-bash mcp");
+        let stdout = child.stdout.take().expect("stdout");
+        let (tx, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            for line in std::io::BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                let Ok(value) = serde_json::from_str::<serde_json::Value>(&line) else { continue };
+                if tx.send(value).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut client = McpClient { stdin: child.stdin.take(), child, lines };
+        client.send(&serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {"elicitation": {"form": {}}},
+            "clientInfo": {"name": "world", "version": "0"}}}));
+        client.until(|m| m["id"] == serde_json::json!(1) && m.get("method").is_none());
+        client.send(&serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+        client
+    }
+
+    fn send(&mut self, message: &serde_json::Value) {
+        writeln!(self.stdin.as_mut().expect("stdin open"), "{message}").expect("write to the server");
+    }
+
+    fn until(&mut self, wanted: impl Fn(&serde_json::Value) -> bool) -> serde_json::Value {
+        loop {
+            match self.lines.recv_timeout(ANSWER_BOUND) {
+                Ok(message) if wanted(&message) => return message,
+                Ok(_) => {}
+                Err(e) => panic!("the MCP server did not answer: {e}"),
+            }
+        }
+    }
+
+    /// Calls bash with `command`, answering each elicitation with `action`; returns the
+    /// call's result and how many elicitations were answered.
+    fn bash(&mut self, id: i64, command: &str, action: &str) -> (serde_json::Value, usize) {
+        self.send(&serde_json::json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
+            "name": "bash", "arguments": {"command": command, "description": "d", "timeoutMs": 60000}}}));
+        let mut asked = 0;
+        loop {
+            let message = self.until(|m| {
+                m["method"] == serde_json::json!("elicitation/create")
+                    || (m["id"] == serde_json::json!(id) && m.get("method").is_none())
+            });
+            if message.get("method").is_none() {
+                return (message, asked);
+            }
+            asked += 1;
+            self.send(
+                &serde_json::json!({"jsonrpc": "2.0", "id": message["id"], "result": {"action": action}}),
+            );
+        }
+    }
+}
+
+impl Drop for McpClient {
+    fn drop(&mut self) {
+        drop(self.stdin.take());
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The text of an MCP tool result.
+fn result_text(result: &serde_json::Value) -> String {
+    result["result"]["content"][0]["text"].as_str().unwrap_or_default().to_owned()
+}
+
+/// Holds a connection through the proxy open from a detached process and keeps using it:
+/// `connect` opens a CONNECT tunnel, `forward` a plain-HTTP request whose connection the
+/// proxy keeps (the destination echoes, so the connection stays busy). Notes `UP <mode>`
+/// once it carries bytes, `CLOSED <mode>` when it ends, `REFUSED <mode>` when it never opened.
+const HOLDER: &str = r#"import os, socket, sys, time
+mode, port, log = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+def note(text):
+    with open(log, "a") as f:
+        f.write(text + "\n")
+proxy = os.environ["HTTPS_PROXY"].split("//", 1)[1].rstrip("/")
+host, pport = proxy.rsplit(":", 1)
+s = socket.create_connection((host, int(pport)), timeout=30)
+if mode == "connect":
+    s.sendall(f"CONNECT 127.0.0.1:{port} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode())
+    want = b"HTTP/1.1 200"
+else:
+    s.sendall(f"GET http://127.0.0.1:{port}/ HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode())
+    want = b"GET / HTTP/1.1"
+head = b""
+while b"\r\n\r\n" not in head:
+    c = s.recv(1)
+    if not c:
+        break
+    head += c
+if not head.startswith(want):
+    note(f"REFUSED {mode}")
+    sys.exit()
+note(f"UP {mode}")
+s.settimeout(5)
+deadline = time.time() + 120
+while time.time() < deadline:
+    try:
+        s.sendall(b"ping\n")
+        if not s.recv(64):
+            note(f"CLOSED {mode}")
+            sys.exit()
+    except OSError:
+        note(f"CLOSED {mode}")
+        sys.exit()
+    time.sleep(0.2)
+note(f"STILL-OPEN {mode}")
+"#;
+
+/// Whether a process of the host runs with `arg` among its arguments.
+fn running(arg: &str) -> bool {
+    let Ok(entries) = std::fs::read_dir("/proc") else { return false };
+    entries.flatten().any(|entry| {
+        std::fs::read(entry.path().join("cmdline"))
+            .is_ok_and(|cmdline| cmdline.split(|b| *b == 0).any(|a| a == arg.as_bytes()))
+    })
+}
+
+/// Polls `done` every 100 ms for up to `bound`.
+fn eventually(bound: Duration, done: impl Fn() -> bool) -> bool {
+    let deadline = std::time::Instant::now() + bound;
+    while std::time::Instant::now() < deadline {
+        if done() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    done()
+}
+
+#[test]
+fn a_one_time_grant_s_connections_end_with_its_call() {
+    over_matrix("a_one_time_grant_s_connections_end_with_its_call", |world| {
+        require_tools(world)?;
+        world.require("setsid")?;
+        let server = EchoServer::start();
+        let port = server.port;
+        let holder_path = world.write("hold.py", HOLDER);
+        let log = world.ws.join("tunnel.log");
+        let (holder, log_q) = (q(holder_path.display().to_string()), q(log.display().to_string()));
+        let mut mcp = McpClient::start(world, &["--sandbox", "workspace-write", "--network", "ask"]);
+        // Call 1, allowed once: a detached process opens a tunnel and a kept-alive plain-HTTP
+        // connection to the host, keeps using both, and outlives the call.
+        let open = format!(
+            "for mode in connect forward; do setsid nohup python3 {holder} $mode {port} {log_q} </dev/null >/dev/null 2>&1 & done
+for i in $(seq 300); do [ \"$(grep -c '^UP ' {log_q} 2>/dev/null)\" = 2 ] && break; sleep 0.1; done; cat {log_q}"
+        );
+        let (first, asked) = mcp.bash(2, &open, "accept");
+        let text = result_text(&first);
+        assert_eq!(asked, 1, "one question for the host: {first:#}");
+        assert!(text.contains("UP connect") && text.contains("UP forward"), "{first:#}");
+        assert_eq!(server.accepted(), 2, "{first:#}");
+        // The call ended: both connections its grant admitted end with it, at both ends.
+        let closed = eventually(Duration::from_secs(30), || server.ended() == 2);
+        let notes = std::fs::read_to_string(&log).unwrap_or_default();
+        assert!(
+            closed,
+            "a connection the grant admitted outlived its call ({} of 2 ended): {notes}",
+            server.ended()
+        );
+        // The command's end is closed too: the detached process sees it (under bubblewrap the
+        // call's processes end with the call, and the process is gone).
+        let script = holder_path.display().to_string();
+        assert!(
+            eventually(Duration::from_secs(30), || {
+                let notes = std::fs::read_to_string(&log).unwrap_or_default();
+                (notes.contains("CLOSED connect") && notes.contains("CLOSED forward")) || !running(&script)
+            }),
+            "the detached process still holds its connections: {}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+        // Call 2, declined: nothing reaches the host, neither a new connection nor bytes.
+        let again = format!(
+            "python3 {holder} connect {port} {log_q}; curl -sS -m 10 http://127.0.0.1:{port}/; tail -n 1 {log_q}"
+        );
+        let (second, asked) = mcp.bash(3, &again, "decline");
+        let text = result_text(&second);
+        assert_eq!(asked, 1, "{second:#}");
+        assert!(text.contains("REFUSED connect"), "{second:#}");
+        assert!(
+            text.contains(&format!(
+                "dsh-bash network policy: access to 127.0.0.1:{port} denied: the user rejected it"
+            )) || text.contains(&format!(
+                "dsh-bash network policy: access to 127.0.0.1:{port} denied: refused earlier in this call"
+            )),
+            "{second:#}"
+        );
+        assert!(text.contains(&format!("[network: access to 127.0.0.1:{port} denied]")), "{second:#}");
+        assert_eq!(server.accepted(), 2, "a declined call reached the host: {second:#}");
+        Ok(())
+    });
+}
+
+#[test]
+fn a_refused_destination_is_redacted_in_the_text_and_the_structured_value() {
+    over_matrix("a_refused_destination_is_redacted_in_the_text_and_the_structured_value", |world| {
+        require_tools(world)?;
+        // Mixed case: the proxy reports names lower-cased, the command's output keeps its case.
+        let secret = format!("SeCrEt{}Xy", super::host::unique_number());
+        world.write("name.txt", &secret);
+        let command = "n=$(cat name.txt); curl -sS -m 10 https://$n.example.invalid/; curl -sS -m 10 http://$n.example.invalid/; true";
+        let mut args: Vec<String> =
+            ["--redact-env", "SECRET_X", "--network", "deny"].map(str::to_owned).to_vec();
+        args.extend(world.call_args(Mode::WorkspaceWrite, None, command));
+        let output = world.dsh(&args).env("SECRET_X", &secret).output().expect("spawn dsh-bash");
+        let raw = String::from_utf8_lossy(&output.stdout).into_owned();
+        let out = Outcome::parse(&output);
+        for spelled in [secret.clone(), secret.to_ascii_lowercase()] {
+            assert!(!raw.contains(&spelled), "the secret {spelled:?} escaped redaction: {raw}");
+        }
+        assert!(
+            out.text.contains("[network: access to [redacted:SECRET_X].example.invalid:443 denied]")
+                && out.text.contains("[network: access to [redacted:SECRET_X].example.invalid:80 denied]"),
+            "{out:#?}"
+        );
+        assert!(
+            out.stdout
+                .contains("dsh-bash network policy: access to [redacted:SECRET_X].example.invalid:80 denied"),
+            "{out:#?}"
+        );
+        let value: serde_json::Value = serde_json::from_str(raw.trim_end()).expect("json");
+        assert_eq!(
+            value["structured"]["network"]["denied"],
+            serde_json::json!([
+                "[redacted:SECRET_X].example.invalid:443",
+                "[redacted:SECRET_X].example.invalid:80"
+            ]),
+            "{value:#}"
+        );
+        Ok(())
+    });
+}
