@@ -16,6 +16,7 @@ mod everyday;
 mod files;
 mod harness;
 mod host;
+mod host_kernel;
 mod interactive;
 mod ipc;
 mod matrix;
