@@ -194,7 +194,7 @@ fn kernel_namespaces_line() -> Option<String> {
     let missing: Vec<&str> =
         ["uts", "ipc"].into_iter().filter(|kind| !Path::new("/proc/self/ns").join(kind).exists()).collect();
     Some(match missing.as_slice() {
-        [] => "kernel namespaces: UTS and IPC available (each confined session gets its own hostname, \
+        [] => "kernel namespaces: UTS and IPC available (confined commands get their own hostname, \
                SysV IPC objects and POSIX message queues)"
             .to_owned(),
         missing => format!(
