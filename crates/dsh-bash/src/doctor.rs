@@ -80,6 +80,7 @@ pub async fn run(composition: &CompositionArgs) -> anyhow::Result<u8> {
     report.extend(writable_roots(composition, extra_roots));
     report.push(network_line(network.as_ref()));
     report.extend(runners.lines().map(str::to_owned));
+    report.extend(kernel_namespaces_line());
     report.push("available plugins:".to_owned());
     for factory in Catalog::builtin().entries() {
         report.push(format!("  {} ({})", factory.short_name(), factory.name()));
@@ -182,6 +183,26 @@ fn spill_directory(configured: Option<&Path>) -> String {
             std::env::temp_dir().join("dsh-subprocess-XXXXXX").display()
         ),
     }
+}
+
+/// Whether this kernel gives confined commands the UTS and IPC namespaces both local runners
+/// make for them (without one, every confined command fails closed). `None` off Linux.
+fn kernel_namespaces_line() -> Option<String> {
+    if !cfg!(target_os = "linux") {
+        return None;
+    }
+    let missing: Vec<&str> =
+        ["uts", "ipc"].into_iter().filter(|kind| !Path::new("/proc/self/ns").join(kind).exists()).collect();
+    Some(match missing.as_slice() {
+        [] => "kernel namespaces: UTS and IPC available (confined commands get their own hostname, \
+               SysV IPC objects and POSIX message queues)"
+            .to_owned(),
+        missing => format!(
+            "kernel namespaces: {} missing on this kernel (the local runners need them: confined commands \
+             cannot start)",
+            missing.iter().map(|k| k.to_uppercase()).collect::<Vec<_>>().join(" and ")
+        ),
+    })
 }
 
 /// The composed sandbox provider's report, else the default local provider's.

@@ -21,6 +21,8 @@ pub(crate) struct BwrapLaunch {
     network: Option<std::sync::Arc<crate::inprocess::NetworkHolder>>,
     /// The covers of denied reads, handed to bubblewrap as `--args` on a descriptor.
     masks: Option<MaskArgs>,
+    /// The highest capability number the kernel knows.
+    last_cap: u32,
 }
 
 /// bubblewrap's arguments binding each cover, written by the child into a memfd that
@@ -56,7 +58,13 @@ impl BwrapLaunch {
             }
             None => None,
         };
-        Ok(Self { seccomp, scope: scope_ruleset(), network, masks: None })
+        Ok(Self {
+            seccomp,
+            scope: scope_ruleset(),
+            network,
+            masks: None,
+            last_cap: crate::inprocess::last_cap(),
+        })
     }
 
     /// Hands bubblewrap the covers of `items` (each path with its `--ro-bind COVER PATH`
@@ -88,9 +96,10 @@ impl BwrapLaunch {
 }
 
 // SAFETY: `apply_in_child` only issues `faccessat`, `pwrite`, `ftruncate`, `lseek`, `setns`,
-// `fcntl`, `prctl` and `landlock_restrict_self` on paths and descriptors prepared in the
-// parent (`prepare` and `with_masks` initialise the memfds, the masks' strings and the scope
-// ruleset there); it allocates nothing and takes no lock.
+// `fcntl`, `capget`, `capset`, `prctl` and `landlock_restrict_self` on paths and descriptors
+// prepared in the parent (`prepare` and `with_masks` initialise the memfds, the masks'
+// strings, the capability count and the scope ruleset there); it allocates nothing and takes
+// no lock.
 unsafe impl ChildConfinement for BwrapLaunch {
     fn apply_in_child(&self) -> std::io::Result<()> {
         // First, with the command's own credentials (after any uid change of the spawn).
@@ -116,6 +125,7 @@ unsafe impl ChildConfinement for BwrapLaunch {
                 return Err(std::io::Error::last_os_error());
             }
         }
+        hand_capabilities_to_bubblewrap(self.last_cap)?;
         if let Some(ruleset) = self.scope {
             // SAFETY: prctl with integer arguments; landlock_restrict_self on a ruleset fd the
             // parent keeps open for the process's life.
@@ -129,6 +139,81 @@ unsafe impl ChildConfinement for BwrapLaunch {
         }
         Ok(())
     }
+}
+
+/// `SECBIT_NOROOT`, `SECBIT_NO_SETUID_FIXUP`, `SECBIT_NO_CAP_AMBIENT_RAISE` and the locks of
+/// those three and of `SECBIT_KEEP_CAPS`, as the in-process runner sets them.
+const LOCKED_SECUREBITS: libc::c_ulong = 0x01 | 0x02 | 0x04 | 0x08 | 0x20 | 0x40 | 0x80;
+const LINUX_CAPABILITY_VERSION_3: u32 = 0x2008_0522;
+
+#[repr(C)]
+struct CapHeader {
+    version: u32,
+    pid: libc::c_int,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct CapData {
+    effective: u32,
+    permitted: u32,
+    inheritable: u32,
+}
+
+/// For a harness with capabilities (root): bubblewrap keeps the bounding set of a root
+/// caller and cannot lock securebits, so this process does both before it execs bubblewrap,
+/// and hands bubblewrap its capabilities as ambient ones instead (with `SECBIT_NOROOT` an
+/// exec grants root nothing by itself). bubblewrap needs them for its mounts and drops them
+/// all (`--cap-drop ALL`) before it execs the command, which is then root with an empty
+/// bounding set and locked securebits: no exec can give it a capability again. A process
+/// that is not root has nothing to hand on and is left as it is (bubblewrap then makes a
+/// user namespace of its own and empties the bounding set there).
+fn hand_capabilities_to_bubblewrap(last_cap: u32) -> std::io::Result<()> {
+    let mut header = CapHeader { version: LINUX_CAPABILITY_VERSION_3, pid: 0 };
+    let mut data = [CapData::default(); 2];
+    // SAFETY: header and a two-element data array as capget(2) expects for version 3.
+    if unsafe { libc::syscall(libc::SYS_capget, &mut header as *mut CapHeader, data.as_mut_ptr()) } < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: a plain id getter.
+    let root = unsafe { libc::geteuid() } == 0;
+    // Capabilities held as another user are those of a user namespace joined for the
+    // network; an exec drops them by itself, as bubblewrap expects of an unprivileged caller.
+    if !root || data.iter().all(|d| d.permitted == 0) {
+        return Ok(());
+    }
+    // Ambient capabilities must be permitted and inheritable.
+    for d in &mut data {
+        d.inheritable = d.permitted;
+        d.effective = d.permitted;
+    }
+    // SAFETY: header and data as capset(2) expects for version 3.
+    if unsafe { libc::syscall(libc::SYS_capset, &mut header as *mut CapHeader, data.as_ptr()) } < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    for cap in 0..=last_cap.min(63) {
+        if data[(cap / 32) as usize].permitted & (1 << (cap % 32)) == 0 {
+            continue;
+        }
+        let cap = libc::c_ulong::from(cap);
+        // SAFETY: prctl with integer arguments only.
+        if unsafe { libc::prctl(libc::PR_CAP_AMBIENT, libc::PR_CAP_AMBIENT_RAISE, cap, 0, 0) } < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    for cap in 0..=last_cap {
+        // SAFETY: prctl with integer arguments only.
+        let ret = unsafe { libc::prctl(libc::PR_CAPBSET_DROP, libc::c_ulong::from(cap), 0, 0, 0) };
+        // EINVAL: the kernel does not know this capability, so nobody can hold it.
+        if ret < 0 && std::io::Error::last_os_error().raw_os_error() != Some(libc::EINVAL) {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    // SAFETY: prctl with integer arguments only.
+    if unsafe { libc::prctl(libc::PR_SET_SECUREBITS, LOCKED_SECUREBITS, 0, 0, 0) } < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 /// Writes the arguments of the covers this process can reach into the masks memfd, from its

@@ -133,9 +133,15 @@ pub fn bwrap_profile_args(policy: &SandboxExecutionPolicy) -> Result<Vec<String>
     Ok(args)
 }
 
+/// The kernel interfaces under `/proc` that both runners make read-only (as bubblewrap and
+/// container runtimes do), where this kernel has them: the sysctls (the host's hostname,
+/// `core_pattern`, …), the SysRq trigger, interrupt and bus settings.
+pub(crate) const PROC_COVERS: [&str; 4] = ["/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus"];
+
 /// bubblewrap's arguments for the confined command's own world (the same world the
 /// in-process runner builds), appended to the base profile ([`bwrap_profile_args`],
-/// whose mounts they override in order): a new session, a PID namespace, the session's
+/// whose mounts they override in order): a new session, a PID, UTS and IPC namespace,
+/// [`PROC_COVERS`] read-only, the session's
 /// private `/tmp` and `/dev/shm`, `/run` hidden, masks, the writable roots again (above the
 /// new `/tmp`) with their protected paths read-only, read-only shares, no capabilities, and
 /// the seccomp program read from `seccomp_fd`. The covers of denied reads are read from
@@ -153,7 +159,17 @@ pub(crate) fn bwrap_world_args(
             .ok_or_else(|| format!("bwrap: the path {} is not valid UTF-8", p.display()))
     };
     let bind = if world.writable { "--bind" } else { "--ro-bind" };
-    let mut args: Vec<String> = ["--new-session", "--unshare-pid"].into_iter().map(str::to_owned).collect();
+    let mut args: Vec<String> = ["--new-session", "--unshare-pid", "--unshare-uts", "--unshare-ipc"]
+        .into_iter()
+        .map(str::to_owned)
+        .collect();
+    // bubblewrap covers these of its `/proc` only where `access(W_OK)` says they are
+    // writable, which root is told of `/proc/sys` (mode 0555) although root may write the
+    // files in it: bound read-only here whatever the harness runs as (the sysctls a process
+    // sees are its own namespaces', whichever `/proc` mount it reads them through).
+    for path in PROC_COVERS {
+        args.extend(["--ro-bind-try".to_owned(), path.to_owned(), path.to_owned()]);
+    }
     args.extend([bind.to_owned(), text(&world.shm)?, "/dev/shm".to_owned()]);
     args.extend([bind.to_owned(), text(&world.tmp)?, "/tmp".to_owned()]);
     for dir in &world.hidden {

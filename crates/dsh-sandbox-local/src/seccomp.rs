@@ -35,6 +35,20 @@
 //! * `acct`, `swapon`, `swapoff`, `reboot`, `settimeofday`, `clock_settime`: host
 //!   administration a root child could otherwise perform.
 //!
+//! Refused with `EPERM` when the mode they set carries `S_ISUID` or `S_ISGID`:
+//!
+//! * `chmod`, `fchmod`, `fchmodat`, `fchmodat2`, `mknod`, `mknodat`, `creat`, and `open` and
+//!   `openat` when they create a file (`O_CREAT` or `O_TMPFILE`). A root command could
+//!   otherwise leave a setuid-root copy of a shell in the workspace for any local user to
+//!   run. The filter cannot tell a file from a directory, so `chmod g+s` on a directory is
+//!   refused too (a directory created inside a setgid one still inherits the bit: the kernel
+//!   sets it, not the mode argument). The other mode bits are untouched. A file capability
+//!   (`security.capability`) needs `CAP_SETFCAP`, which no confined command holds.
+//!
+//! Refused with `ENOSYS`, as if the kernel predated it, so the C library falls back:
+//!
+//! * `openat2`: its flags and mode lie behind a pointer the filter cannot read.
+//!
 //! Refused with `EAFNOSUPPORT` (`socket` and `socketpair`), as if the family did not exist:
 //!
 //! * `AF_VSOCK`: talks to the hypervisor host and its agents, a channel outside any network
@@ -49,7 +63,9 @@
 //! bypass every rule above. Native-ABI syscalls never have that bit set.
 //!
 //! Every other syscall is allowed on its number alone, without loading an argument, so since
-//! Linux 5.11 the kernel caches it as always-allowed and skips running the filter for it.
+//! Linux 5.11 the kernel caches it as always-allowed and skips running the filter for it. The
+//! mode setters above (`openat` among them) and the socket calls run the filter each time:
+//! a few dozen BPF instructions, compiled to native code.
 //!
 //! The program is laid out by hand, as short as it can be (see `compile`), once per process
 //! (in the parent: building allocates) and installed by [`SeccompFilter::apply`] in the forked child, or handed to
@@ -64,6 +80,7 @@ use libc::sock_filter;
 
 /// Classic BPF opcodes (`linux/bpf_common.h`).
 const BPF_LD_W_ABS: u16 = 0x20; // BPF_LD | BPF_W | BPF_ABS
+const BPF_JMP_JA: u16 = 0x05; // BPF_JMP | BPF_JA
 const BPF_JMP_JEQ_K: u16 = 0x15; // BPF_JMP | BPF_JEQ | BPF_K
 const BPF_JMP_JGE_K: u16 = 0x35; // BPF_JMP | BPF_JGE | BPF_K
 const BPF_ALU_AND_K: u16 = 0x54; // BPF_ALU | BPF_AND | BPF_K
@@ -92,6 +109,13 @@ const BPF_MAX_INSNS: usize = 4096;
 /// obsolete type that turns an `AF_INET` socket into an `AF_PACKET` one.
 const SOCK_TYPE_MASK: u64 = 0xf;
 const SOCK_PACKET: u64 = 10;
+/// `S_ISUID | S_ISGID`: the mode bits a confined command may never set on a file.
+const SET_ID_BITS: u32 = 0o6000;
+/// `O_CREAT | __O_TMPFILE` (the same on x86_64 and aarch64): the `open` flags under which
+/// the mode argument is used.
+const CREATING_FLAGS: u32 = 0o100 | 0o20_000_000;
+/// `fchmodat2` (Linux 6.6), numbered alike on every architecture; not in every libc crate.
+const SYS_FCHMODAT2: libc::c_long = 452;
 
 /// The compiled filter, built once per process (x86_64 and aarch64 only).
 pub struct SeccompFilter {
@@ -215,6 +239,47 @@ const REFUSED: &[libc::c_long] = &[
 #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
 const REFUSED: &[libc::c_long] = &[];
 
+/// Where a syscall whose arguments the filter reads keeps them: the mode argument of a
+/// call that sets a mode (`Mode(i)`), or the flags and then the mode of an `open` (`Open(i)`:
+/// flags at `i`, mode at `i + 1`).
+#[derive(Clone, Copy, PartialEq)]
+enum ModeArg {
+    Mode(u8),
+    Open(u8),
+}
+
+/// The syscalls that set a file's mode, and where their mode is: refused with `EPERM` when it
+/// carries `S_ISUID` or `S_ISGID` (for an `open`, only when it creates the file).
+#[cfg(target_arch = "x86_64")]
+const MODE_SETTERS: &[(libc::c_long, ModeArg)] = &[
+    (libc::SYS_openat, ModeArg::Open(2)),
+    (libc::SYS_open, ModeArg::Open(1)),
+    (libc::SYS_creat, ModeArg::Mode(1)),
+    (libc::SYS_chmod, ModeArg::Mode(1)),
+    (libc::SYS_fchmod, ModeArg::Mode(1)),
+    (libc::SYS_fchmodat, ModeArg::Mode(2)),
+    (SYS_FCHMODAT2, ModeArg::Mode(2)),
+    (libc::SYS_mknod, ModeArg::Mode(1)),
+    (libc::SYS_mknodat, ModeArg::Mode(2)),
+];
+#[cfg(target_arch = "aarch64")]
+const MODE_SETTERS: &[(libc::c_long, ModeArg)] = &[
+    (libc::SYS_openat, ModeArg::Open(2)),
+    (libc::SYS_fchmod, ModeArg::Mode(1)),
+    (libc::SYS_fchmodat, ModeArg::Mode(2)),
+    (SYS_FCHMODAT2, ModeArg::Mode(2)),
+    (libc::SYS_mknodat, ModeArg::Mode(2)),
+];
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+const MODE_SETTERS: &[(libc::c_long, ModeArg)] = &[];
+
+/// Syscalls refused with `ENOSYS`, so the C library falls back to one the filter can read:
+/// `openat2` keeps its flags and mode behind a pointer.
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+const UNIMPLEMENTED: &[libc::c_long] = &[libc::SYS_openat2];
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+const UNIMPLEMENTED: &[libc::c_long] = &[];
+
 /// Lays out the program by hand, as short as it can be: installing a filter costs time in
 /// proportion to its length (the kernel translates and JIT-compiles it, and runs it once per
 /// syscall number to find the always-allowed ones), and it is installed for every command.
@@ -223,11 +288,16 @@ const REFUSED: &[libc::c_long] = &[];
 ///   ld arch;  jeq NATIVE ? next : kill
 ///   ld nr;    (x86_64) jge X32_BIT ? kill : next
 ///   jeq REFUSED[i] ? eperm : next            (one per refused syscall)
+///   jeq UNIMPLEMENTED[i] ? enosys : next
+///   jeq MODE_SETTERS[i] ? openN / modeN : next   (one per mode setter)
 ///   jeq socket ? sock : next;  jeq socketpair ? sock : allow
+/// openN:  ld args[N];  and CREATING_FLAGS;  jeq 0 ? allow : modeN+1
+/// modeN:  ld args[N];  ja check
+/// check:  and S_ISUID|S_ISGID;  jeq 0 ? allow : eperm
 /// sock:
 ///   ld args[0];  jeq AF_VSOCK ? eafno;  jeq AF_PACKET ? eafno;  jeq AF_INET ? next : allow
 ///   ld args[1];  and SOCK_TYPE_MASK;  jeq SOCK_PACKET ? eafno : allow
-/// allow, eafno, eperm, kill: ret
+/// enosys, allow, eafno, eperm, kill: ret
 /// ```
 fn compile(arch: TargetArch) -> Result<Vec<sock_filter>, String> {
     let audit_arch = match arch {
@@ -239,7 +309,13 @@ fn compile(arch: TargetArch) -> Result<Vec<sock_filter>, String> {
     enum To {
         Next,
         Sock,
+        /// Reads the `open` flags at this argument.
+        Open(u8),
+        /// Loads the mode at this argument.
+        Mode(u8),
+        Check,
         Allow,
+        Enosys,
         Eafno,
         Eperm,
         Kill,
@@ -247,9 +323,11 @@ fn compile(arch: TargetArch) -> Result<Vec<sock_filter>, String> {
     enum Insn {
         Stmt(u16, u32),
         Jump(u16, u32, To, To),
+        Goto(To),
         Label(To),
     }
-    use Insn::{Jump, Label, Stmt};
+    use Insn::{Goto, Jump, Label, Stmt};
+    let arg_low = |i: u8| SECCOMP_DATA_ARG0_LOW + 8 * u32::from(i);
     let mut body = vec![
         Stmt(BPF_LD_W_ABS, SECCOMP_DATA_ARCH),
         Jump(BPF_JMP_JEQ_K, audit_arch, To::Next, To::Kill),
@@ -261,9 +339,56 @@ fn compile(arch: TargetArch) -> Result<Vec<sock_filter>, String> {
     for &nr in REFUSED {
         body.push(Jump(BPF_JMP_JEQ_K, nr as u32, To::Eperm, To::Next));
     }
+    for &nr in UNIMPLEMENTED {
+        body.push(Jump(BPF_JMP_JEQ_K, nr as u32, To::Enosys, To::Next));
+    }
+    for &(nr, arg) in MODE_SETTERS {
+        let to = match arg {
+            ModeArg::Open(i) => To::Open(i),
+            ModeArg::Mode(i) => To::Mode(i),
+        };
+        body.push(Jump(BPF_JMP_JEQ_K, nr as u32, to, To::Next));
+    }
     body.extend([
         Jump(BPF_JMP_JEQ_K, libc::SYS_socket as u32, To::Sock, To::Next),
         Jump(BPF_JMP_JEQ_K, libc::SYS_socketpair as u32, To::Sock, To::Allow),
+    ]);
+    // The argument readers the mode setters jump to, each laid out once.
+    let mut opens: Vec<u8> = Vec::new();
+    let mut modes: Vec<u8> = Vec::new();
+    for &(_, arg) in MODE_SETTERS {
+        let (list, i, mode) = match arg {
+            ModeArg::Open(i) => (&mut opens, i, i + 1),
+            ModeArg::Mode(i) => (&mut modes, i, i),
+        };
+        if !list.contains(&i) {
+            list.push(i);
+        }
+        if !modes.contains(&mode) {
+            modes.push(mode);
+        }
+    }
+    for &i in &opens {
+        body.extend([
+            Label(To::Open(i)),
+            // `flags` is a C int and the mode a `umode_t`: the low 32 bits, as the kernel
+            // reads them.
+            Stmt(BPF_LD_W_ABS, arg_low(i)),
+            Stmt(BPF_ALU_AND_K, CREATING_FLAGS),
+            Jump(BPF_JMP_JEQ_K, 0, To::Allow, To::Mode(i + 1)),
+        ]);
+    }
+    for &i in &modes {
+        body.extend([Label(To::Mode(i)), Stmt(BPF_LD_W_ABS, arg_low(i)), Goto(To::Check)]);
+    }
+    if !modes.is_empty() {
+        body.extend([
+            Label(To::Check),
+            Stmt(BPF_ALU_AND_K, SET_ID_BITS),
+            Jump(BPF_JMP_JEQ_K, 0, To::Allow, To::Eperm),
+        ]);
+    }
+    body.extend([
         Label(To::Sock),
         // `domain` and `type` are C ints: the low 32 bits, as the kernel reads them.
         Stmt(BPF_LD_W_ABS, SECCOMP_DATA_ARG0_LOW),
@@ -273,6 +398,8 @@ fn compile(arch: TargetArch) -> Result<Vec<sock_filter>, String> {
         Stmt(BPF_LD_W_ABS, SECCOMP_DATA_ARG1_LOW),
         Stmt(BPF_ALU_AND_K, SOCK_TYPE_MASK as u32),
         Jump(BPF_JMP_JEQ_K, SOCK_PACKET as u32, To::Eafno, To::Allow),
+        Label(To::Enosys),
+        Stmt(BPF_RET_K, libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32),
         Label(To::Allow),
         Stmt(BPF_RET_K, libc::SECCOMP_RET_ALLOW),
         Label(To::Eafno),
@@ -290,19 +417,27 @@ fn compile(arch: TargetArch) -> Result<Vec<sock_filter>, String> {
             _ => at += 1,
         }
     }
-    let target = |to: To, next: usize| -> Result<u8, String> {
+    let offset = |to: To, next: usize| -> Result<usize, String> {
         let dest = if to == To::Next {
             next
         } else {
             labels.iter().find(|(l, _)| *l == to).map(|(_, at)| *at).ok_or("a jump to a missing label")?
         };
-        u8::try_from(dest - next).map_err(|_| "a jump of over 255 instructions".to_owned())
+        dest.checked_sub(next).ok_or_else(|| "a jump backwards".to_owned())
+    };
+    let target = |to: To, next: usize| -> Result<u8, String> {
+        u8::try_from(offset(to, next)?).map_err(|_| "a jump of over 255 instructions".to_owned())
     };
     let mut program = Vec::with_capacity(at);
     for insn in &body {
         match insn {
             Label(_) => {}
             Stmt(code, k) => program.push(stmt(*code, *k)),
+            Goto(to) => {
+                let next = program.len() + 1;
+                let k = u32::try_from(offset(*to, next)?).map_err(|_| "a jump too far".to_owned())?;
+                program.push(stmt(BPF_JMP_JA, k));
+            }
             Jump(code, k, jt, jf) => {
                 let next = program.len() + 1;
                 program.push(jump(*code, *k, target(*jt, next)?, target(*jf, next)?));

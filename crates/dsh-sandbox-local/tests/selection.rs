@@ -85,12 +85,21 @@ const RO_PROFILE: [&str; 8] =
     ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--die-with-parent"];
 
 /// The exact base profile comes first; the command's own world follows it (a new
-/// session, a PID namespace, no capabilities, the seccomp program), then `--` and the argv.
+/// session, a PID, UTS and IPC namespace, `/proc/sys` read-only, no capabilities, the seccomp
+/// program), then `--` and the argv.
 fn assert_world_after_profile(argv: &[String], profile: &[&str], tail: &[&str]) {
     assert_eq!(&argv[..profile.len()], profile, "{argv:?}");
     assert_eq!(&argv[argv.len() - tail.len()..], tail, "{argv:?}");
     let world = &argv[profile.len()..argv.len() - tail.len()];
-    for expected in [&["--new-session"][..], &["--unshare-pid"], &["--cap-drop", "ALL"], &["--seccomp"]] {
+    for expected in [
+        &["--new-session"][..],
+        &["--unshare-pid"],
+        &["--unshare-uts"],
+        &["--unshare-ipc"],
+        &["--ro-bind-try", "/proc/sys", "/proc/sys"],
+        &["--cap-drop", "ALL"],
+        &["--seccomp"],
+    ] {
         assert!(world.windows(expected.len()).any(|w| w == expected), "{expected:?} missing from {world:?}");
     }
     let tmp =

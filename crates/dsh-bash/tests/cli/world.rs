@@ -17,6 +17,7 @@ mod files;
 mod harness;
 mod host;
 mod host_changes;
+mod host_kernel;
 mod interactive;
 mod ipc;
 mod matrix;

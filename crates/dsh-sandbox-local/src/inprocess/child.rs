@@ -122,6 +122,10 @@ pub(crate) struct Template {
     pub proc: Option<OwnedFd>,
     /// The shared network namespace, when the plan isolates the network.
     pub netns: Option<OwnedFd>,
+    /// The shared UTS and IPC namespaces (the session's own hostname, SysV IPC objects and
+    /// POSIX message queues).
+    pub utsns: OwnedFd,
+    pub ipcns: OwnedFd,
     /// The proxy's listening socket on the namespace's loopback.
     pub proxy: Option<std::sync::Arc<dsh_sandbox::ProxyListener>>,
 }
@@ -452,10 +456,16 @@ fn report(status_read: RawFd) -> ! {
     leave_with(libc::c_int::from_ne_bytes(bytes))
 }
 
-/// Mounts the calling process's PID namespace's own `/proc` over `/proc`.
+/// The kernel interfaces of `/proc` made read-only over the namespace's own `/proc`, as
+/// bubblewrap and container runtimes do: the sysctls (the host's hostname, `core_pattern`,
+/// …), the SysRq trigger, interrupt and bus settings.
+const PROC_COVERS: [&CStr; 4] = [c"/proc/sys", c"/proc/sysrq-trigger", c"/proc/irq", c"/proc/bus"];
+
+/// Mounts the calling process's PID namespace's own `/proc` over `/proc`, with
+/// [`PROC_COVERS`] read-only (those this kernel has). Returns -1 with errno set on failure.
 fn mount_proc() -> libc::c_int {
     // SAFETY: constant NUL-terminated strings.
-    unsafe {
+    let ret = unsafe {
         libc::mount(
             c"proc".as_ptr(),
             c"/proc".as_ptr(),
@@ -463,7 +473,38 @@ fn mount_proc() -> libc::c_int {
             libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
             std::ptr::null(),
         )
+    };
+    if ret < 0 {
+        return ret;
     }
+    let read_only = MountAttr {
+        attr_set: MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
+        attr_clr: 0,
+        propagation: 0,
+        userns_fd: 0,
+    };
+    for path in PROC_COVERS {
+        // SAFETY: a bind of a constant NUL-terminated path onto itself.
+        let bound = unsafe {
+            libc::mount(
+                path.as_ptr(),
+                path.as_ptr(),
+                std::ptr::null(),
+                libc::MS_BIND | libc::MS_REC,
+                std::ptr::null(),
+            )
+        };
+        if bound < 0 {
+            if errno() == libc::ENOENT {
+                continue;
+            }
+            return -1;
+        }
+        if mount_setattr(path, AT_RECURSIVE, &read_only) < 0 {
+            return -1;
+        }
+    }
+    0
 }
 
 /// Leaves with a command's wait status: its exit code, or its fatal signal re-raised.
@@ -545,6 +586,12 @@ fn join(template: &Template) -> Result<(), i32> {
             return Err(errno());
         }
     }
+    for (ns, kind) in [(&template.utsns, libc::CLONE_NEWUTS), (&template.ipcns, libc::CLONE_NEWIPC)] {
+        // SAFETY: as above.
+        if unsafe { libc::setns(ns.as_raw_fd(), kind) } < 0 {
+            return Err(errno());
+        }
+    }
     // SAFETY: as above.
     if unsafe { libc::setns(template.mntns.as_raw_fd(), libc::CLONE_NEWNS) } < 0 {
         return Err(errno());
@@ -558,14 +605,18 @@ fn read_cwd(buf: &mut [u8; PATH_MAX]) -> bool {
     ret > 0 && buf[0] == b'/'
 }
 
-/// Builds a fresh mount namespace (and a user namespace when the caller lacks
-/// `CAP_SYS_ADMIN`): everything private, writable roots bound onto themselves, `/` read-only,
-/// the writable mounts read-write again. Returns whether a user namespace was created.
+/// Builds a fresh mount namespace with a UTS and an IPC namespace of its own (and a user
+/// namespace when the caller lacks `CAP_SYS_ADMIN`): everything private, writable roots bound
+/// onto themselves, `/` read-only, the writable mounts read-write again (never setuid, never
+/// devices). Returns whether a user namespace was created.
 pub(crate) fn build_namespace(plan: &MountPlan) -> Result<bool, StepError> {
     let admin = has_effective_cap(CAP_SYS_ADMIN);
     // SAFETY: plain id getters.
     let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
-    let mut flags = if admin { libc::CLONE_NEWNS } else { libc::CLONE_NEWUSER | libc::CLONE_NEWNS };
+    let mut flags = libc::CLONE_NEWNS | libc::CLONE_NEWUTS | libc::CLONE_NEWIPC;
+    if !admin {
+        flags |= libc::CLONE_NEWUSER;
+    }
     if plan.network {
         flags |= libc::CLONE_NEWNET;
     }
@@ -617,8 +668,12 @@ pub(crate) fn build_namespace(plan: &MountPlan) -> Result<bool, StepError> {
     }
     let read_only = MountAttr { attr_set: MOUNT_ATTR_RDONLY, attr_clr: 0, propagation: 0, userns_fd: 0 };
     check(mount_setattr(c"/", AT_RECURSIVE, &read_only), Step::ReadOnly, 0)?;
-    let writable =
-        MountAttr { attr_set: MOUNT_ATTR_NODEV, attr_clr: MOUNT_ATTR_RDONLY, propagation: 0, userns_fd: 0 };
+    let writable = MountAttr {
+        attr_set: MOUNT_ATTR_NODEV | MOUNT_ATTR_NOSUID,
+        attr_clr: MOUNT_ATTR_RDONLY,
+        propagation: 0,
+        userns_fd: 0,
+    };
     for (i, path) in plan.writable.iter().enumerate() {
         check(mount_setattr(path, 0, &writable), Step::Writable, i)?;
     }

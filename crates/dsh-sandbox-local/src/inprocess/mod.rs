@@ -250,8 +250,8 @@ fn world_plan(spec: &WorldSpec, writable: &[PathBuf]) -> Result<WorldPlan, Strin
 fn describe_step(bind_paths: &[PathBuf], writable_paths: &[PathBuf], step: Step, index: usize) -> String {
     let path = |paths: &[PathBuf]| paths.get(index).map(|p| p.display().to_string()).unwrap_or_default();
     match step {
-        Step::Unshare if index == 0 => "unshare(CLONE_NEWNS)".to_owned(),
-        Step::Unshare => "unshare(CLONE_NEWUSER|CLONE_NEWNS)".to_owned(),
+        Step::Unshare if index == 0 => "unshare(CLONE_NEWNS|CLONE_NEWUTS|CLONE_NEWIPC)".to_owned(),
+        Step::Unshare => "unshare(CLONE_NEWUSER|CLONE_NEWNS|CLONE_NEWUTS|CLONE_NEWIPC)".to_owned(),
         Step::IdMap => {
             ["writing /proc/self/setgroups", "writing /proc/self/uid_map", "writing /proc/self/gid_map"]
                 .get(index)
@@ -269,7 +269,7 @@ fn describe_step(bind_paths: &[PathBuf], writable_paths: &[PathBuf], step: Step,
         Step::Restrict => "landlock_restrict_self".to_owned(),
         Step::World => format!("building the private /dev, /tmp and masks (item {index})"),
         Step::PidNamespace => "entering a new PID namespace".to_owned(),
-        Step::MountProc => "mounting the namespace's /proc".to_owned(),
+        Step::MountProc => "mounting the namespace's /proc (its /proc/sys read-only)".to_owned(),
         Step::Dumpable => "prctl(PR_SET_DUMPABLE)".to_owned(),
         Step::Seccomp => "installing the seccomp filter".to_owned(),
         Step::NewSession => "setsid".to_owned(),
@@ -433,8 +433,8 @@ fn clone_stack_top() -> Option<usize> {
     })
 }
 
-/// The highest capability number this kernel knows.
-fn last_cap() -> u32 {
+/// The highest capability number this kernel knows (read once per process, in the parent).
+pub(crate) fn last_cap() -> u32 {
     static LAST: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
     *LAST.get_or_init(|| {
         std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")

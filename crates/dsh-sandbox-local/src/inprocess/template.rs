@@ -1,6 +1,7 @@
 //! A pre-built world that each confined child joins with `setns`: a mount namespace (with the
-//! command's private `/dev`, `/tmp` and masks) and, with a world, a PID namespace whose init
-//! lives as long as the template.
+//! command's private `/dev`, `/tmp` and masks), the UTS and IPC namespaces made with it (so
+//! the commands of one session share their SysV IPC objects and message queues, as they share
+//! `/dev/shm`) and, with a world, a PID namespace whose init lives as long as the template.
 //!
 //! Building a mount namespace per command is cheap, but tearing it down when the command exits
 //! is not (the kernel waits for an RCU grace period while unmounting the copied tree), and that
@@ -61,6 +62,8 @@ pub(crate) fn create(plan: &MountPlan, alive: Option<RawFd>) -> Result<Template,
         let mntns = OwnedFd::from(open("mnt")?);
         let userns = if packed & 2 != 0 { Some(OwnedFd::from(open("user")?)) } else { None };
         let pidns = if init > 0 { Some(OwnedFd::from(open("pid")?)) } else { None };
+        let utsns = OwnedFd::from(open("uts")?);
+        let ipcns = OwnedFd::from(open("ipc")?);
         let (netns, proxy) = match plan.network {
             true => {
                 let (listener, port) = receive_listener(&proxy_read).map_err(TemplateError::Io)?;
@@ -84,11 +87,11 @@ pub(crate) fn create(plan: &MountPlan, alive: Option<RawFd>) -> Result<Template,
             (Some(_), true) => Some(inside("/proc")?),
             _ => None,
         };
-        Ok((userns, mntns, pidns, (pts, proc), netns, proxy))
+        Ok((userns, mntns, pidns, (pts, proc), netns, proxy, utsns, ipcns))
     })();
     drop(release_read);
     // On failure `release_write` is dropped here, which ends the helper (or the init).
-    let result = result.and_then(|(userns, mntns, pidns, (pts, proc), netns, proxy)| {
+    let result = result.and_then(|(userns, mntns, pidns, (pts, proc), netns, proxy, utsns, ipcns)| {
         let release = match pidns {
             Some(_) => {
                 // Done with /proc/<init>: the init may now become non-dumpable.
@@ -98,7 +101,7 @@ pub(crate) fn create(plan: &MountPlan, alive: Option<RawFd>) -> Result<Template,
             }
             None => None,
         };
-        Ok(Template { userns, mntns, pidns, pts, proc, release, netns, proxy })
+        Ok(Template { userns, mntns, pidns, pts, proc, release, netns, proxy, utsns, ipcns })
     });
     let mut status = 0;
     // SAFETY: reaping the helper forked above (it exits at once with a PID namespace, else
