@@ -312,6 +312,33 @@ mod tests {
     }
 
     #[test]
+    fn a_commands_question_shows_its_subject_escaped() {
+        let mut q = question("bash", Some("network access to `evil.example:443`"));
+        q.subject = Some(dsh_core::ApprovalSubject {
+            command: "curl https://evil.example\u{1b}]0;x\u{7}".into(),
+            cwd: "/ws".into(),
+            asked: ApprovalAsk::Host("evil.example:443".into()),
+            justification: None,
+            notes: Vec::new(),
+        });
+        assert_eq!(
+            approval_message(&q, Some(&json!({"command": "ignored: the subject is shown"}))),
+            "Allow this bash command to connect to evil.example:443?\n\n\
+             Command: curl https://evil.example\\x1b]0;x\\x07\nWorking directory: /ws\n\
+             Destination: evil.example:443 (not in the network allowlist)\n\
+             (control characters are shown as \\x.. and \\u{..} escapes)\n\n\
+             Accept to allow it for the rest of this command; decline to refuse."
+        );
+        // Without a subject, the generic question escapes what it shows too.
+        let generic = question("job_kill", Some("policy\rsays ask"));
+        assert_eq!(
+            approval_message(&generic, Some(&json!({"command": "a\u{202e}b"}))),
+            "Allow tool \"job_kill\" to run once?\n\nCommand: a\\u{202e}b\nReason: policy\\rsays ask\n\n\
+             Accept to allow it once; decline to refuse."
+        );
+    }
+
+    #[test]
     fn in_flight_calls_track_arguments() {
         let calls = InFlightCalls::default();
         calls.insert("call-1", "bash", &json!({"command": "ls"}));
