@@ -138,7 +138,6 @@ fn the_mcp_elicitation_shows_the_command_cwd_and_mode_with_control_characters_es
             let ask = until(&mut stdout, |m| m["method"] == json!("elicitation/create"));
             send(json!({"jsonrpc": "2.0", "id": ask["id"], "result": {"action": "decline"}}));
             let answer = until(&mut stdout, |m| m["id"] == json!(2) && m.get("method").is_none());
-            drop(send);
             drop(stdin);
             assert!(child.wait().expect("wait").success());
             let message = ask["params"]["message"].as_str().expect("a message");
