@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use dsh_core::{ApprovalOutcome, Secret};
 
 use crate::hub::{Answer, AnswerFn, ApprovalQuestion};
+use crate::render::{escape_untrusted, subject_lines};
 
 /// Always answers `outcome` (scripted use: `--approve allowed-once`); passes on secret-input
 /// questions, having no secret to give.
@@ -78,13 +79,7 @@ fn ask_tty(question: &ApprovalQuestion) -> Answer {
     if let Some(prompt) = &question.secret_prompt {
         return ask_tty_secret(question, prompt, tty, out);
     }
-    let reason = question.reason.as_deref().unwrap_or("(no reason given)");
-    let prompt = format!(
-        "\n[approval] session {} asks to run tool \"{}\": {}\nAllow once? [y/N] ",
-        question.agent.id(),
-        question.tool_name,
-        reason
-    );
+    let prompt = consent_prompt(question);
     if out.write_all(prompt.as_bytes()).and_then(|_| out.flush()).is_err() {
         return Answer::Pass;
     }
@@ -96,6 +91,28 @@ fn ask_tty(question: &ApprovalQuestion) -> Answer {
         }
         Ok(_) => Answer::Outcome(ApprovalOutcome::Rejected.as_str().to_owned()),
         Err(e) => Answer::Failed(e.to_string()),
+    }
+}
+
+/// The consent question as the terminal shows it. A command's question names the command,
+/// its working directory and the mode or destination asked for ([`subject_lines`]); any other
+/// names the tool and the reason. Every text from the model or a command is escaped.
+fn consent_prompt(question: &ApprovalQuestion) -> String {
+    let session = escape_untrusted(question.agent.id());
+    match &question.subject {
+        Some(subject) => {
+            let lines = subject_lines(&question.tool_name, subject);
+            format!(
+                "\n[approval] session {session}: {}\n{}\nAllow once? [y/N] ",
+                lines.headline,
+                lines.details.join("\n")
+            )
+        }
+        None => format!(
+            "\n[approval] session {session} asks to run tool \"{}\": {}\nAllow once? [y/N] ",
+            escape_untrusted(&question.tool_name),
+            escape_untrusted(question.reason.as_deref().unwrap_or("(no reason given)"))
+        ),
     }
 }
 

@@ -5,8 +5,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use dsh_core::{
     APPROVAL, AbortSignal, Agent, AgentMessage, ApprovalError, ApprovalOutcome, ApprovalRequest,
-    ApprovalService, ConfigError, Disposer, Handles, Plugin, PluginError, PluginScope, Secret, SecretReply,
-    SecretRequest, ServiceKey, Session, SessionError,
+    ApprovalService, ApprovalSubject, ConfigError, Disposer, Handles, Plugin, PluginError, PluginScope,
+    Secret, SecretReply, SecretRequest, ServiceKey, Session, SessionError,
 };
 use futures::future::BoxFuture;
 use parking_lot::Mutex;
@@ -70,6 +70,9 @@ pub struct ApprovalQuestion {
     /// untrusted words; `None` for a consent question. An answerer that cannot take a secret
     /// passes on such a question.
     pub secret_prompt: Option<String>,
+    /// What a command's consent question is about (command, cwd, the mode or host asked
+    /// for), when the request carried it; see [`crate::subject_lines`] for how it shows.
+    pub subject: Option<ApprovalSubject>,
 }
 
 /// An answerer's reply.
@@ -318,6 +321,7 @@ impl ApprovalService for ApprovalHub {
             call_id: request.call_id.clone(),
             reason: request.reason.clone(),
             secret_prompt: None,
+            subject: request.subject.clone(),
         };
         let (outcome, _) = self.decide(&request.agent, asked, request.signal.as_ref(), question).await?;
         Ok(outcome)
@@ -340,6 +344,7 @@ impl ApprovalService for ApprovalHub {
             call_id: request.call_id.clone(),
             reason: None,
             secret_prompt: Some(request.prompt.clone()),
+            subject: None,
         };
         match self.decide(&request.agent, asked, request.signal.as_ref(), question).await? {
             (_, Some(secret)) => Ok(SecretReply::Given(secret)),

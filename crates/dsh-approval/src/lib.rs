@@ -10,9 +10,11 @@
 
 mod answerers;
 mod hub;
+mod render;
 
 pub use answerers::{fixed_answerer, secret_file_answerer, tty_answerer};
 pub use hub::{
     APPROVAL_HUB, Answer, AnswerFn, ApprovalConfig, ApprovalHub, ApprovalPlugin, ApprovalPolicy,
     ApprovalQuestion, PolicyError,
 };
+pub use render::{ESCAPES_NOTE, QuestionLines, escape_untrusted, subject_lines};

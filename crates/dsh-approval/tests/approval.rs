@@ -21,6 +21,7 @@ fn request(agent: &Arc<Agent>, signal: Option<AbortSignal>) -> ApprovalRequest {
         call_id: Some("call-1".into()),
         reason: Some("hook says ask".into()),
         signal,
+        subject: None,
     }
 }
 

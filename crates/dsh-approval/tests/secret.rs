@@ -79,6 +79,7 @@ async fn consent_is_no_secret_and_a_secret_is_no_consent() {
         call_id: None,
         reason: None,
         signal: None,
+        subject: None,
     };
     assert_eq!(hub.request(consent).await, Ok(ApprovalOutcome::Unavailable));
 }

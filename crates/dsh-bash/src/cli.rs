@@ -182,8 +182,9 @@ pub struct McpArgs {
     #[arg(long, requires = "http")]
     pub allow_remote: bool,
     /// Read the HTTP bearer token from this file (trimmed). Without it the token is
-    /// `$DSH_MCP_TOKEN`, else a fresh random token printed once on stderr at start. Confined
-    /// commands cannot read this file.
+    /// `$DSH_MCP_TOKEN`, else a fresh random token written (never printed) to a file of the
+    /// user's under `$DSH_HOME/mcp`, which the start line names. Confined commands cannot read
+    /// either file.
     #[arg(long, value_name = "FILE", requires = "http")]
     pub token_file: Option<PathBuf>,
     /// End an HTTP session after this many seconds with no call running and no request (its

@@ -12,12 +12,15 @@
 //! Over HTTP the listener is bound before the composition starts, so a bad address costs
 //! nothing, and the start line on stderr names the real address (port 0 picks a free one).
 //! The bearer token comes from `--token-file`, else `$DSH_MCP_TOKEN`, else it is generated
-//! (256 random bits) and printed once on that start line.
+//! (256 random bits) and written to a file of the user's, `<DSH_HOME>/mcp/http-<ip>-<port>.token`
+//! (directory `0700`, file `0600`), which the start line names; the token itself is never
+//! printed (MCP clients keep server logs). The file is removed when the server ends.
 //!
 //! The token is what lets a client answer approvals, so the commands this server runs must not
 //! get it: `$DSH_MCP_TOKEN` left the process environment before anything started (see
 //! `hardening`), and the token file is masked from confined commands by the local sandbox
-//! provider.
+//! provider (a `--token-file` as a masked path; `<DSH_HOME>/mcp` is denied to every confined
+//! command of every composition).
 
 use std::ffi::OsString;
 use std::fmt::Write as _;
@@ -40,10 +43,81 @@ pub const STDIO_TERMINAL_HINT: &str = "dsh-bash: waiting for an MCP client on st
 /// The environment variable holding the HTTP bearer token.
 pub const TOKEN_VAR: &str = "DSH_MCP_TOKEN";
 
-/// Where the HTTP bearer token came from; a generated one is shown once at start.
+/// Where the HTTP bearer token came from; a generated one is written to a file of the user's.
 enum Token {
     Given(String),
     Generated(String),
+}
+
+/// The directory generated tokens are written to: `<DSH_HOME>/mcp` (the local sandbox denies
+/// it to confined commands).
+fn token_dir() -> std::path::PathBuf {
+    let ambient = std::env::var("DSH_HOME").ok();
+    dsh_core::home::resolve_dsh_home(None, ambient.as_deref()).join("mcp")
+}
+
+/// The harness's effective user id (the owner the token directory must have).
+#[cfg(target_os = "linux")]
+fn effective_uid() -> Option<u32> {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    Some(unsafe { libc::geteuid() })
+}
+
+/// Not checked where it cannot be asked for without a further dependency.
+#[cfg(not(target_os = "linux"))]
+fn effective_uid() -> Option<u32> {
+    None
+}
+
+/// A generated token's file, removed when the server ends.
+struct TokenFile(std::path::PathBuf);
+
+impl Drop for TokenFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// Writes a generated `token` for the server at `local` to
+/// `<dir>/http-<ip>-<port>.token`: the directory made `0700` (it must be a directory of the
+/// user's, not a symlink), the file created anew with mode `0600` (never through a symlink;
+/// an earlier server's file at that name is replaced).
+fn write_token_file(dir: &Path, local: SocketAddr, token: &str) -> anyhow::Result<TokenFile> {
+    use std::io::Write as _;
+    use std::os::unix::fs::{DirBuilderExt as _, MetadataExt as _, OpenOptionsExt as _, PermissionsExt as _};
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .with_context(|| format!("cannot create the token directory {}", dir.display()))?;
+    let meta = std::fs::symlink_metadata(dir)
+        .with_context(|| format!("cannot inspect the token directory {}", dir.display()))?;
+    anyhow::ensure!(
+        meta.is_dir() && effective_uid().is_none_or(|euid| meta.uid() == euid),
+        "the token directory {} is not a directory of this user's",
+        dir.display()
+    );
+    if meta.permissions().mode() & 0o777 != 0o700 {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+            .with_context(|| format!("cannot make the token directory {} private", dir.display()))?;
+    }
+    let path = dir.join(format!("http-{}-{}.token", local.ip(), local.port()));
+    match std::fs::remove_file(&path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            return Err(anyhow::Error::from(e).context(format!("cannot replace {}", path.display())));
+        }
+        _ => {}
+    }
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&path)
+        .with_context(|| format!("cannot create the token file {}", path.display()))?;
+    let file_guard = TokenFile(path);
+    file.write_all(format!("{token}\n").as_bytes())
+        .with_context(|| format!("cannot write the token file {}", file_guard.0.display()))?;
+    Ok(file_guard)
 }
 
 impl Token {
@@ -80,7 +154,15 @@ pub async fn run(
             let listener = tokio::net::TcpListener::bind(addr)
                 .await
                 .with_context(|| format!("cannot listen on {addr}"))?;
-            Some((listener, token))
+            // Written before the composition starts, so the sandbox finds it to hide.
+            let file = match &token {
+                Token::Generated(secret) => {
+                    let local = listener.local_addr().context("the listener has no local address")?;
+                    Some(write_token_file(&token_dir(), local, secret)?)
+                }
+                Token::Given(_) => None,
+            };
+            Some((listener, token, file))
         }
     };
     let comp = Composition::start_with(composition, &host, Pending::Refuse).await?;
@@ -102,10 +184,11 @@ pub async fn run(
     };
     let ctx = comp.into_context();
     match http {
-        Some((listener, token)) => {
+        Some((listener, token, file)) => {
             let local = listener.local_addr().context("the listener has no local address")?;
-            eprintln!("{}", start_line(local, &token));
-            dsh_mcp::serve_http_on(ctx, options, listener, token.secret().to_owned()).await?
+            eprintln!("{}", start_line(local, file.as_ref().map(|f| f.0.as_path())));
+            dsh_mcp::serve_http_on(ctx, options, listener, token.secret().to_owned()).await?;
+            drop(file);
         }
         None => {
             if std::io::stdin().is_terminal() {
@@ -148,14 +231,13 @@ fn generate_token() -> String {
     })
 }
 
-/// The one line printed on stderr once the HTTP listener is bound.
-fn start_line(local: SocketAddr, token: &Token) -> String {
+/// The one line printed on stderr once the HTTP listener is bound; it names the file of a
+/// generated token, never a token.
+fn start_line(local: SocketAddr, token_file: Option<&Path>) -> String {
     let url = format!("http://{local}{}", dsh_mcp::MCP_PATH);
-    match token {
-        Token::Given(_) => format!("dsh-bash: serving MCP at {url}"),
-        Token::Generated(token) => {
-            format!("dsh-bash: serving MCP at {url} (Authorization: Bearer {token}; shown once)")
-        }
+    match token_file {
+        None => format!("dsh-bash: serving MCP at {url}"),
+        Some(file) => format!("dsh-bash: serving MCP at {url} (bearer token in {})", file.display()),
     }
 }
 

@@ -55,6 +55,37 @@ pub struct ApprovalRequest {
     pub reason: Option<String>,
     /// The call's abort signal; firing it cancels the request.
     pub signal: Option<AbortSignal>,
+    /// What the user approves when the request is about a command (a sandbox escalation, a
+    /// network destination): every answerer shows it. `None` for a request about a tool call
+    /// as a whole.
+    pub subject: Option<ApprovalSubject>,
+}
+
+/// The facts of a command's approval request, as typed fields every answerer shows. The
+/// texts came from the model or from the command: an answerer shows them with their control
+/// characters escaped, never raw.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ApprovalSubject {
+    /// The command exactly as the model wrote it.
+    pub command: String,
+    /// The directory the command starts in.
+    pub cwd: String,
+    /// What is asked for it.
+    pub asked: ApprovalAsk,
+    /// The model's justification, when it gave one.
+    pub justification: Option<String>,
+    /// Further facts the user must see to know what runs (what shell state the call starts
+    /// with), one sentence each.
+    pub notes: Vec<String>,
+}
+
+/// What a command's approval request asks for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ApprovalAsk {
+    /// One run under a wider sandbox mode (its wire name, such as `workspace-write`).
+    Mode(String),
+    /// A connection to a destination outside the network allowlist (`host:port`).
+    Host(String),
 }
 
 /// A secret the user typed for a command (askpass): a password, a passphrase. Its `Debug`

@@ -24,8 +24,8 @@ pub mod tools;
 pub use abort::{AbortReason, AbortSignal, Deadline, DeadlineRangeError, MAX_TIMER_DELAY_MS};
 pub use agent::{AGENTS, Agent, AgentError, AgentMessage, AgentStatus, Agents, Delivery};
 pub use approval::{
-    APPROVAL, ApprovalError, ApprovalOutcome, ApprovalRequest, ApprovalService, Secret, SecretReply,
-    SecretRequest,
+    APPROVAL, ApprovalAsk, ApprovalError, ApprovalOutcome, ApprovalRequest, ApprovalService, ApprovalSubject,
+    Secret, SecretReply, SecretRequest,
 };
 pub use context::{
     ConfigError, Context, Deps, Disposer, Effect, Factory, Handles, Plugin, PluginError, PluginFactory,

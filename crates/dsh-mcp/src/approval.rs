@@ -10,8 +10,8 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use dsh_approval::{Answer, AnswerFn, ApprovalQuestion};
-use dsh_core::{ApprovalOutcome, Secret};
+use dsh_approval::{Answer, AnswerFn, ApprovalQuestion, escape_untrusted, subject_lines};
+use dsh_core::{ApprovalAsk, ApprovalOutcome, Secret};
 use parking_lot::Mutex;
 use rmcp::model::{
     ElicitRequestParams, ElicitationAction, ElicitationSchema, PrimitiveSchemaDefinition, StringSchema,
@@ -50,17 +50,27 @@ impl InFlightCalls {
     }
 }
 
-/// The text a user is asked: the tool, the command when there is one, and for a sandbox
-/// escalation the requested mode and the model's justification.
+/// The text a user is asked. A command's question (the request carried its subject) shows
+/// the command, its working directory, the mode or destination asked for and the model's
+/// justification ([`subject_lines`]). Any other shows the tool, the command or arguments of
+/// the call when known, and the reason. Every text from the model or a command is shown with
+/// its control characters escaped.
 pub fn approval_message(question: &ApprovalQuestion, args: Option<&Value>) -> String {
-    let command = args.and_then(|a| a.get("command")).and_then(Value::as_str);
-    let escalation = question
-        .reason
+    if let Some(subject) = &question.subject {
+        let lines = subject_lines(&question.tool_name, subject);
+        let accept = match subject.asked {
+            ApprovalAsk::Host(_) => "Accept to allow it for the rest of this command; decline to refuse.",
+            ApprovalAsk::Mode(_) => "Accept to allow it once; decline to refuse.",
+        };
+        return format!("{}\n\n{}\n\n{accept}", lines.headline, lines.details.join("\n"));
+    }
+    let command = args.and_then(|a| a.get("command")).and_then(Value::as_str).map(escape_untrusted);
+    let reason = question.reason.as_deref().map(escape_untrusted);
+    let escalation = reason
         .as_deref()
         .and_then(|r| r.strip_prefix(ESCALATION_PREFIX))
         .and_then(|rest| rest.split_once(": "));
-    let destination = question
-        .reason
+    let destination = reason
         .as_deref()
         .and_then(|r| r.strip_prefix(NETWORK_PREFIX))
         .and_then(|rest| rest.strip_suffix('`'));
@@ -68,7 +78,7 @@ pub fn approval_message(question: &ApprovalQuestion, args: Option<&Value>) -> St
     if let Some(destination) = destination {
         lines.push(format!("Allow this {} command to connect to {destination}?", question.tool_name));
         lines.push(String::new());
-        if let Some(command) = command {
+        if let Some(command) = &command {
             lines.push(format!("Command: {command}"));
         }
         lines.push(format!("Destination: {destination} (not in the network allowlist)"));
@@ -83,7 +93,7 @@ pub fn approval_message(question: &ApprovalQuestion, args: Option<&Value>) -> St
                 question.tool_name
             ));
             lines.push(String::new());
-            if let Some(command) = command {
+            if let Some(command) = &command {
                 lines.push(format!("Command: {command}"));
             }
             lines.push(format!("Requested mode: {mode}"));
@@ -92,16 +102,16 @@ pub fn approval_message(question: &ApprovalQuestion, args: Option<&Value>) -> St
         None => {
             lines.push(format!("Allow tool \"{}\" to run once?", question.tool_name));
             lines.push(String::new());
-            if let Some(command) = command {
+            if let Some(command) = &command {
                 lines.push(format!("Command: {command}"));
             } else if let Some(args) = args {
-                let mut text = args.to_string();
+                let mut text = escape_untrusted(&args.to_string());
                 if text.chars().count() > MAX_ARGS_CHARS {
                     text = text.chars().take(MAX_ARGS_CHARS).collect::<String>() + "…";
                 }
                 lines.push(format!("Arguments: {text}"));
             }
-            if let Some(reason) = &question.reason {
+            if let Some(reason) = &reason {
                 lines.push(format!("Reason: {reason}"));
             }
         }
@@ -117,11 +127,12 @@ pub const SECRET_FIELD: &str = "secret";
 /// The text a user is asked for a secret: which command asks, and its prompt, marked as the
 /// command's own words (a command can ask anything).
 pub fn secret_message(question: &ApprovalQuestion, prompt: &str, args: Option<&Value>) -> String {
-    let command = args.and_then(|a| a.get("command")).and_then(Value::as_str);
+    let command = args.and_then(|a| a.get("command")).and_then(Value::as_str).map(escape_untrusted);
+    let prompt = escape_untrusted(prompt);
     let mut lines =
         vec![format!("A {} command asks you for a secret (a password or passphrase).", question.tool_name)];
     lines.push(String::new());
-    if let Some(command) = command {
+    if let Some(command) = &command {
         lines.push(format!("Command: {command}"));
     }
     lines.push(format!("Its prompt (the command's own words, not the harness's): {prompt}"));
@@ -244,6 +255,7 @@ mod tests {
             call_id: Some("call-1".into()),
             reason: reason.map(str::to_owned),
             secret_prompt: None,
+            subject: None,
         }
     }
 
@@ -296,6 +308,33 @@ mod tests {
              Command: sudo -A apt-get update\n\
              Its prompt (the command's own words, not the harness's): [sudo] password for dev: \n\n\
              Accept with the secret to pass it to this command only (it is never shown to the model); decline to refuse."
+        );
+    }
+
+    #[test]
+    fn a_commands_question_shows_its_subject_escaped() {
+        let mut q = question("bash", Some("network access to `evil.example:443`"));
+        q.subject = Some(dsh_core::ApprovalSubject {
+            command: "curl https://evil.example\u{1b}]0;x\u{7}".into(),
+            cwd: "/ws".into(),
+            asked: ApprovalAsk::Host("evil.example:443".into()),
+            justification: None,
+            notes: Vec::new(),
+        });
+        assert_eq!(
+            approval_message(&q, Some(&json!({"command": "ignored: the subject is shown"}))),
+            "Allow this bash command to connect to evil.example:443?\n\n\
+             Command: curl https://evil.example\\x1b]0;x\\x07\nWorking directory: /ws\n\
+             Destination: evil.example:443 (not in the network allowlist)\n\
+             (control characters are shown as \\x.. and \\u{..} escapes)\n\n\
+             Accept to allow it for the rest of this command; decline to refuse."
+        );
+        // Without a subject, the generic question escapes what it shows too.
+        let generic = question("job_kill", Some("policy\rsays ask"));
+        assert_eq!(
+            approval_message(&generic, Some(&json!({"command": "a\u{202e}b"}))),
+            "Allow tool \"job_kill\" to run once?\n\nCommand: a\\u{202e}b\nReason: policy\\rsays ask\n\n\
+             Accept to allow it once; decline to refuse."
         );
     }
 

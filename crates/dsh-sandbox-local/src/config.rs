@@ -174,13 +174,16 @@ impl LocalSandboxConfig {
 
     /// Every path a confined command must not read, as spelled (existing or not): the
     /// [`DEFAULT_DENY_READ`] entries under the harness's `$HOME`, the harness's session logs
-    /// (`<DSH_HOME>/sessions`: other sessions' transcripts), then `denyRead` (`~/` expanded)
-    /// and `maskedPaths`. Read from the environment on each call.
+    /// (`<DSH_HOME>/sessions`: other sessions' transcripts), the MCP servers' generated bearer
+    /// tokens (`<DSH_HOME>/mcp`), then `denyRead` (`~/` expanded) and `maskedPaths`. Read from
+    /// the environment on each call.
     pub fn denied_reads(&self) -> Vec<std::path::PathBuf> {
         let home = dsh_core::home::user_home();
         let dsh_home = std::env::var("DSH_HOME").ok();
         let mut paths: Vec<std::path::PathBuf> = DEFAULT_DENY_READ.iter().map(|rel| home.join(rel)).collect();
-        paths.push(dsh_core::home::resolve_dsh_home(None, dsh_home.as_deref()).join("sessions"));
+        let dsh_home = dsh_core::home::resolve_dsh_home(None, dsh_home.as_deref());
+        paths.push(dsh_home.join("sessions"));
+        paths.push(dsh_home.join("mcp"));
         for path in &self.deny_read {
             paths.push(match path.strip_prefix("~") {
                 Ok(rest) => home.join(rest),
@@ -283,12 +286,11 @@ mod tests {
         assert_eq!(denied[0], home.join(".ssh"));
         assert!(denied.contains(&home.join(".cargo/credentials.toml")));
         let dsh_home = std::env::var("DSH_HOME").ok();
+        let dsh_home = dsh_core::home::resolve_dsh_home(None, dsh_home.as_deref());
+        assert_eq!(denied[DEFAULT_DENY_READ.len()], dsh_home.join("sessions"));
+        assert_eq!(denied[DEFAULT_DENY_READ.len() + 1], dsh_home.join("mcp"));
         assert_eq!(
-            denied[DEFAULT_DENY_READ.len()],
-            dsh_core::home::resolve_dsh_home(None, dsh_home.as_deref()).join("sessions")
-        );
-        assert_eq!(
-            &denied[DEFAULT_DENY_READ.len() + 1..],
+            &denied[DEFAULT_DENY_READ.len() + 2..],
             [home.join(".secrets"), "/srv/keys".into(), home.clone(), "/srv/token".into()]
         );
     }

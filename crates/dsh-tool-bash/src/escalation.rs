@@ -4,7 +4,10 @@
 use std::sync::Arc;
 
 use dsh_core::approval::APPROVAL_UNREACHABLE;
-use dsh_core::{APPROVAL, Agent, ApprovalRequest, ApprovalService, ToolError, ToolExec, WeakContext};
+use dsh_core::{
+    APPROVAL, Agent, ApprovalAsk, ApprovalRequest, ApprovalService, ApprovalSubject, ToolError, ToolExec,
+    WeakContext,
+};
 use dsh_sandbox::{
     EscalationError, SandboxMode, StandingPolicy, check_widening, escalation_reason, map_escalation_outcome,
 };
@@ -15,15 +18,25 @@ fn plain(e: EscalationError) -> ToolError {
     ToolError::plain(e.to_string())
 }
 
+/// What the user is shown of the call an approval is about: the command as the model wrote it,
+/// the directory it starts in, and what else decides what runs (one sentence each).
+pub(crate) struct Shown {
+    pub command: String,
+    pub cwd: String,
+    pub notes: Vec<String>,
+}
+
 /// Resolves an escalation to the granted mode.
 ///
 /// `standing` is `None` in a non-sandboxing composition (no targets advertised). The approval
-/// service is looked up by the caller at call time and passed as `approval`.
+/// service is looked up by the caller at call time and passed as `approval`. The request
+/// carries what `shown` says as its subject, with the mode asked for and the justification.
 pub(crate) async fn approve(
     request: &EscalationRequest,
     standing: Option<&StandingPolicy>,
     approval: Option<Arc<dyn ApprovalService>>,
     exec: &ToolExec,
+    shown: Shown,
 ) -> Result<SandboxMode, ToolError> {
     let Some(standing) = standing else {
         return Err(plain(EscalationError::NotAvailable));
@@ -39,6 +52,13 @@ pub(crate) async fn approve(
             call_id: Some(exec.call_id.clone()),
             reason: Some(escalation_reason(requested, &request.justification)),
             signal: Some(exec.signal.clone()),
+            subject: Some(ApprovalSubject {
+                command: shown.command,
+                cwd: shown.cwd,
+                asked: ApprovalAsk::Mode(requested.as_str().to_owned()),
+                justification: Some(request.justification.clone()),
+                notes: shown.notes,
+            }),
         })
         .await?;
     map_escalation_outcome(outcome, requested, "command").map_err(plain)
@@ -69,6 +89,9 @@ struct CallNetworkApprover {
     agent: Arc<Agent>,
     call_id: String,
     signal: dsh_core::AbortSignal,
+    /// The command as the model wrote it, and where it started.
+    command: String,
+    cwd: String,
 }
 
 impl dsh_sandbox::NetworkApprover for CallNetworkApprover {
@@ -79,6 +102,13 @@ impl dsh_sandbox::NetworkApprover for CallNetworkApprover {
             call_id: Some(self.call_id.clone()),
             reason: Some(dsh_sandbox::network_reason(&host_port)),
             signal: Some(self.signal.clone()),
+            subject: Some(ApprovalSubject {
+                command: self.command.clone(),
+                cwd: self.cwd.clone(),
+                asked: ApprovalAsk::Host(host_port),
+                justification: None,
+                notes: Vec::new(),
+            }),
         };
         let approval = Arc::clone(&self.approval);
         Box::pin(async move {
@@ -95,8 +125,13 @@ impl dsh_sandbox::NetworkApprover for CallNetworkApprover {
 }
 
 /// The network approver of a foreground call: present when an approval service is composed
-/// and the call has an agent to ask for.
-pub(crate) fn network_approver(ctx: &WeakContext, exec: &ToolExec) -> Option<dsh_shell::NetworkApproverSlot> {
+/// and the call has an agent to ask for. Its questions show `command` and `cwd`.
+pub(crate) fn network_approver(
+    ctx: &WeakContext,
+    exec: &ToolExec,
+    command: &str,
+    cwd: &str,
+) -> Option<dsh_shell::NetworkApproverSlot> {
     let approval = approval_service(ctx)?;
     let agent = exec.agent.clone()?;
     Some(dsh_shell::NetworkApproverSlot(Arc::new(CallNetworkApprover {
@@ -104,5 +139,7 @@ pub(crate) fn network_approver(ctx: &WeakContext, exec: &ToolExec) -> Option<dsh
         agent,
         call_id: exec.call_id.clone(),
         signal: exec.signal.clone(),
+        command: command.to_owned(),
+        cwd: cwd.to_owned(),
     })))
 }

@@ -72,6 +72,11 @@ pub(crate) struct Call {
     offset: u64,
     path: PathBuf,
     mode: Persist,
+    /// The directory the snapshot returns to, when it returns to one.
+    returns_to: Option<String>,
+    /// For a call that started without the session's variables and functions (an escalated
+    /// one): the state it started from, which what it hands back is laid over.
+    base: Option<State>,
 }
 
 /// `<DSH_HOME>/sessions/bash-state/<hex of the session id>`.
@@ -209,16 +214,50 @@ fn store(path: &Path, state: &State) -> std::io::Result<()> {
     Ok(())
 }
 
+/// The directory a call of `session` would return to (the stored state's), without changing
+/// anything; `None` when there is none or the call resets the state.
+pub(crate) fn stored_cwd(dsh_home: &Path, session: &str, reset: bool) -> Option<String> {
+    if reset {
+        return None;
+    }
+    load(&state_path(dsh_home, session), Persist::Cwd).cwd
+}
+
+/// `state` with what a call that started without it handed back (`ended`) laid over: the
+/// directory it ended in, its exports replacing those of the same name, its functions
+/// defined after the earlier ones.
+fn overlay(mut state: State, ended: State) -> State {
+    if ended.cwd.is_some() {
+        state.cwd = ended.cwd;
+    }
+    for (name, value) in ended.env {
+        match state.env.iter_mut().find(|(n, _)| *n == name) {
+            Some(slot) => slot.1 = value,
+            None => state.env.push((name, value)),
+        }
+    }
+    if !ended.functions.is_empty() {
+        if !state.functions.is_empty() {
+            state.functions.push('\n');
+        }
+        state.functions.push_str(&ended.functions);
+    }
+    state
+}
+
 impl Call {
     /// Prepares a call of `session` (whose harness home is `dsh_home`): forgets the stored state
     /// first when `reset`, writes the snapshot to a nameless file, and wraps `command`.
-    /// Returns the wrapped command and the file to share.
+    /// Returns the wrapped command and the file to share. Without `carry_env` (an escalated
+    /// call) the snapshot holds the directory only, never the stored variables and functions,
+    /// and what the call hands back is laid over the stored state.
     pub(crate) fn prepare(
         mode: Persist,
         dsh_home: &Path,
         session: &str,
         reset: bool,
         return_to_cwd: bool,
+        carry_env: bool,
         command: &str,
     ) -> std::io::Result<(Self, String, SharedFile)> {
         let path = state_path(dsh_home, session);
@@ -234,13 +273,21 @@ impl Call {
         // Nameless (`O_TMPFILE`, else unlinked at once; mode 0600): only this command's
         // descriptor reaches it.
         let mut file = tempfile::tempfile_in(dir)?;
-        let snapshot = snapshot(&state, mode, return_to_cwd);
+        let carried = if carry_env { mode } else { Persist::Cwd };
+        let snapshot = snapshot(&state, carried, return_to_cwd);
         file.write_all(snapshot.as_bytes())?;
         file.seek(SeekFrom::Start(0))?;
         let file = Arc::new(file);
         let shared = SharedFile { file: Arc::clone(&file), env: FD_ENV.to_owned() };
-        let call = Call { file, offset: snapshot.len() as u64, path, mode };
+        let returns_to = state.cwd.clone().filter(|_| return_to_cwd);
+        let base = (carried != mode).then_some(state);
+        let call = Call { file, offset: snapshot.len() as u64, path, mode, returns_to, base };
         Ok((call, wrap(command, mode), shared))
+    }
+
+    /// The directory the call's snapshot returns to, when it returns to one.
+    pub(crate) fn returns_to(&self) -> Option<String> {
+        self.returns_to.clone()
     }
 
     /// After the command ended: stores the state its shell wrote, when it wrote a complete one
@@ -265,6 +312,10 @@ impl Call {
         }
         // A save that fails only means the next call starts from the previous state.
         if let Some(state) = parse(&bytes, self.mode) {
+            let state = match self.base {
+                Some(base) => overlay(base, state),
+                None => state,
+            };
             let _ = store(&self.path, &state);
         }
     }
@@ -305,6 +356,29 @@ mod tests {
             texts::description(true, false, Persist::None),
             texts::description(true, false, Persist::None)
         );
+    }
+
+    #[test]
+    fn what_an_escalated_call_hands_back_is_laid_over_the_state() {
+        let before = State {
+            cwd: Some("/w".into()),
+            env: vec![("A".into(), "1".into()), ("B".into(), "2".into())],
+            functions: "f () \n{ \n    :\n}".into(),
+        };
+        let ended = State {
+            cwd: Some("/w/sub".into()),
+            env: vec![("B".into(), "3".into())],
+            functions: "g () \n{ \n    :\n}".into(),
+        };
+        assert_eq!(
+            overlay(before.clone(), ended),
+            State {
+                cwd: Some("/w/sub".into()),
+                env: vec![("A".into(), "1".into()), ("B".into(), "3".into())],
+                functions: "f () \n{ \n    :\n}\ng () \n{ \n    :\n}".into(),
+            }
+        );
+        assert_eq!(overlay(before.clone(), State::default()), before);
     }
 
     #[test]

@@ -13,6 +13,12 @@ pub(crate) const PERSIST_CWD_SENTENCE: &str = "Each call runs in a fresh shell, 
 /// Replaces [`NO_STATE_SENTENCE`] under `persist = "env"`.
 pub(crate) const PERSIST_ENV_SENTENCE: &str = "Each call runs in a fresh shell, but the working directory, exported variables and shell functions carry over to the session's next calls (`reset: true` starts a call from the session's starting state again); aliases, shell options, traps, non-exported variables and background processes do not.";
 
+/// Follows [`ESCALATION_PARAGRAPH`] under `persist = "env"`.
+pub(crate) const PERSIST_ENV_ESCALATION_SENTENCE: &str = " A call with `sandbox_permissions` starts in the carried directory only, without the carried variables and functions: put what it needs (such as `source venv/bin/activate &&`) in its command.";
+
+/// The note every approval question of an escalated call shows under `persist = "env"`.
+pub(crate) const ESCALATED_STATE_NOTE: &str = "Shell state: this call starts in the session's carried working directory only; the exported variables and functions earlier calls left do not apply to it.";
+
 /// Appended when background execution is enabled.
 pub(crate) const BACKGROUND_ENABLED: &str = "Set `run_in_background: true` for long-running commands: the call returns a job id immediately; read its output with `job_output` and stop it with `job_kill`.";
 
@@ -53,6 +59,9 @@ pub(crate) fn description(background: bool, escalation: bool, persist: crate::Pe
     out.push_str(if background { BACKGROUND_ENABLED } else { BACKGROUND_DISABLED });
     if escalation {
         out.push_str(ESCALATION_PARAGRAPH);
+        if persist == crate::Persist::Env {
+            out.push_str(PERSIST_ENV_ESCALATION_SENTENCE);
+        }
     }
     out
 }

@@ -99,12 +99,32 @@ impl BashTool {
         // 2. Standing policy (sandboxing compositions only).
         let session = exec.agent.as_ref().map(|a| Arc::clone(a.session()));
         let standing = self.policy.as_ref().map(|p| p.resolve(session.as_deref(), None));
-        // 3. Escalation: nothing has run yet.
+        // The workdir of step 5, resolved here only to be shown (a pure resolution).
+        let policy_root = standing.as_ref().map(|s| s.policy.workspace_root.as_path());
+        let session_cwd = session.as_ref().and_then(|s| s.header().cwd.clone());
+        let workdir = resolve_workdir(args.workdir.as_deref(), policy_root, session_cwd.as_deref());
+        // 3. Escalation: nothing has run yet. The user is shown the command, where it starts,
+        //    and (with `persist = "env"`) that no state of earlier calls runs with it.
         let approved = match &args.escalation {
             None => None,
             Some(request) => {
                 let approval = crate::escalation::approval_service(&self.ctx);
-                Some(crate::escalation::approve(request, standing.as_ref(), approval, &exec).await?)
+                let returns_to = match (self.persist.is_on(), session.as_ref(), args.workdir.is_none()) {
+                    (true, Some(session), true) => {
+                        crate::persist::stored_cwd(self.env.dsh_home(), session.id(), args.reset)
+                    }
+                    _ => None,
+                };
+                let mut notes = Vec::new();
+                if self.persist == Persist::Env && session.is_some() {
+                    notes.push(texts::ESCALATED_STATE_NOTE.to_owned());
+                }
+                let shown = crate::escalation::Shown {
+                    command: args.command.clone(),
+                    cwd: returns_to.unwrap_or_else(|| shown_dir(workdir.as_deref())),
+                    notes,
+                };
+                Some(crate::escalation::approve(request, standing.as_ref(), approval, &exec, shown).await?)
             }
         };
         // 4. Per-call policy: the standing one with the granted mode, root and session kept.
@@ -115,14 +135,13 @@ impl BashTool {
             }
             policy
         });
-        // 5. Workdir from the standing root, else the session cwd.
-        let policy_root = standing.as_ref().map(|s| s.policy.workspace_root.as_path());
-        let session_cwd = session.as_ref().and_then(|s| s.header().cwd.clone());
-        let workdir = resolve_workdir(args.workdir.as_deref(), policy_root, session_cwd.as_deref());
+        // 5. Workdir from the standing root, else the session cwd (resolved above).
         // 6. Managed environment, freshly collected for this call.
         let dsh_env = self.env.collect(&exec).map_err(|e| ToolError::plain(e.to_string()))?;
         // 7. The request, from named fields only; with persistent state, the command wrapped
-        //    to start from the session's state and to hand its own back.
+        //    to start from the session's state and to hand its own back. An escalated call
+        //    starts from the session's directory only: the variables and functions earlier
+        //    (confined) calls left would run unconfined with it, unseen by the user.
         let persisted = match (self.persist.is_on(), session.as_ref(), dsh_env.get("DSH_HOME")) {
             (true, Some(session), Some(home)) => Some(
                 crate::persist::Call::prepare(
@@ -131,12 +150,17 @@ impl BashTool {
                     session.id(),
                     args.reset,
                     args.workdir.is_none(),
+                    approved.is_none(),
                     &args.command,
                 )
                 .map_err(|e| ToolError::plain(format!("cannot prepare the session's shell state: {e}")))?,
             ),
             _ => None,
         };
+        let start_dir = persisted
+            .as_ref()
+            .and_then(|(call, _, _)| call.returns_to())
+            .unwrap_or_else(|| shown_dir(workdir.as_deref()));
         let mut request = ShellExecRequest {
             command: args.command.clone(),
             workdir,
@@ -156,7 +180,7 @@ impl BashTool {
             request.tty = self.tty && args.tty;
             return crate::background::start(self, request, &args.command, &exec);
         }
-        let result = self.foreground(request, &exec).await;
+        let result = self.foreground(request, &exec, &args.command, &start_dir).await;
         if let Some(call) = call {
             call.finish();
         }
@@ -164,11 +188,18 @@ impl BashTool {
     }
 
     /// A foreground run: resolve and run on the shell; an aborted run is an abort error.
-    async fn foreground(&self, mut request: ShellExecRequest, exec: &ToolExec) -> Result<Value, ToolError> {
+    /// `command` (as the model wrote it) and `start_dir` are what a network question shows.
+    async fn foreground(
+        &self,
+        mut request: ShellExecRequest,
+        exec: &ToolExec,
+        command: &str,
+        start_dir: &str,
+    ) -> Result<Value, ToolError> {
         request.signal = Some(exec.signal.clone());
         // The host may watch the command's latest output line while it runs.
         request.output_probe = Some(exec.output_probe.clone());
-        request.network_approver = crate::escalation::network_approver(self.ctx(), exec);
+        request.network_approver = crate::escalation::network_approver(self.ctx(), exec, command, start_dir);
         // Served until the run has ended.
         let _askpass = crate::askpass::open(self.ctx(), exec, &mut request)?;
         let spec = self.shell.resolve(request)?;
@@ -195,6 +226,15 @@ impl BashTool {
     pub(crate) fn escalation(&self) -> bool {
         self.policy.is_some()
     }
+}
+
+/// The directory a call starts in, as shown to the user: the resolved workdir, else the
+/// harness's own working directory (the executor's default).
+fn shown_dir(workdir: Option<&std::path::Path>) -> String {
+    workdir
+        .map(std::path::Path::to_path_buf)
+        .or_else(|| std::env::current_dir().ok())
+        .map_or_else(|| "(the harness's working directory)".to_owned(), |dir| dir.display().to_string())
 }
 
 #[async_trait::async_trait]

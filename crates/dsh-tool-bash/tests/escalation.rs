@@ -155,6 +155,13 @@ async fn sb_04_routing_failures_and_refusals() {
     );
     assert!(Arc::ptr_eq(&last.agent, &agent));
     assert!(last.signal.is_some());
+    // What the user is shown, as typed fields.
+    let subject = last.subject.expect("an escalation names its command");
+    assert_eq!(subject.command, "touch x");
+    assert_eq!(subject.asked, dsh_core::ApprovalAsk::Mode("workspace-write".into()));
+    assert_eq!(subject.justification.as_deref(), Some(WHY));
+    assert!(!subject.cwd.is_empty());
+    assert_eq!(subject.notes, Vec::<String>::new(), "no shell state carries without persist");
 
     // An approval service error (e.g. outside an open turn) is the tool error.
     *approval.outcome.lock() =

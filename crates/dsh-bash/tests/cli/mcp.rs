@@ -294,13 +294,19 @@ pub(crate) fn stop(mut child: std::process::Child) {
 }
 
 #[test]
-fn mcp_over_http_generates_a_token_and_shows_it_once() {
+fn mcp_over_http_generates_a_token_into_a_private_file() {
     let sandbox = Sandbox::new();
     let (child, line) = start_http(&sandbox, &["--http", "0"], None);
     let rest =
         line.strip_prefix("dsh-bash: serving MCP at http://127.0.0.1:").unwrap_or_else(|| panic!("{line}"));
-    let (port, rest) = rest.split_once("/mcp (Authorization: Bearer ").unwrap_or_else(|| panic!("{line}"));
-    let token = rest.strip_suffix("; shown once)").unwrap_or_else(|| panic!("{line}"));
+    let (port, rest) = rest.split_once("/mcp (bearer token in ").unwrap_or_else(|| panic!("{line}"));
+    let file = rest.strip_suffix(')').unwrap_or_else(|| panic!("{line}"));
+    assert_eq!(
+        std::path::Path::new(file),
+        sandbox.path().join("home").join("mcp").join(format!("http-127.0.0.1-{port}.token"))
+    );
+    let token = std::fs::read_to_string(file).expect("the token file");
+    let token = token.strip_suffix('\n').expect("one line");
     assert_eq!(token.len(), 64, "256 bits in hex: {token}");
     assert!(token.bytes().all(|b| b.is_ascii_hexdigit()));
     let url = format!("http://127.0.0.1:{port}/mcp");
@@ -308,9 +314,11 @@ fn mcp_over_http_generates_a_token_and_shows_it_once() {
     assert_eq!(post_initialize(&url, Some("0".repeat(64).as_str())), 401);
     assert_eq!(post_initialize(&url, Some(token)), 200);
     stop(child);
+    assert!(!std::path::Path::new(file).exists(), "the file goes with its server");
     // A second server gets a different token.
     let (child, again) = start_http(&sandbox, &["--http", "127.0.0.1:0"], None);
-    assert!(!again.contains(token), "{again}");
+    let other = again.split("bearer token in ").nth(1).and_then(|r| r.strip_suffix(')')).expect("a file");
+    assert_ne!(std::fs::read_to_string(other).expect("the second token file").trim(), token);
     stop(child);
 }
 

@@ -9,6 +9,7 @@
 //! reason printed, unless `DSH_SANDBOX_REQUIRE_RUNNERS` names it (CI), which fails instead; a
 //! missing everyday tool is skipped, or fails when `CI=true`.
 
+mod approvals;
 mod askpass;
 mod cell;
 mod devices;

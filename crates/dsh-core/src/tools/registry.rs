@@ -280,6 +280,7 @@ impl ToolRegistry {
                         call_id: Some(exec.call_id.clone()),
                         reason,
                         signal: Some(exec.signal.clone()),
+                        subject: None,
                     };
                     match approval.request(request).await {
                         Err(error) => Some(error.to_string()),

@@ -169,6 +169,7 @@ async def test_denied_then_escalated_with_elicitation() -> None:
         assert questions[0] == (
             "Allow this bash command to run once with wider sandbox access (workspace-write)?\n\n"
             f"Command: printf ok > {target}\n"
+            f"Working directory: {os.path.realpath(workspace)}\n"
             "Requested mode: workspace-write\n"
             "Justification: The test writes its output file into the workspace.\n\n"
             "Accept to allow it once; decline to refuse."
@@ -221,6 +222,7 @@ async def test_network_ask_through_elicitation() -> None:
             assert questions[0] == (
                 f"Allow this bash command to connect to 127.0.0.1:{port}?\n\n"
                 f"Command: {command}\n"
+                f"Working directory: {os.path.realpath(workspace)}\n"
                 f"Destination: 127.0.0.1:{port} (not in the network allowlist)\n\n"
                 "Accept to allow it for the rest of this command; decline to refuse."
             ), questions[0]
