@@ -23,8 +23,27 @@ pub(crate) struct BwrapLaunch {
     masks: Option<MaskArgs>,
     /// The highest capability number the kernel knows.
     last_cap: u32,
+    /// The process that keeps the covers while the command runs (see [`Warden`]).
+    warden: Option<Warden>,
 }
 
+/// What keeps bubblewrap's covers while the command runs.
+///
+/// A cover is a mount on a file, and the kernel drops it in every namespace when the host
+/// renames another file over that path (as `git config`, editors and credential helpers do).
+/// bubblewrap builds the command's namespace itself, so the harness keeps a **warden**
+/// beside it: a process forked before bubblewrap starts, outside its namespaces and its
+/// Landlock domain (the command can neither see nor signal it), which learns the sandbox's
+/// pid from bubblewrap's `--info-fd`, waits until the sandbox is set up (its init has a
+/// child), joins its mount namespace (through the user namespace that owns it), and from then
+/// on makes again every cover the host drops, each time the namespace's mount table changes
+/// (the kernel flags that on an open `mountinfo`). It dies with bubblewrap.
+#[derive(Debug)]
+struct Warden {
+    info_read: OwnedFd,
+    info_write: OwnedFd,
+    plan: crate::inprocess::world::WorldPlan,
+}
 /// bubblewrap's arguments binding each cover, written by the child into a memfd that
 /// bubblewrap reads with `--args`: only the covers whose path the child (with the command's
 /// credentials) can reach, since bubblewrap dies on a target it cannot reach, and the command
@@ -64,7 +83,30 @@ impl BwrapLaunch {
             network,
             masks: None,
             last_cap: crate::inprocess::last_cap(),
+            warden: None,
         })
+    }
+
+    /// Keeps the covers of `plan` while the command runs (see [`Warden`]); bubblewrap is to
+    /// be given `--info-fd` with [`Self::info_fd`].
+    pub(crate) fn with_warden(mut self, plan: crate::inprocess::world::WorldPlan) -> Result<Self, String> {
+        if plan.protected.is_empty() && plan.masks.is_empty() {
+            return Ok(self);
+        }
+        let mut fds = [0; 2];
+        // SAFETY: pipe2 fills the two-element array on success.
+        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } < 0 {
+            return Err(format!("cannot make the warden's pipe: {}", std::io::Error::last_os_error()));
+        }
+        // SAFETY: both fds were just created and are owned by nobody else.
+        let (info_read, info_write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        self.warden = Some(Warden { info_read, info_write, plan });
+        Ok(self)
+    }
+
+    /// The descriptor number bubblewrap writes its sandbox's pid to (`--info-fd`).
+    pub(crate) fn info_fd(&self) -> Option<i32> {
+        self.warden.as_ref().map(|w| w.info_write.as_raw_fd())
     }
 
     /// Hands bubblewrap the covers of `items` (each path with its `--ro-bind COVER PATH`
@@ -95,7 +137,8 @@ impl BwrapLaunch {
     }
 }
 
-// SAFETY: `apply_in_child` only issues `faccessat`, `pwrite`, `ftruncate`, `lseek`, `setns`,
+// SAFETY: `apply_in_child` forks the warden (which only runs `run_warden`, see there) and
+// only issues `faccessat`, `pwrite`, `ftruncate`, `lseek`, `setns`,
 // `fcntl`, `capget`, `capset`, `prctl` and `landlock_restrict_self` on paths and descriptors
 // prepared in the parent (`prepare` and `with_masks` initialise the memfds, the masks'
 // strings, the capability count and the scope ruleset there); it allocates nothing and takes
@@ -105,6 +148,23 @@ unsafe impl ChildConfinement for BwrapLaunch {
         // First, with the command's own credentials (after any uid change of the spawn).
         if let Some(masks) = &self.masks {
             write_masks(masks)?;
+        }
+        // The warden before anything narrows this process: it keeps the capabilities it
+        // needs to join the sandbox's namespaces, outside the scope domain below.
+        if let Some(warden) = &self.warden {
+            // SAFETY: getpid has no preconditions; fork of the single-threaded child, whose
+            // copy only runs async-signal-safe code (`run_warden`) and never returns.
+            unsafe {
+                let parent = libc::getpid();
+                match libc::fork() {
+                    0 => run_warden(warden, parent),
+                    pid if pid < 0 => return Err(std::io::Error::last_os_error()),
+                    _ => {}
+                }
+                if libc::fcntl(warden.info_write.as_raw_fd(), libc::F_SETFD, 0) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
         }
         if let Some(network) = &self.network {
             // SAFETY: setns on descriptors the parent keeps open; the child is single-threaded.
@@ -290,4 +350,230 @@ fn scope_ruleset() -> Option<&'static OwnedFd> {
             ruleset.into()
         })
         .as_ref()
+}
+
+/// The warden's life (see [`Warden`]), in a fork of the launch's child: raw syscalls on what
+/// the parent prepared and stack buffers only. Never returns; any failure ends it quietly
+/// (the covers then stay as bubblewrap made them).
+fn run_warden(warden: &Warden, parent: libc::pid_t) -> ! {
+    use crate::inprocess::world;
+    let quit = || -> ! {
+        // SAFETY: leaving the warden.
+        unsafe { libc::_exit(0) }
+    };
+    let info = warden.info_read.as_raw_fd();
+    // SAFETY: prctl and getppid with integer arguments; close_range on this process's fds.
+    unsafe {
+        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
+        if libc::getppid() != parent {
+            quit();
+        }
+        libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
+        if info > 0 {
+            libc::syscall(libc::SYS_close_range, 0, info - 1, 0);
+        }
+        libc::syscall(libc::SYS_close_range, info + 1, libc::c_uint::MAX, 0);
+    }
+    let Some(pid) = read_child_pid(info) else { quit() };
+    // SAFETY: closing our own descriptor.
+    unsafe { libc::close(info) };
+    let mut path = [0u8; 64];
+    let mut proc_open = |tail: &[u8], flags: libc::c_int| -> libc::c_int {
+        let len = proc_path(&mut path, pid, tail);
+        let _ = len;
+        // SAFETY: `path` is NUL-terminated by `proc_path`.
+        unsafe { libc::open(path.as_ptr().cast(), flags | libc::O_CLOEXEC) }
+    };
+    // Set up once the sandbox's init has started the command: its mounts are all made.
+    let mut waited = 0;
+    loop {
+        let children = proc_open(b"/task/", libc::O_RDONLY);
+        if children < 0 {
+            quit();
+        }
+        let mut byte = 0u8;
+        // SAFETY: reading one byte into a stack variable, then closing our descriptor.
+        let read = unsafe {
+            let read = libc::read(children, (&mut byte as *mut u8).cast(), 1);
+            libc::close(children);
+            read
+        };
+        if read == 1 {
+            break;
+        }
+        waited += 1;
+        if waited > 60_000 {
+            quit();
+        }
+        let pause = libc::timespec { tv_sec: 0, tv_nsec: 500_000 };
+        // SAFETY: sleeping on a stack timespec.
+        unsafe { libc::nanosleep(&pause, std::ptr::null_mut()) };
+    }
+    let mounts = proc_open(b"/mountinfo", libc::O_RDONLY);
+    let root = proc_open(b"/root", libc::O_PATH | libc::O_DIRECTORY);
+    let userns = proc_open(b"/ns/user", libc::O_RDONLY);
+    let mntns = proc_open(b"/ns/mnt", libc::O_RDONLY);
+    if mounts < 0 || root < 0 || userns < 0 || mntns < 0 {
+        quit();
+    }
+    if !join(userns, mntns) {
+        quit();
+    }
+    // SAFETY: entering the sandbox's root through a descriptor opened before joining.
+    unsafe {
+        if libc::fchdir(root) < 0 || libc::chroot(c".".as_ptr()) < 0 {
+            quit();
+        }
+    }
+    let plan = &warden.plan;
+    let mut spares = world::Spares::new(plan);
+    let mut recover = || world::recover(plan, &mut spares);
+    recover();
+    loop {
+        let mut fds = [libc::pollfd { fd: mounts, events: libc::POLLPRI, revents: 0 }];
+        // SAFETY: polling a stack array of one pollfd.
+        let ready = unsafe { libc::poll(fds.as_mut_ptr(), 1, -1) };
+        if ready < 0 && child_errno() != libc::EINTR {
+            quit();
+        }
+        if fds[0].revents != 0 {
+            recover();
+        }
+    }
+}
+
+fn child_errno() -> i32 {
+    // SAFETY: reading the calling thread's errno.
+    unsafe { *libc::__errno_location() }
+}
+
+/// Joins the sandbox's mount namespace: first the user namespace that owns it — bubblewrap
+/// may nest a second one inside, whose parent owns the mounts — unless it is our own.
+fn join(userns: libc::c_int, mntns: libc::c_int) -> bool {
+    const NS_GET_PARENT: libc::c_ulong = 0xb702;
+    let own = {
+        // SAFETY: opening a constant NUL-terminated path.
+        let fd = unsafe { libc::open(c"/proc/self/ns/user".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
+        let id = fd_inode(fd);
+        // SAFETY: closing our own descriptor.
+        unsafe { libc::close(fd) };
+        id
+    };
+    if fd_inode(userns) != own {
+        // SAFETY: an ioctl with no argument on our descriptor; setns on descriptors we hold.
+        unsafe {
+            let parent = libc::ioctl(userns, NS_GET_PARENT);
+            let joined =
+                parent >= 0 && fd_inode(parent) != own && libc::setns(parent, libc::CLONE_NEWUSER) == 0;
+            if !joined && libc::setns(userns, libc::CLONE_NEWUSER) < 0 {
+                return false;
+            }
+        }
+    }
+    // SAFETY: setns on a descriptor we hold.
+    unsafe { libc::setns(mntns, libc::CLONE_NEWNS) == 0 }
+}
+
+fn fd_inode(fd: libc::c_int) -> Option<u64> {
+    // SAFETY: `stat` is plain old data; all zeroes is a valid value.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: fstat into a live buffer on the stack.
+    (fd >= 0 && unsafe { libc::fstat(fd, &mut st) } == 0).then_some(st.st_ino)
+}
+
+/// Reads bubblewrap's `--info-fd` report up to its `"child-pid": N`; `None` when it closes
+/// the pipe first (it failed) or the report has no such number.
+fn read_child_pid(fd: libc::c_int) -> Option<libc::pid_t> {
+    let mut buf = [0u8; 1024];
+    let mut len = 0;
+    loop {
+        if let Some(pid) = parse_child_pid(&buf[..len]) {
+            return Some(pid);
+        }
+        if len == buf.len() {
+            return None;
+        }
+        // SAFETY: reading into the free tail of a stack buffer.
+        let read = unsafe { libc::read(fd, buf[len..].as_mut_ptr().cast(), buf.len() - len) };
+        if read < 0 && child_errno() == libc::EINTR {
+            continue;
+        }
+        if read <= 0 {
+            return None;
+        }
+        len += read as usize;
+    }
+}
+
+/// The number after `"child-pid":` once a character that ends it has been read.
+fn parse_child_pid(text: &[u8]) -> Option<libc::pid_t> {
+    const KEY: &[u8] = b"\"child-pid\":";
+    let start = text.windows(KEY.len()).position(|w| w == KEY)? + KEY.len();
+    let rest = &text[start..];
+    let digits = rest.iter().position(|b| b.is_ascii_digit())?;
+    let mut pid: libc::pid_t = 0;
+    for (i, b) in rest[digits..].iter().enumerate() {
+        if !b.is_ascii_digit() {
+            return (i > 0 && pid > 0).then_some(pid);
+        }
+        pid = pid.checked_mul(10)?.checked_add(libc::pid_t::from(b - b'0'))?;
+    }
+    None
+}
+
+/// Writes `/proc/<pid><tail>` (for `/task/`: `/task/<pid>/children`), NUL-terminated, into
+/// `buf`; returns its length.
+fn proc_path(buf: &mut [u8; 64], pid: libc::pid_t, tail: &[u8]) -> usize {
+    let mut digits = [0u8; 12];
+    let mut n = pid.unsigned_abs();
+    let mut count = 0;
+    loop {
+        digits[count] = b'0' + (n % 10) as u8;
+        count += 1;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    let mut len = 0;
+    let mut push = |bytes: &[u8], len: &mut usize| {
+        for b in bytes {
+            buf[*len] = *b;
+            *len += 1;
+        }
+    };
+    push(b"/proc/", &mut len);
+    let pid_text = {
+        let mut t = [0u8; 12];
+        for (i, d) in digits[..count].iter().rev().enumerate() {
+            t[i] = *d;
+        }
+        t
+    };
+    push(&pid_text[..count], &mut len);
+    push(tail, &mut len);
+    if tail == b"/task/" {
+        push(&pid_text[..count], &mut len);
+        push(b"/children", &mut len);
+    }
+    buf[len] = 0;
+    len
+}
+
+#[cfg(test)]
+mod warden_tests {
+    use super::*;
+
+    #[test]
+    fn the_sandbox_pid_is_read_from_bubblewraps_report() {
+        let report = b"{\n    \"child-pid\": 22721,\n    \"cgroup-namespace\": 4026532179\n}";
+        assert_eq!(parse_child_pid(report), Some(22721));
+        assert_eq!(parse_child_pid(b"{\n    \"child-pid\": 2272"), None, "a number still being read");
+        assert_eq!(parse_child_pid(b"{\"other\": 5}"), None);
+        let mut buf = [0u8; 64];
+        let len = proc_path(&mut buf, 4071, b"/task/");
+        assert_eq!(&buf[..len], b"/proc/4071/task/4071/children");
+        let len = proc_path(&mut buf, 7, b"/ns/mnt");
+        assert_eq!(&buf[..len + 1], b"/proc/7/ns/mnt\0");
+    }
 }

@@ -176,8 +176,12 @@ fn bwrap_command(
 ) -> Result<ConfinedCommand, String> {
     let proxy = network.as_ref().map(|holder| Arc::clone(&holder.proxy));
     let joined = network.is_some();
-    let launch = BwrapLaunch::prepare(network)?.with_masks(bwrap_mask_args(&world)?)?;
+    let plan = crate::inprocess::world_plan(&world, &writable)?;
+    let launch = BwrapLaunch::prepare(network)?.with_masks(bwrap_mask_args(&world)?)?.with_warden(plan)?;
     let mut world_args = bwrap_world_args(&writable, &world, launch.seccomp_fd(), launch.masks_fd())?;
+    if let Some(fd) = launch.info_fd() {
+        world_args.extend(["--info-fd".to_owned(), fd.to_string()]);
+    }
     if policy.network.mode.isolates() && !joined {
         // bubblewrap brings the new namespace's loopback up itself.
         world_args.push("--unshare-net".to_owned());

@@ -348,6 +348,7 @@ pub(crate) fn run_template_init(alive: RawFd, release: RawFd, ready: RawFd, worl
         Some(_) => unsafe { libc::open(c"/proc/self/mountinfo".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) },
         None => -1,
     };
+    let mut spares = world.map(world::Spares::new);
     loop {
         let mut fds = [
             libc::pollfd { fd: alive, events: libc::POLLIN, revents: 0 },
@@ -361,8 +362,8 @@ pub(crate) fn run_template_init(alive: RawFd, release: RawFd, ready: RawFd, worl
             // SAFETY: leaving the init ends the namespace.
             unsafe { libc::_exit(0) };
         }
-        if let (Some(world), true) = (world, fds[2].revents != 0) {
-            world::recover(world);
+        if let (Some(world), Some(spares), true) = (world, spares.as_mut(), fds[2].revents != 0) {
+            world::recover(world, spares);
         }
     }
 }

@@ -17,7 +17,7 @@ mod mounts;
 mod record;
 mod ruleset;
 mod template;
-mod world;
+pub(crate) mod world;
 
 use std::ffi::CString;
 use std::os::fd::OwnedFd;
@@ -228,7 +228,7 @@ impl PreparedRules {
 
 /// The child's plan for `spec`: C strings, and the mounts to re-attach under the private
 /// `/tmp` ([`WorldSpec::below_tmp`]).
-fn world_plan(spec: &WorldSpec, writable: &[PathBuf]) -> Result<WorldPlan, String> {
+pub(crate) fn world_plan(spec: &WorldSpec, writable: &[PathBuf]) -> Result<WorldPlan, String> {
     let reattach = spec
         .below_tmp(writable)
         .map(|(p, read_only)| Ok((c_path(p)?, read_only)))

@@ -176,28 +176,89 @@ pub(crate) fn build(plan: &WorldPlan) -> Result<(), StepError> {
     Ok(())
 }
 
-/// Makes the covers of the protected paths and masks again where one is gone: called by the
-/// template's init, in the namespace, each time its mount table changes. A cover is a mount on
-/// a file or directory, and the kernel drops it in every namespace when the host renames
-/// another file over that path or removes it (as `git config`, editors and credential
-/// helpers do when they rewrite a file); the path then shows the host's new file, writable
-/// inside a writable root. Each path that is no longer a mount's root is covered again: a
-/// protected path by its new file, read-only; a mask by the empty file or directory (by what
-/// is there now). A path that is gone stays uncovered (nothing to read or keep), and a failed
+/// Makes the covers of the protected paths and masks again where one is gone: called in the
+/// namespace each time its mount table changes (by the template's init, or by bubblewrap's
+/// warden). A cover is a mount on a file or directory, and the kernel drops it in every
+/// namespace when the host renames another file over that path or removes it (as
+/// `git config`, editors and credential helpers do when they rewrite a file); the path then
+/// shows the host's new file, writable inside a writable root. Each path that is no longer a
+/// mount's root is covered again: a protected path by its new file, read-only; a mask by the
+/// empty file or directory, bound from another mask still covered or from a spare copy
+/// ([`Spares`]). A path that is gone stays uncovered (nothing to read or keep), and a failed
 /// mount leaves it as it is (the next change tries again).
-pub(crate) fn recover(plan: &WorldPlan) {
+pub(crate) fn recover(plan: &WorldPlan, spares: &mut Spares) {
     for path in &plan.protected {
         if mount_root(path) == Some(false) {
             let _ = bind_read_only(path, path, 0);
         }
     }
     for (path, _) in &plan.masks {
-        match (mount_root(path), is_dir(path)) {
-            (Some(false), Some(true)) => drop(bind_read_only(&plan.empty_dir, path, 0)),
-            (Some(false), Some(false)) => drop(bind_read_only(&plan.empty_file, path, 0)),
-            _ => {}
+        if let (Some(false), Some(dir)) = (mount_root(path), is_dir(path)) {
+            spares.cover(plan, usize::from(dir), path);
         }
     }
+}
+
+/// Detached copies of the empty file and directory covers, made in the namespace from a mask
+/// still covered (the covers' own host paths may be out of sight there: below the private
+/// `/tmp`), with their identities, to cover a mask again when no other is left to bind from.
+#[derive(Debug)]
+pub(crate) struct Spares {
+    fd: [RawFd; 2],
+    id: [Option<(u64, u64)>; 2],
+}
+
+impl Spares {
+    /// Copies of a covered mask of each kind (file, directory), where there is one.
+    pub(crate) fn new(plan: &WorldPlan) -> Spares {
+        let mut spares = Spares { fd: [-1; 2], id: [None; 2] };
+        for kind in 0..2 {
+            let covered =
+                plan.masks.iter().find(|(p, dir)| usize::from(*dir) == kind && mount_root(p) == Some(true));
+            if let Some((path, _)) = covered {
+                spares.refill(kind, path);
+            }
+        }
+        spares
+    }
+
+    fn refill(&mut self, kind: usize, from: &CStr) {
+        self.fd[kind] = clone_tree(from, 0).unwrap_or(-1);
+        if self.id[kind].is_none() {
+            self.id[kind] = identity(from);
+        }
+    }
+
+    /// Covers `target` with the empty cover of `kind`: bound from another mask that shows it,
+    /// else attached from the spare copy (and a new spare made from it).
+    fn cover(&mut self, plan: &WorldPlan, kind: usize, target: &CStr) {
+        let Some(empty) = self.id[kind] else { return };
+        let intact =
+            plan.masks.iter().find(|(other, _)| other.as_c_str() != target && identity(other) == Some(empty));
+        if let Some((source, _)) = intact
+            && bind_read_only(source, target, 0).is_ok()
+        {
+            return;
+        }
+        if self.fd[kind] >= 0 {
+            let fd = std::mem::replace(&mut self.fd[kind], -1);
+            let attached = attach(fd, target, 0).and_then(|()| {
+                check(set_attr(target, 0, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, 0), 0)
+            });
+            if attached.is_ok() {
+                self.refill(kind, target);
+            }
+        }
+    }
+}
+
+/// The device and inode at `path` (not following a last link).
+fn identity(path: &CStr) -> Option<(u64, u64)> {
+    // SAFETY: `stat` is plain old data; all zeroes is a valid value.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: a NUL-terminated path and a live buffer on the stack.
+    let ret = unsafe { libc::lstat(path.as_ptr(), &mut st) };
+    (ret == 0).then_some((st.st_dev, st.st_ino))
 }
 
 /// Whether `path` (not following a last link) is the root of a mount; `None` when it cannot be

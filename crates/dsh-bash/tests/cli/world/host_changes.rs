@@ -1,8 +1,9 @@
-//! The confinement holds when the host changes the files under it: a denied read
-//! (`~/.git-credentials`) and a protected path (`.git/config`) that the host rewrites the way
-//! `git config`, credential helpers and editors do (a new file renamed over the old one) stay
-//! closed, between two calls of one session and while a confined command runs; a denied file
-//! that did not exist when the session started stays closed once the host creates it.
+//! The confinement holds when the host changes the files under it: a denied read outside the
+//! workspace (`~/.git-credentials`), one inside it (`denyRead`), and a protected path
+//! (`.envrc`) that the host rewrites the way `git config`, credential helpers and editors do
+//! (a new file renamed over the old one) stay closed, between two calls of one session and
+//! while a confined command runs; a denied file that did not exist when the session started
+//! stays closed once the host creates it.
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -11,7 +12,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use super::cell::{Mode, Outcome, Runner, World};
+use super::cell::{Mode, Outcome, World};
 use super::host::{q, wait_until};
 use super::matrix::{Skip, over_matrix};
 
@@ -86,9 +87,9 @@ fn attempts(home: &Path) -> String {
     let credentials = q(home.join(".git-credentials").display());
     let netrc = q(home.join(".netrc").display());
     format!(
-        "cat {credentials}; echo planted >> .git/config && echo WROTE-CONFIG; \
-         python3 -c 'open(\".git/config\", \"a\").write(\"planted\\n\")' 2>/dev/null && echo WROTE-CONFIG; \
-         cat {netrc}; true"
+        "cat {credentials}; echo planted >> .envrc && echo WROTE-CONFIG; \
+         python3 -c 'open(\".envrc\", \"a\").write(\"planted\\n\")' 2>/dev/null && echo WROTE-CONFIG; \
+         cat {netrc}; cat keys/token; true"
     )
 }
 
@@ -97,9 +98,9 @@ fn assert_held(world: &World, out: &Outcome, secrets: &[&str], when: &str) {
     for secret in secrets {
         assert!(!out.text.contains(secret), "{when}: a denied file was read: {out:#?}");
     }
-    assert!(!out.text.contains("WROTE-CONFIG"), "{when}: .git/config was written: {out:#?}");
-    let config = std::fs::read_to_string(world.ws.join(".git/config")).expect("read .git/config");
-    assert!(!config.contains("planted"), "{when}: .git/config holds the command's line: {config:?}");
+    assert!(!out.text.contains("WROTE-CONFIG"), "{when}: .envrc was written: {out:#?}");
+    let envrc = std::fs::read_to_string(world.ws.join(".envrc")).expect("read .envrc");
+    assert!(!envrc.contains("planted"), "{when}: .envrc holds the command's line: {envrc:?}");
     assert!(out.text.contains("Permission denied"), "{when}: not refused with EACCES: {out:#?}");
 }
 
@@ -109,8 +110,13 @@ fn attack_host_renames(world: &World) -> Result<(), Skip> {
     std::fs::create_dir_all(&home).expect("mkdir home");
     std::fs::write(home.join(".git-credentials"), "https://u:FIRST-SECRET-1a2b@host\n").expect("write");
     std::fs::write(home.join("notes.txt"), "notes\n").expect("write");
-    world.write(".git/config", "[core]\n\tbare = false\n");
+    world.write(".envrc", "export A=1\n");
+    world.write("keys/token", "WS-SECRET-1\n");
     world.give(&home);
+    // A denied file inside the workspace (`denyRead` in the world's composition file).
+    let config = world.ws.parent().expect("parent").join("world.toml");
+    let mut file = std::fs::OpenOptions::new().append(true).open(&config).expect("open world.toml");
+    writeln!(file, "denyRead = [{:?}]", world.ws.join("keys/token").display().to_string()).expect("append");
     let mut batch = Batch::start(world, &home);
 
     // The setup is real: the same session reads an ordinary file of the home and writes the
@@ -119,18 +125,24 @@ fn attack_host_renames(world: &World) -> Result<(), Skip> {
         batch.call(world, &format!("cat {} && echo ok > file", q(home.join("notes.txt").display())));
     assert_eq!(control.ok(), "notes\n", "{control:#?}");
     let first = batch.call(world, &attempts(&home));
-    assert_held(world, &first, &["FIRST-SECRET"], "before the host changed anything");
+    assert_held(world, &first, &["FIRST-SECRET", "WS-SECRET"], "before the host changed anything");
 
     // Between two calls of the session: both files replaced by rename; then a denied one
     // created where there was none.
     replace_by_rename(world, &home.join(".git-credentials"), "https://u:SECOND-SECRET-3c4d@host\n");
-    replace_by_rename(world, &world.ws.join(".git/config"), "[core]\n\tbare = false\n# host 2\n");
+    replace_by_rename(world, &world.ws.join(".envrc"), "export A=2\n");
+    replace_by_rename(world, &world.ws.join("keys/token"), "WS-SECRET-2\n");
     let second = batch.call(world, &attempts(&home));
-    assert_held(world, &second, &["SECOND-SECRET"], "between two calls");
+    assert_held(world, &second, &["SECOND-SECRET", "WS-SECRET"], "between two calls");
     std::fs::write(home.join(".netrc"), "machine host password NETRC-SECRET-5e6f\n").expect("write .netrc");
     world.give(&home);
     let created = batch.call(world, &attempts(&home));
-    assert_held(world, &created, &["SECOND-SECRET", "NETRC-SECRET"], "a denied file created between calls");
+    assert_held(
+        world,
+        &created,
+        &["SECOND-SECRET", "NETRC-SECRET", "WS-SECRET"],
+        "a denied file created between calls",
+    );
 
     // While a confined command runs: it starts, the host replaces both files again, then the
     // command tries.
@@ -139,23 +151,13 @@ fn attack_host_renames(world: &World) -> Result<(), Skip> {
     batch.send(world, &format!("touch started; while [ ! -e go ]; do sleep 0.05; done; {}", attempts(&home)));
     assert!(wait_until(Duration::from_secs(30), || started.exists()), "the command did not start");
     replace_by_rename(world, &home.join(".git-credentials"), "https://u:THIRD-SECRET-7a8b@host\n");
-    replace_by_rename(world, &world.ws.join(".git/config"), "[core]\n\tbare = false\n# host 3\n");
+    replace_by_rename(world, &world.ws.join(".envrc"), "export A=3\n");
+    replace_by_rename(world, &world.ws.join("keys/token"), "WS-SECRET-3\n");
     replace_by_rename(world, &home.join(".netrc"), "machine host password NETRC2-SECRET-9c0d\n");
     std::fs::write(&go, "").expect("write go");
     world.give(&go);
     let during = batch.answer();
-    if world.cell.runner == Runner::Bwrap {
-        // bubblewrap builds each command's namespace itself, and nothing of the harness lives
-        // in it to make a dropped cover again: a command already running when the host
-        // replaces a covered file sees the new one (the README says so). The next command
-        // gets fresh covers, checked below.
-        drop(during);
-        replace_by_rename(world, &world.ws.join(".git/config"), "[core]\n\tbare = false\n# host 4\n");
-        let after = batch.call(world, &attempts(&home));
-        assert_held(world, &after, &["THIRD-SECRET", "NETRC2-SECRET"], "the call after a running one");
-        return Ok(());
-    }
-    assert_held(world, &during, &["THIRD-SECRET", "NETRC2-SECRET"], "while a command runs");
+    assert_held(world, &during, &["THIRD-SECRET", "NETRC2-SECRET", "WS-SECRET"], "while a command runs");
     Ok(())
 }
 
