@@ -27,8 +27,8 @@ pub struct AskpassConfig {
 }
 
 /// Makes the askpass directory, adds answers to the output redaction of the `subprocess`
-/// service, and shares the directory read-only with confined commands when a sandbox
-/// provider is composed (load it after the provider).
+/// service, and shares the directory and the program read-only with confined commands when
+/// a sandbox provider is composed (load it after the provider).
 pub struct AskpassPlugin;
 
 impl Plugin for AskpassPlugin {
@@ -59,6 +59,9 @@ impl Plugin for AskpassPlugin {
                 PluginError::Apply(format!("askpass: cannot find the running executable: {e}"))
             })?,
         };
+        // The link points at the program itself, not at another link to it: that one file is
+        // what a confined command's world must show (below).
+        let program = std::fs::canonicalize(&program).unwrap_or(program);
         // Commands started from now on may print an answer given while they run.
         subprocess.redacts_late_values();
         let redact: RedactFn = Arc::new(move |secret: &Secret| {
@@ -68,6 +71,9 @@ impl Plugin for AskpassPlugin {
             .map_err(|e| PluginError::Apply(format!("askpass: cannot make its directory: {e}")))?;
         if let Some(provider) = scope.get(SANDBOX) {
             provider.share_read_only(service.dir());
+            // The program too, wherever it is installed: a world with a private `/tmp` would
+            // otherwise hide one that lives there (only the program, not its directory).
+            provider.share_read_only(&program);
         }
         scope.provide(ASKPASS, Arc::new(service))
     }

@@ -23,4 +23,5 @@ mod network;
 mod privileges;
 mod processes;
 mod secrets;
+mod sessions;
 mod signals;

@@ -3,9 +3,13 @@
 //! scripted answer, but cannot read the answer file, replace the program or add anything to
 //! its directory; the secret appears nowhere the harness writes.
 
-use super::cell::{Mode, Outcome};
-use super::host::q;
-use super::matrix::over_matrix;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use super::cell::{Mode, Outcome, World};
+use super::host::{self, q};
+use super::matrix::{Skip, over_matrix};
 
 const SECRET: &str = "w0rld-askpass-secret-5d2";
 const MARKER: &str = "[redacted:askpass]";
@@ -13,36 +17,71 @@ const MARKER: &str = "[redacted:askpass]";
 #[test]
 fn a_confined_command_gets_its_answer_and_nothing_else_of_the_route() {
     over_matrix("a_confined_command_gets_its_answer_and_nothing_else_of_the_route", |world| {
-        // Outside the workspace: denied reads do not apply inside a writable root.
-        let base = world.ws.parent().expect("the workspace has a parent").to_path_buf();
-        let answer = base.join("askpass-answer");
-        std::fs::write(&answer, format!("{SECRET}\n")).expect("write the answer file");
-        world.give(&answer);
-        let command = format!(
-            r#"p=$("$SUDO_ASKPASS" "Password: "); echo "rc=$? echoed=$p"
+        answered(world, None)
+    });
+}
+
+/// The `dsh-bash` installed below `/tmp` that [`the_helper_is_reachable_when_the_binary_lives_under_tmp`]
+/// runs (the attack is a plain function, so it reads the path from here).
+static BINARY_UNDER_TMP: Mutex<Option<PathBuf>> = Mutex::new(None);
+
+/// The same route with `dsh-bash` installed in a directory below `/tmp` (a checkout there):
+/// the askpass variables name a link to that binary, which a confined command's private
+/// `/tmp` would hide.
+#[test]
+fn the_helper_is_reachable_when_the_binary_lives_under_tmp() {
+    let dir = tempfile::Builder::new().prefix("dsh-world-bin-").tempdir_in("/tmp").expect("tempdir in /tmp");
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let binary = dir.path().join("dsh-bash");
+    let built = host::binary_for(super::cell::User::Root);
+    // A hard link where the filesystem allows it (no copy of a large debug build), else a copy.
+    if std::fs::hard_link(&built, &binary).is_err() {
+        std::fs::copy(&built, &binary).expect("copy dsh-bash below /tmp");
+    }
+    *BINARY_UNDER_TMP.lock().expect("lock") = Some(binary);
+    over_matrix("the_helper_is_reachable_when_the_binary_lives_under_tmp", |world| {
+        let binary = BINARY_UNDER_TMP.lock().expect("lock").clone().expect("the binary below /tmp");
+        answered(world, Some(&binary))
+    });
+    *BINARY_UNDER_TMP.lock().expect("lock") = None;
+}
+
+/// A confined command asks through `$SUDO_ASKPASS` and gets the scripted answer (redacted in
+/// its output), and nothing else of the route; `binary` runs instead of the built one.
+fn answered(world: &World, binary: Option<&Path>) -> Result<(), Skip> {
+    // Outside the workspace: denied reads do not apply inside a writable root.
+    let base = world.ws.parent().expect("the workspace has a parent").to_path_buf();
+    let answer = base.join("askpass-answer");
+    std::fs::write(&answer, format!("{SECRET}\n")).expect("write the answer file");
+    world.give(&answer);
+    let command = format!(
+        r#"p=$("$SUDO_ASKPASS" "Password: "); echo "rc=$? echoed=$p"
 dir=$(dirname "$SUDO_ASKPASS")
 cat {answer} 2>/dev/null || echo "answer file refused"
 ln -sf /bin/true "$SUDO_ASKPASS" 2>/dev/null || echo "program kept"
 touch "$dir/planted" 2>/dev/null || echo "directory kept""#,
-            answer = q(answer.display())
-        );
-        let expected = format!("rc=0 echoed={MARKER}\nanswer file refused\nprogram kept\ndirectory kept\n");
-        for network in ["allow", "deny"] {
-            let mut args: Vec<String> = vec![
-                "--askpass".into(),
-                "--askpass-answer-file".into(),
-                answer.display().to_string(),
-                "--network".into(),
-                network.into(),
-            ];
-            args.extend(world.call_args(Mode::WorkspaceWrite, Some("s1"), &command));
-            let output = world.dsh(&args).output().expect("spawn dsh-bash");
-            let out = Outcome::parse(&output);
-            assert_eq!(out.ok(), expected, "--network {network}: {out:#?}");
-        }
-        let leaked =
-            world.host_sh(&format!("grep -rl -- {} {} || true", q(SECRET), q(world.dsh_home().display())));
-        assert_eq!(leaked, "", "the secret is in no file of DSH_HOME");
-        Ok(())
-    });
+        answer = q(answer.display())
+    );
+    let expected = format!("rc=0 echoed={MARKER}\nanswer file refused\nprogram kept\ndirectory kept\n");
+    for network in ["allow", "deny"] {
+        let mut args: Vec<String> = vec![
+            "--askpass".into(),
+            "--askpass-answer-file".into(),
+            answer.display().to_string(),
+            "--network".into(),
+            network.into(),
+        ];
+        args.extend(world.call_args(Mode::WorkspaceWrite, Some("s1"), &command));
+        let mut run = match binary {
+            Some(binary) => world.dsh_binary(binary, &args, None),
+            None => world.dsh(&args),
+        };
+        let output = run.output().expect("spawn dsh-bash");
+        let out = Outcome::parse(&output);
+        assert_eq!(out.ok(), expected, "--network {network}: {out:#?}");
+    }
+    let leaked =
+        world.host_sh(&format!("grep -rl -- {} {} || true", q(SECRET), q(world.dsh_home().display())));
+    assert_eq!(leaked, "", "the secret is in no file of DSH_HOME");
+    Ok(())
 }
