@@ -128,12 +128,22 @@ impl SessionWorlds {
             }
         }
         let hidden = hidden_dirs(&writable);
+        // Other sessions' own directories (their private `/tmp` and `/dev/shm`, their spill
+        // files) are covered like denied reads wherever the world would show them (a
+        // temporary directory outside `/tmp`); below `/tmp` they are out of its reach anyway.
+        let mut denied = config.denied_reads();
+        let others = state.sessions.iter().filter(|(id, _)| *id != policy.session_id).map(|(_, dir)| dir);
+        let foreign = state
+            .shares
+            .iter()
+            .filter(|(owner, _)| owner.as_ref().is_some_and(|id| *id != policy.session_id));
+        denied.extend(others.chain(foreign.map(|(_, path)| path)).filter(|p| !shares.contains(p)).cloned());
         let spec = WorldSpec {
             tmp: session.join("tmp"),
             shm: session.join("shm"),
             writable: policy.mode == SandboxMode::WorkspaceWrite,
             protected: protected_paths(&writable, &config.protected_paths),
-            masks: denied_paths(&config.denied_reads(), &hidden),
+            masks: denied_paths(&denied, &hidden),
             empty_file: base.join("empty"),
             empty_dir: base.join("empty.d"),
             hidden,

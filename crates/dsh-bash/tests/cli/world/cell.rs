@@ -291,6 +291,11 @@ impl World {
     /// workspace-write, each with the workspace as its cwd and its index as its id; returns
     /// the response lines.
     pub fn batch_requests(&self, requests: &[Value]) -> Vec<Value> {
+        self.batch_requests_with_env(requests, &[])
+    }
+
+    /// [`World::batch_requests`] with `env` added to `dsh-bash`'s own environment.
+    pub fn batch_requests_with_env(&self, requests: &[Value], env: &[(&str, &Path)]) -> Vec<Value> {
         let mut input = String::new();
         for (id, request) in requests.iter().enumerate() {
             let mut line = request.clone();
@@ -299,7 +304,9 @@ impl World {
             input.push_str(&format!("{line}\n"));
         }
         let args: Vec<String> = vec!["--sandbox".into(), Mode::WorkspaceWrite.name().into(), "batch".into()];
-        let mut child = self.dsh(&args).stdin(Stdio::piped()).spawn().expect("spawn dsh-bash batch");
+        let mut command = self.dsh(&args);
+        command.envs(env.iter().copied());
+        let mut child = command.stdin(Stdio::piped()).spawn().expect("spawn dsh-bash batch");
         child.stdin.take().expect("stdin").write_all(input.as_bytes()).expect("write batch");
         let output = child.wait_with_output().expect("wait for dsh-bash batch");
         let stdout = String::from_utf8_lossy(&output.stdout);

@@ -86,30 +86,84 @@ fn background(session: &str, command: &str) -> Value {
 /// foreground and from a background job, and finds its own spill files by their content;
 /// session `b` pries at those paths and at every spill directory it sees.
 fn attack_batch(world: &World) -> Result<(), Skip> {
-    let (marker, job_marker) = (unique("spilled-by-a"), unique("job-of-a"));
-    let answers = world.batch_requests(&[
-        bash("a", &spilling(&marker)),
-        background("a", &format!("{}; touch job-done", spilling(&job_marker))),
+    let markers = Markers::new();
+    let answers = world.batch_requests(&batch_of_two(&markers, SPILL_DIRS, SPILL_DIRS));
+    check_batch(&answers, &markers, "batch");
+    Ok(())
+}
+
+/// The markers of session `a`'s spilled output, its job's, and a file in its private `/tmp`.
+struct Markers {
+    spilled: String,
+    job: String,
+    private: String,
+}
+
+impl Markers {
+    fn new() -> Markers {
+        Markers { spilled: unique("spilled-by-a"), job: unique("job-of-a"), private: unique("tmp-of-a") }
+    }
+}
+
+/// The requests of [`attack_batch`]: `a` finds its spill files in `own_dirs`, `b` pries in
+/// `pried_dirs`.
+fn batch_of_two(markers: &Markers, own_dirs: &str, pried_dirs: &str) -> Vec<Value> {
+    let (marker, job_marker, private) = (&markers.spilled, &markers.job, &markers.private);
+    vec![
+        bash("a", &format!("echo {} > /tmp/a-private; {}", q(private), spilling(marker))),
+        background("a", &format!("{}; touch job-done", spilling(job_marker))),
         bash(
             "a",
             &format!(
                 "while [ ! -e job-done ]; do sleep 0.05; done; sleep 1
-grep -rl -e {} -e {} {SPILL_DIRS} | sort > a-paths; cat a-paths",
-                q(&marker),
-                q(&job_marker)
+grep -rl -e {} -e {} {own_dirs} | sort > a-paths; cat a-paths",
+                q(marker),
+                q(job_marker)
             ),
         ),
         json!({"tool": "job_output", "session": "a", "args": {"job_id": "bash-1"}}),
-        bash("b", &prying("$(cat a-paths)", &[&marker, &job_marker], SPILL_DIRS)),
-    ]);
+        bash("b", &prying("$(cat a-paths)", &[marker, job_marker, private], pried_dirs)),
+    ]
+}
+
+/// Asserts what [`batch_of_two`] must answer: `a` found exactly the spill files its results
+/// name, `b` got nothing.
+fn check_batch(answers: &[Value], markers: &Markers, how: &str) {
     let text = |i: usize| Outcome::from_value(&answers[i]).text;
-    let (own, job) = (spill_path(&text(0)), spill_path(&text(3)));
-    let mut expected = [own.clone(), job.clone()];
+    let mut expected = [spill_path(&text(0)), spill_path(&text(3))];
     expected.sort();
     let found = Outcome::from_value(&answers[2]);
-    assert_eq!(found.ok(), format!("{}\n", expected.join("\n")), "session a found its own spill files");
-    got_nothing("batch", &text(4), &[&marker, &job_marker]);
+    assert_eq!(
+        found.ok(),
+        format!("{}\n", expected.join("\n")),
+        "{how}: session a found its own spill files"
+    );
+    got_nothing(how, &text(4), &[&markers.spilled, &markers.job, &markers.private]);
+}
+
+/// [`attack_batch`] with the harness's temporary directory outside `/tmp`: the spill
+/// directories and the sessions' private directories are then where a confined command's
+/// world shows the host's files; `b` pries at `a`'s there.
+fn attack_batch_temp_elsewhere(world: &World) -> Result<(), Skip> {
+    let temp = world.outside.join("temp");
+    std::fs::create_dir(&temp).expect("mkdir temp");
+    world.give(&temp);
+    let markers = Markers::new();
+    let t = q(temp.display());
+    let own = format!("{t}/dsh-subprocess-*");
+    let pried = format!("{t}/dsh-subprocess-* {t}/dsh-sandbox-*");
+    let answers =
+        world.batch_requests_with_env(&batch_of_two(&markers, &own, &pried), &[("TMPDIR", temp.as_path())]);
+    check_batch(&answers, &markers, "batch, TMPDIR outside /tmp");
     Ok(())
+}
+
+#[test]
+fn a_session_cannot_read_another_sessions_files_when_the_temporary_directory_is_elsewhere() {
+    over_matrix(
+        "a_session_cannot_read_another_sessions_files_when_the_temporary_directory_is_elsewhere",
+        attack_batch_temp_elsewhere,
+    );
 }
 
 #[test]
