@@ -173,14 +173,16 @@ fn a_session_cannot_read_another_sessions_spill_files_in_one_batch() {
 
 /// `dsh-bash mcp --http` run as the cell's user in its own process group (so `runuser` and
 /// the server end together); ended with `SIGTERM` when dropped.
-struct HttpServer {
+pub(super) struct HttpServer {
     child: std::process::Child,
-    authority: String,
+    pub(super) authority: String,
 }
 
 impl HttpServer {
-    fn start(world: &World, token_file: &std::path::Path) -> HttpServer {
-        let args: Vec<String> = vec![
+    /// Starts the server with `token_file` and the harness options `options` (before `mcp`).
+    pub(super) fn start(world: &World, token_file: &std::path::Path, options: &[&str]) -> HttpServer {
+        let mut args: Vec<String> = options.iter().map(|o| (*o).to_owned()).collect();
+        args.extend::<Vec<String>>(vec![
             "--sandbox".into(),
             Mode::WorkspaceWrite.name().into(),
             "mcp".into(),
@@ -188,7 +190,7 @@ impl HttpServer {
             "127.0.0.1:0".into(),
             "--token-file".into(),
             token_file.display().to_string(),
-        ];
+        ]);
         let mut command = world.dsh(&args);
         command.stdout(Stdio::null()).process_group(0);
         let mut child = command.spawn().expect("spawn dsh-bash mcp --http");
@@ -212,7 +214,7 @@ impl Drop for HttpServer {
 }
 
 /// The text of a `tools/call` reply.
-fn reply_text(reply: &Reply, id: u64) -> String {
+pub(super) fn reply_text(reply: &Reply, id: u64) -> String {
     assert_eq!(reply.status, 200, "{}", reply.body);
     let response = reply.response(id).unwrap_or_else(|| panic!("no response {id} in {}", reply.body));
     response["result"]["content"]
@@ -230,7 +232,7 @@ fn attack_http(world: &World) -> Result<(), Skip> {
     let token_file = world.outside.join("mcp-token");
     std::fs::write(&token_file, format!("{token}\n")).expect("write the token file");
     world.give(&token_file);
-    let server = HttpServer::start(world, &token_file);
+    let server = HttpServer::start(world, &token_file, &[]);
     let patience = Duration::from_secs(120);
     let mut a = Conn::open(&server.authority, &token, patience).expect("connect a");
     let mut b = Conn::open(&server.authority, &token, patience).expect("connect b");
