@@ -10,7 +10,8 @@
 //!   [`SOCKET_VARIABLE`] and prints the answer, or prints nothing and exits 1 at once when
 //!   there is none.
 //! * [`AskpassService`]: the harness side. A directory commands cannot write holds a link to
-//!   the program and one socket per running call ([`AskpassService::open`]); each prompt
+//!   the program and, in a directory per session, one socket per running call
+//!   ([`AskpassService::open_in_session`]); each prompt
 //!   goes to that call's [`SecretAsker`] (the approval service, for the call's agent), and
 //!   the answer is added to the output redaction before the program gets it.
 //!
@@ -26,7 +27,7 @@ mod protocol;
 mod server;
 
 pub use plugin::{ASKPASS, AskpassConfig, AskpassPlugin};
-pub use server::{AskpassCall, AskpassService, RedactFn, SecretAsker};
+pub use server::{AskpassCall, AskpassService, RedactFn, SecretAsker, ShareFn};
 
 /// The name the askpass program is invoked under (the link's file name).
 pub const PROGRAM_NAME: &str = "dsh-askpass";

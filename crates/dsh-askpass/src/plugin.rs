@@ -27,8 +27,9 @@ pub struct AskpassConfig {
 }
 
 /// Makes the askpass directory, adds answers to the output redaction of the `subprocess`
-/// service, and shares the directory read-only with confined commands when a sandbox
-/// provider is composed (load it after the provider).
+/// service, and shares the program's directory and the program read-only with confined
+/// commands, and each session's socket directory with that session's commands only, when a
+/// sandbox provider is composed (load it after the provider).
 pub struct AskpassPlugin;
 
 impl Plugin for AskpassPlugin {
@@ -59,15 +60,25 @@ impl Plugin for AskpassPlugin {
                 PluginError::Apply(format!("askpass: cannot find the running executable: {e}"))
             })?,
         };
+        // The link points at the program itself, not at another link to it: that one file is
+        // what a confined command's world must show (below).
+        let program = std::fs::canonicalize(&program).unwrap_or(program);
         // Commands started from now on may print an answer given while they run.
         subprocess.redacts_late_values();
         let redact: RedactFn = Arc::new(move |secret: &Secret| {
             subprocess.redact_also(REDACTION_NAME, secret.expose()).map_err(|e| e.to_string())
         });
-        let service = AskpassService::new(&program, Some(redact))
+        let mut service = AskpassService::new(&program, Some(redact))
             .map_err(|e| PluginError::Apply(format!("askpass: cannot make its directory: {e}")))?;
         if let Some(provider) = scope.get(SANDBOX) {
             provider.share_read_only(service.dir());
+            // The program too, wherever it is installed: a world with a private `/tmp` would
+            // otherwise hide one that lives there (only the program, not its directory).
+            provider.share_read_only(&program);
+            // Each session's sockets to that session's commands only.
+            service.share_each_session_with(Arc::new(move |session, dir| {
+                provider.share_read_only_with_session(session, dir);
+            }));
         }
         scope.provide(ASKPASS, Arc::new(service))
     }

@@ -1,9 +1,12 @@
 //! The harness side: the askpass directory, and one socket per running call.
 //!
 //! The directory is made by the harness in the system's temporary directory, mode `0711`
-//! (enterable, not listable), and holds the link to the program and the sockets (mode
-//! `0600`, random names). Confined commands get it shared read-only: they can run the
-//! program and connect to their call's socket, never create, replace or list anything there.
+//! (enterable, not listable), and holds `bin/` with the link to the program, and a directory
+//! per session (`s-<hash of its id>`, or `calls` for the calls without one) with the sockets
+//! of its calls (mode `0600`, random names), all mode `0711`. Confined commands get `bin/`
+//! shared read-only, and their own session's socket directory only: they can run the program
+//! and connect to their call's socket, never create, replace or list anything there, nor see
+//! another session's sockets (through which they could ask that session's user).
 
 use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
@@ -36,11 +39,16 @@ pub trait SecretAsker: Send + Sync {
 /// (the secret could not be added) withholds the secret.
 pub type RedactFn = Arc<dyn Fn(&Secret) -> Result<(), String> + Send + Sync>;
 
+/// Shows a session's socket directory read-only to that session's confined commands only
+/// (`None`: the calls without a session).
+pub type ShareFn = Arc<dyn Fn(Option<&str>, &Path) + Send + Sync>;
+
 /// The askpass directory and what every call's socket shares.
 pub struct AskpassService {
     dir: tempfile::TempDir,
     program: PathBuf,
     redact: Option<RedactFn>,
+    share: Option<ShareFn>,
 }
 
 impl std::fmt::Debug for AskpassService {
@@ -57,12 +65,19 @@ impl AskpassService {
         let dir = tempfile::Builder::new().prefix("dsh-askpass-").tempdir()?;
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o711))?;
         let canonical = std::fs::canonicalize(dir.path())?;
-        let program = canonical.join(PROGRAM_NAME);
+        make_dir(&canonical.join("bin"))?;
+        let program = canonical.join("bin").join(PROGRAM_NAME);
         std::os::unix::fs::symlink(executable, &program)?;
-        Ok(Self { dir, program, redact })
+        Ok(Self { dir, program, redact, share: None })
     }
 
-    /// The directory (canonical): share it read-only with confined commands.
+    /// Has `share` show each session's socket directory to that session's confined commands
+    /// (before its first call's command starts).
+    pub fn share_each_session_with(&mut self, share: ShareFn) {
+        self.share = Some(share);
+    }
+
+    /// The program's directory (canonical): share it read-only with confined commands.
     pub fn dir(&self) -> &Path {
         self.program.parent().unwrap_or_else(|| self.dir.path())
     }
@@ -72,11 +87,27 @@ impl AskpassService {
         &self.program
     }
 
-    /// Opens a socket for one call whose prompts go to `asker`; it is served until the
-    /// returned [`AskpassCall`] is dropped. Must be called inside a tokio runtime.
+    /// Opens a socket for one call without a session whose prompts go to `asker` (see
+    /// [`AskpassService::open_in_session`]).
     pub fn open(&self, asker: Arc<dyn SecretAsker>) -> std::io::Result<AskpassCall> {
+        self.open_in_session(None, asker)
+    }
+
+    /// Opens a socket for one call of `session` whose prompts go to `asker`, in the
+    /// session's own directory (made, and shared with the session's confined commands, on
+    /// first use); it is served until the returned [`AskpassCall`] is dropped. Must be called
+    /// inside a tokio runtime.
+    pub fn open_in_session(
+        &self,
+        session: Option<&str>,
+        asker: Arc<dyn SecretAsker>,
+    ) -> std::io::Result<AskpassCall> {
+        let sockets = self.session_dir(session)?;
+        if let Some(share) = &self.share {
+            share(session, &sockets);
+        }
         let name = format!("{}.sock", uuid::Uuid::new_v4().simple());
-        let socket = self.dir().join(name);
+        let socket = sockets.join(name);
         let listener = UnixListener::bind(&socket)?;
         let mut call = AskpassCall { socket: socket.clone(), task: None, env: env(&self.program, &socket) };
         // `call` removes the socket again if this fails.
@@ -84,6 +115,36 @@ impl AskpassService {
         let task = tokio::spawn(serve(listener, asker, self.redact.clone()));
         call.task = Some(task.abort_handle());
         Ok(call)
+    }
+}
+
+impl AskpassService {
+    /// The directory of `session`'s sockets, made if missing.
+    fn session_dir(&self, session: Option<&str>) -> std::io::Result<PathBuf> {
+        use std::hash::{Hash, Hasher};
+        let name = match session {
+            Some(id) => {
+                let mut hasher = std::hash::DefaultHasher::new();
+                id.hash(&mut hasher);
+                format!("s-{:016x}", hasher.finish())
+            }
+            None => "calls".to_owned(),
+        };
+        let top = self.dir().parent().unwrap_or_else(|| self.dir.path());
+        let dir = top.join(name);
+        if !dir.is_dir() {
+            make_dir(&dir)?;
+        }
+        Ok(dir)
+    }
+}
+
+/// Makes `path` with mode `0711` (enterable, not listable); one that exists already is kept.
+fn make_dir(path: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    match std::fs::DirBuilder::new().mode(0o711).create(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => Err(e),
+        _ => std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o711)),
     }
 }
 

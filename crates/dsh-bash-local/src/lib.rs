@@ -24,7 +24,7 @@ mod resolve;
 pub use config::{ConfigError, LocalBashConfig, byte_cap, memory_cap};
 pub use error::{ExecError, shell_spawn_error};
 pub use executor::{BASH_TIMEOUT, LocalBashExecutor};
-pub use mapping::{ENV_OVERRIDES, bash_argv, grace_duration};
+pub use mapping::{ENV_OVERRIDES, bash_argv, grace_duration, spill_owner};
 pub use plugin::BashLocalPlugin;
 pub use process::{LocalShellProcess, ReadCursor, ReleasedOutput, SettleFacts, SettleHook};
 pub use resolve::resolve;

@@ -28,6 +28,30 @@ pub fn grace_duration(grace_ms: f64) -> Duration {
     Duration::try_from_secs_f64(grace_ms / 1000.0).map_or(Duration::MAX, |d| d.max(Duration::from_nanos(1)))
 }
 
+/// Whose spill files a confined call's are: its session's (`session <id>`), or, for calls
+/// without a session, this process's own. Each such owner spills into a directory of its own
+/// that a sandbox shows to that owner's commands only
+/// ([`dsh_subprocess::SubprocessService::owned_spill_dir`]). `None` for a call no sandbox
+/// confines (`danger-full-access`, or no sandbox at all): it spills into the shared directory.
+pub fn spill_owner(spec: &ShellExecSpec) -> Option<String> {
+    static WITHOUT_SESSION: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    let policy = spec.sandbox_policy.as_ref()?;
+    if policy.mode == dsh_sandbox::SandboxMode::DangerFullAccess {
+        return None;
+    }
+    Some(match &policy.session_id {
+        Some(id) => format!("session {id}"),
+        None => WITHOUT_SESSION
+            .get_or_init(|| {
+                let nanos = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_nanos());
+                format!("calls without a session, process {}-{nanos}", std::process::id())
+            })
+            .clone(),
+    })
+}
+
 /// The spawn for `argv` under `spec`, with `stdout_cap` bytes of stdout kept in memory.
 /// The cancellation token is left for the caller (foreground and background differ).
 pub(crate) fn spawn_spec(
@@ -64,6 +88,7 @@ pub(crate) fn spawn_spec(
     // the terminal's signals: a session of its own while the harness has a terminal (see
     // `SpawnSpec::new_session`).
     spawn.new_session = true;
+    spawn.spill_owner = spill_owner(spec);
     spawn.with_pre_exec(pre_exec);
     spawn
 }

@@ -40,17 +40,13 @@ const NO_PROXY_VARIABLES: [&str; 2] = ["NO_PROXY", "no_proxy"];
 
 impl SandboxBashExecutor {
     /// Wraps `local` so its commands are confined by `provider` under the modes `policy`
-    /// resolves; shares the spill directory read-only with confined commands.
+    /// resolves; each session's confined commands see its own spill files read-only (see
+    /// [`SandboxBashExecutor::share_spill_dir`]).
     pub fn new(
         local: LocalBashExecutor,
         provider: Arc<dyn SandboxProvider>,
         policy: Arc<dyn SandboxPolicyService>,
     ) -> Self {
-        // Spill files are written by the harness and named in results: later confined
-        // commands read them at that path, even where their world hides its directory.
-        if let Ok(dir) = local.service().spill_dir() {
-            provider.share_read_only(&dir);
-        }
         Self {
             local,
             provider,
@@ -105,6 +101,20 @@ impl SandboxBashExecutor {
         let approver =
             can_ask.then(|| spec.network_approver.as_ref().map(|slot| Arc::clone(&slot.0))).flatten();
         Some(gate.enter(approver))
+    }
+
+    /// Spill files are written by the harness and named in results: a session's later
+    /// confined commands read them at that path, even where their world hides its directory,
+    /// and no other session's commands can. Each session (and the calls without one) spills
+    /// into a directory of its own ([`dsh_bash_local::spill_owner`]), made now and shared
+    /// read-only with that session's world only, before the world is built. A directory that
+    /// cannot be made is not shared: the spill then fails with its own reason.
+    fn share_spill_dir(&self, spec: &mut ShellExecSpec, policy: &SandboxExecutionPolicy) {
+        spec.sandbox_policy = Some(policy.clone());
+        let Some(owner) = dsh_bash_local::spill_owner(spec) else { return };
+        if let Ok(dir) = self.local.service().owned_spill_dir(&owner) {
+            self.provider.share_read_only_with_session(policy.session_id.as_deref(), &dir);
+        }
     }
 
     /// The spec a confined command runs with: `DSH_SANDBOX` names its mode, `TMPDIR` its
@@ -252,6 +262,8 @@ impl ShellExecutor for SandboxBashExecutor {
             });
             return Ok(result);
         }
+        let mut spec = spec;
+        self.share_spill_dir(&mut spec, &policy);
         let confined = self.provider.confine(&bash_argv(&spec.command), &policy)?;
         let mut spec = self.confined_spec(spec, mode);
         let network = self.enter_network(&confined, &policy, &mut spec, true);
@@ -299,6 +311,8 @@ impl ShellExecutor for SandboxBashExecutor {
         if mode == SandboxMode::DangerFullAccess {
             return self.local.start(spec);
         }
+        let mut spec = spec;
+        self.share_spill_dir(&mut spec, &policy);
         let confined = self.provider.confine(&bash_argv(&spec.command), &policy)?;
         let mut spec = self.confined_spec(spec, mode);
         // A background job cannot ask: its call has returned by the time it connects.

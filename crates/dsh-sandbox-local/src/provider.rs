@@ -321,6 +321,10 @@ impl SandboxProvider for LocalSandboxProvider {
     }
 
     fn share_read_only(&self, path: &std::path::Path) {
-        self.worlds.share(path);
+        self.worlds.share(None, path);
+    }
+
+    fn share_read_only_with_session(&self, session: Option<&str>, path: &std::path::Path) {
+        self.worlds.share(Some(session), path);
     }
 }

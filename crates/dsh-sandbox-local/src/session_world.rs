@@ -35,16 +35,21 @@ pub(crate) struct SessionWorlds {
 struct State {
     base: Option<tempfile::TempDir>,
     sessions: Vec<(Option<String>, PathBuf)>,
-    shares: Vec<PathBuf>,
+    /// Each share with the session whose worlds get it (`None`: every world; `Some(None)`:
+    /// the worlds of the calls without a session).
+    shares: Vec<(Option<Option<String>>, PathBuf)>,
 }
 
 impl SessionWorlds {
-    /// Registers a directory to keep readable at its path in every later world.
-    pub(crate) fn share(&self, path: &Path) {
+    /// Registers a directory to keep readable at its path in every later world (`session`
+    /// `None`), or in the later worlds of one session only (`Some(id)`, `Some(None)` for the
+    /// calls without a session): another session's world neither shows it nor its mount point.
+    pub(crate) fn share(&self, session: Option<Option<&str>>, path: &Path) {
         let path = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+        let share = (session.map(|id| id.map(str::to_owned)), path);
         let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        if !state.shares.contains(&path) {
-            state.shares.push(path);
+        if !state.shares.contains(&share) {
+            state.shares.push(share);
         }
     }
 
@@ -106,7 +111,13 @@ impl SessionWorlds {
                 dir
             }
         };
-        let mut shares = state.shares.clone();
+        let mut shares: Vec<PathBuf> = Vec::new();
+        for (owner, path) in &state.shares {
+            let mine = owner.as_ref().is_none_or(|id| *id == policy.session_id);
+            if mine && !shares.contains(path) {
+                shares.push(path.clone());
+            }
+        }
         // A read-only command still sees its workspace and further roots, also when they
         // live below `/tmp`.
         if policy.mode != SandboxMode::WorkspaceWrite {
@@ -117,7 +128,16 @@ impl SessionWorlds {
             }
         }
         let hidden = hidden_dirs(&writable);
-        let spellings = config.denied_reads();
+        // Other sessions' own directories (their private `/tmp` and `/dev/shm`, their spill
+        // files) are covered like denied reads wherever the world would show them (a
+        // temporary directory outside `/tmp`); below `/tmp` they are out of its reach anyway.
+        let mut spellings = config.denied_reads();
+        let others = state.sessions.iter().filter(|(id, _)| *id != policy.session_id).map(|(_, dir)| dir);
+        let foreign = state
+            .shares
+            .iter()
+            .filter(|(owner, _)| owner.as_ref().is_some_and(|id| *id != policy.session_id));
+        spellings.extend(others.chain(foreign.map(|(_, path)| path)).filter(|p| !shares.contains(p)).cloned());
         let protected = protected_paths(&writable, &config.protected_paths);
         let masks = denied_paths(&spellings, &hidden);
         let identities = protected.iter().chain(masks.iter().map(|(p, _)| p)).map(|p| identity(p)).collect();
@@ -138,10 +158,19 @@ impl SessionWorlds {
         // host directory behind it, by the harness (both runners use them).
         for (path, _) in spec.below_tmp(&writable) {
             let point = path.strip_prefix(PRIVATE_TMP).ok().map(|relative| spec.tmp.join(relative));
-            if let Some(point) = point.filter(|p| !p.is_dir()) {
-                std::fs::create_dir_all(&point).map_err(|e| {
-                    format!("cannot make a mount point for {} in the private /tmp: {e}", path.display())
-                })?;
+            let Some(point) = point.filter(|p| !p.exists()) else { continue };
+            let fail = |e: std::io::Error| {
+                format!("cannot make a mount point for {} in the private /tmp: {e}", path.display())
+            };
+            // A shared file (a program) gets an empty file as its mount point.
+            match path.is_dir() {
+                true => std::fs::create_dir_all(&point).map_err(fail)?,
+                false => {
+                    if let Some(parent) = point.parent() {
+                        std::fs::create_dir_all(parent).map_err(fail)?;
+                    }
+                    std::fs::File::create(&point).map_err(fail)?;
+                }
             }
         }
         Ok((writable, spec))

@@ -179,11 +179,17 @@ pub trait SandboxProvider: Send + Sync {
     /// What this provider can do on this host (for a `doctor` command).
     fn describe(&self) -> ProviderReport;
 
-    /// Keeps `path` (a directory the harness writes for commands, such as its spill
-    /// directory) readable at the same path to every later confined command, even where the
-    /// command's world hides the host directory it lives in. Never makes it writable.
+    /// Keeps `path` (a directory the harness writes for commands, such as its askpass
+    /// directory, or a program it asks commands to run) readable at the same path to every
+    /// later confined command, even where the command's world hides the host directory it
+    /// lives in. Never makes it writable.
     /// Providers whose commands see the host's directories as they are need do nothing.
     fn share_read_only(&self, _path: &std::path::Path) {}
+
+    /// [`SandboxProvider::share_read_only`] for the later confined commands of one session
+    /// only (`None`: the calls without a session): a directory that holds that session's
+    /// own files (its spill files), which no other session's commands may see.
+    fn share_read_only_with_session(&self, _session: Option<&str>, _path: &std::path::Path) {}
 }
 
 #[cfg(test)]

@@ -155,6 +155,18 @@ impl SubprocessService {
         self.spill.canonical_dir()
     }
 
+    /// The canonical directory of the spill files of the processes spawned with
+    /// [`SpawnSpec::spill_owner`] `owner`, opened (and made) if it was not yet: a private
+    /// directory of its own (`<os temp>/dsh-subprocess-XXXXXX`, like the shared one), or,
+    /// in an injected spill directory, its subdirectory `owner-<hash>` (the same in every
+    /// process with the same `DSH_HOME`). A host that confines commands binds it read-only
+    /// into the world of that owner's commands only.
+    ///
+    /// Fails as [`SubprocessService::spill_dir`] does.
+    pub fn owned_spill_dir(&self, owner: &str) -> std::io::Result<PathBuf> {
+        self.spill.canonical_owned_dir(owner)
+    }
+
     /// The spill directory as spelled in reported paths, if it exists already (or was
     /// injected); never creates it.
     pub fn existing_spill_dir(&self) -> Option<PathBuf> {
@@ -167,7 +179,7 @@ impl SubprocessService {
     /// a local child's output is. The caller [`finish`](OutputCollector::finish)es it when
     /// the stream ends.
     pub fn collector(&self, limits: CaptureLimits) -> OutputCollector {
-        let factory = limits.spill_cap.and(Some(self.spill.factory()));
+        let factory = limits.spill_cap.and(Some(self.spill.factory(None)));
         let redactor = Some(&self.redactor).filter(|r| r.is_needed());
         OutputCollector::with_shared_redactor(limits, factory, redactor)
     }

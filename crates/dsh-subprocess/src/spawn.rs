@@ -118,6 +118,11 @@ pub struct SpawnSpec {
     /// `keep_stdin` are ignored). A pre-exec hook (a sandbox) that starts a session of its own
     /// leaves the command the terminal without it being the controlling one. Off by default.
     pub pty: Option<crate::PtySize>,
+    /// Keeps this process's spill files apart from those of every other owner: they go to
+    /// the owner's own directory (see [`crate::SubprocessService::owned_spill_dir`]) instead
+    /// of the service's shared one. A host that shows each session's commands only that
+    /// session's spill files names the session here. `None` (the default): the shared one.
+    pub spill_owner: Option<String>,
 }
 
 impl SpawnSpec {
@@ -138,6 +143,7 @@ impl SpawnSpec {
             keep_stdin: false,
             shared_file: None,
             pty: None,
+            spill_owner: None,
         }
     }
 
@@ -279,7 +285,7 @@ pub(crate) fn spawn_process(
         }
     };
     let Started { pid, leader, stdin, stdout, stderr } = started;
-    let factory = Some(service.spill.factory());
+    let factory = Some(service.spill.factory(spec.spill_owner.clone()));
     let redactor = Some(&service.redactor).filter(|r| r.is_needed());
     let streams = (
         OutputCollector::with_shared_redactor(

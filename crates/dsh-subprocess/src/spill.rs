@@ -1,7 +1,10 @@
 //! Spill files: where they live, how they are named, and how they are created safely.
 //!
 //! Files go in a private directory (`<os temp>/dsh-subprocess-XXXXXX`, mode `0700`, created
-//! lazily on the first spill) unless a host injects its own directory.
+//! lazily on the first spill) unless a host injects its own directory. A process spawned for
+//! an owner (a session whose commands must not see other sessions' output) spills into that
+//! owner's directory instead: a private directory of its own, made like the shared one, or,
+//! in an injected directory, a subdirectory `owner-<hash>` made the same safe way.
 //!
 //! What this guarantees, even against a command (confined or not) that can rename and plant
 //! symlinks wherever the harness's user can write:
@@ -167,16 +170,43 @@ impl SpillSink for FileSink {
     }
 }
 
-/// The directory spill files go to, opened on first use and kept open.
+/// The directory spill files go to, opened on first use and kept open; and the directory of
+/// each owner that keeps its spill files apart (see [`SpillLocation::owned_dir`]).
 pub(crate) struct SpillLocation {
     injected: Option<PathBuf>,
     opened: Mutex<Option<Arc<SpillDir>>>,
+    owned: Mutex<Vec<(String, Arc<SpillDir>)>>,
     namer: Arc<dyn SpillNamer>,
 }
 
 impl SpillLocation {
     pub(crate) fn new(injected: Option<PathBuf>, namer: Arc<dyn SpillNamer>) -> Self {
-        Self { injected, opened: Mutex::new(None), namer }
+        Self { injected, opened: Mutex::new(None), owned: Mutex::new(Vec::new()), namer }
+    }
+
+    /// The directory of `owner`'s spill files, opened (and made) on first use: without an
+    /// injected directory, a private directory of its own made exactly as the shared one
+    /// (`<os temp>/dsh-subprocess-XXXXXX`, mode `0700`, locked, swept alike); in an injected
+    /// directory, its subdirectory `owner-<hash of DSH_HOME and owner>` (mode `0700`, made
+    /// with `mkdirat` and opened without following a symlink, relative to the injected
+    /// directory's descriptor; refused unless owned by the harness's user and closed to
+    /// group and others), the same in every process of that `DSH_HOME`.
+    fn owned_dir(&self, owner: &str) -> io::Result<Arc<SpillDir>> {
+        let mut owned = self.owned.lock();
+        if let Some((_, dir)) = owned.iter().find(|(name, _)| name == owner) {
+            return Ok(Arc::clone(dir));
+        }
+        let dir = Arc::new(match &self.injected {
+            Some(_) => open_owned_subdir(self.dir()?.as_ref(), owner)?,
+            None => create_private()?,
+        });
+        owned.push((owner.to_owned(), Arc::clone(&dir)));
+        Ok(dir)
+    }
+
+    /// The canonical directory of `owner`'s spill files, opened (and made) if needed.
+    pub(crate) fn canonical_owned_dir(&self, owner: &str) -> io::Result<PathBuf> {
+        self.owned_dir(owner).map(|dir| dir.canonical.clone())
     }
 
     /// The spill directory as spelled in reported paths, if it exists already (or was
@@ -203,9 +233,13 @@ impl SpillLocation {
         Ok(dir)
     }
 
-    /// Creates a fresh spill file for `label`, never opening an existing path.
-    pub(crate) fn create(&self, label: &str) -> io::Result<Box<dyn SpillSink>> {
-        let dir = self.dir()?;
+    /// Creates a fresh spill file for `label` (in `owner`'s directory when given), never
+    /// opening an existing path.
+    pub(crate) fn create(&self, owner: Option<&str>, label: &str) -> io::Result<Box<dyn SpillSink>> {
+        let dir = match owner {
+            Some(owner) => self.owned_dir(owner)?,
+            None => self.dir()?,
+        };
         let mut last = io::Error::from(io::ErrorKind::AlreadyExists);
         for _ in 0..CREATE_ATTEMPTS {
             let name = self.namer.file_name(label);
@@ -229,11 +263,32 @@ impl SpillLocation {
         Err(last)
     }
 
-    /// This location as a factory the collectors call.
-    pub(crate) fn factory(self: &Arc<Self>) -> SpillFactory {
+    /// This location as a factory the collectors call, for `owner`'s files when given.
+    pub(crate) fn factory(self: &Arc<Self>, owner: Option<String>) -> SpillFactory {
         let location = Arc::clone(self);
-        Arc::new(move |label: &str| location.create(label))
+        Arc::new(move |label: &str| location.create(owner.as_deref(), label))
     }
+}
+
+/// Makes (if missing) and opens `owner`'s subdirectory of the injected directory `parent`.
+fn open_owned_subdir(parent: &SpillDir, owner: &str) -> io::Result<SpillDir> {
+    use std::hash::{Hash, Hasher};
+    // The std hasher with its fixed keys: the same name in every process.
+    let mut hasher = std::hash::DefaultHasher::new();
+    std::env::var_os("DSH_HOME").hash(&mut hasher);
+    owner.hash(&mut hasher);
+    let name = format!("owner-{:016x}", hasher.finish());
+    let path = parent.path.join(&name);
+    let described =
+        |e: io::Error| io::Error::new(e.kind(), format!("spill directory {}: {e}", path.display()));
+    match nix::sys::stat::mkdirat(parent.fd.as_fd(), name.as_str(), Mode::from_bits_truncate(0o700)) {
+        Ok(()) | Err(Errno::EEXIST) => {}
+        Err(e) => return Err(described(e.into())),
+    }
+    let fd = nix::fcntl::openat(parent.fd.as_fd(), name.as_str(), dir_flags(), Mode::empty())
+        .map_err(|e| described(e.into()))?;
+    verify_private(&fd, &path)?;
+    Ok(SpillDir { canonical: parent.canonical.join(&name), path, fd })
 }
 
 fn dir_flags() -> OFlag {

@@ -60,8 +60,9 @@ pub(crate) fn open(
         call_id: exec.call_id.clone(),
         signal: exec.signal.clone(),
     };
+    let session = exec.agent.as_ref().map(|agent| agent.session().id().to_owned());
     let call = service
-        .open(Arc::new(asker))
+        .open_in_session(session.as_deref(), Arc::new(asker))
         .map_err(|e| ToolError::plain(format!("cannot open the askpass socket: {e}")))?;
     let env = request.dsh_env.get_or_insert_with(Default::default);
     env.extend(call.env().iter().map(|(k, v)| (k.clone(), v.clone())));

@@ -26,4 +26,5 @@ mod network;
 mod privileges;
 mod processes;
 mod secrets;
+mod sessions;
 mod signals;

@@ -66,14 +66,17 @@ pub(crate) const PRIVATE_TMP: &str = "/tmp";
 
 impl WorldSpec {
     /// What must stay reachable below the private `/tmp`, which covers the host's: the
-    /// existing writable roots there, and the shares there that are not inside one of them
-    /// (read-only), each with whether it is read-only. Both runners mount these again over
-    /// the new `/tmp`, on mount points the provider makes in the directory behind it.
+    /// existing writable roots there, and the shares there (directories, or a single file
+    /// such as a program) that are not inside one of them (read-only), each with whether it
+    /// is read-only. Both runners mount these again over the new `/tmp`, on mount points the
+    /// provider makes in the directory behind it.
     pub(crate) fn below_tmp<'a>(&'a self, writable: &'a [PathBuf]) -> impl Iterator<Item = (&'a Path, bool)> {
         let tmp = Path::new(PRIVATE_TMP);
         let below = move |p: &Path| p.starts_with(tmp) && p != tmp;
-        let shares =
-            self.shares.iter().filter(move |s| s.is_dir() && !writable.iter().any(|w| s.starts_with(w)));
+        let shares = self
+            .shares
+            .iter()
+            .filter(move |s| (s.is_dir() || s.is_file()) && !writable.iter().any(|w| s.starts_with(w)));
         writable
             .iter()
             .filter(|w| w.exists())

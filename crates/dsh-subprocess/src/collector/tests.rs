@@ -6,7 +6,7 @@ use super::*;
 use crate::spill::{DefaultSpillNamer, SpillLocation};
 
 fn factory(dir: &Path) -> SpillFactory {
-    Arc::new(SpillLocation::new(Some(dir.to_path_buf()), Arc::new(DefaultSpillNamer))).factory()
+    Arc::new(SpillLocation::new(Some(dir.to_path_buf()), Arc::new(DefaultSpillNamer))).factory(None)
 }
 
 fn collector(cap: usize, spill: Option<u64>, dir: &Path) -> OutputCollector {

@@ -266,3 +266,66 @@ async fn spill_dir_creates_the_private_directory_and_names_it_canonically() {
     assert_eq!(path.parent(), Some(spelled.as_path()));
     std::fs::remove_dir_all(&canonical).expect("clean up");
 }
+
+/// A process spawned for an owner spills into that owner's directory: a private directory of
+/// its own (not the shared one, not another owner's), the same one for each of its processes.
+#[tokio::test]
+async fn each_owner_spills_into_a_private_directory_of_its_own() {
+    let service = SubprocessService::new();
+    let spill_of = |owner: Option<&str>| {
+        let mut spec = spilling(HUNDRED_LINES);
+        spec.spill_owner = owner.map(str::to_owned);
+        let handle = service.spawn(spec).expect("spawn");
+        async move {
+            handle.wait().await;
+            handle.stdout().collected().spill_path.expect("spill path")
+        }
+    };
+    let (a, a_again, b, shared) = (
+        spill_of(Some("a")).await,
+        spill_of(Some("a")).await,
+        spill_of(Some("b")).await,
+        spill_of(None).await,
+    );
+    let dir = |p: &Path| p.parent().expect("a directory").to_path_buf();
+    assert_eq!(dir(&a), dir(&a_again));
+    assert_eq!(dir(&a), service.owned_spill_dir("a").expect("a's directory"));
+    assert_ne!(dir(&a), dir(&b));
+    assert_eq!(Some(dir(&shared)), service.existing_spill_dir());
+    for path in [&a, &b, &shared] {
+        let parent = dir(path);
+        assert_eq!(parent.parent(), Some(std::env::temp_dir().as_path()));
+        assert!(
+            parent.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("dsh-subprocess-"))
+        );
+        assert_eq!(std::fs::metadata(&parent).expect("meta").mode() & 0o777, 0o700);
+        assert_eq!(std::fs::read(path).expect("spill"), hundred_lines());
+    }
+    for path in [&a, &b, &shared] {
+        std::fs::remove_dir_all(dir(path)).expect("clean up");
+    }
+}
+
+/// In an injected directory an owner spills into its subdirectory `owner-<hash>` (mode
+/// `0700`), the same name for every service; one planted there by someone else is refused.
+#[tokio::test]
+async fn in_an_injected_directory_each_owner_spills_into_a_subdirectory() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let service = service_in(dir.path());
+    let mut spec = spilling(HUNDRED_LINES);
+    spec.spill_owner = Some("a".to_owned());
+    let handle = service.spawn(spec).expect("spawn");
+    handle.wait().await;
+    let path = handle.stdout().collected().spill_path.expect("spill path");
+    let owned = path.parent().expect("a directory").to_path_buf();
+    assert_eq!(owned.parent(), Some(dir.path()));
+    assert!(owned.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("owner-")), "{owned:?}");
+    assert_eq!(std::fs::metadata(&owned).expect("meta").mode() & 0o777, 0o700);
+    assert_eq!(std::fs::read(&path).expect("spill"), hundred_lines());
+    let again = service_in(dir.path()).owned_spill_dir("a").expect("the same directory");
+    assert_eq!(again, std::fs::canonicalize(&owned).expect("canonical"));
+    let other = service_in(dir.path()).owned_spill_dir("b").expect("b's directory");
+    std::fs::set_permissions(&other, std::fs::Permissions::from_mode(0o777)).expect("chmod");
+    let refused = service_in(dir.path()).owned_spill_dir("b").expect_err("open to others");
+    assert!(refused.to_string().contains("must be owned by uid"), "{refused}");
+}

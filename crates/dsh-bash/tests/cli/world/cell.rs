@@ -213,7 +213,11 @@ impl World {
     /// [`World::dsh`] with `dsh-bash`'s own `HOME` set to `home` when given (`runuser` resets
     /// `HOME`, so for `nobody` it is set through `env`).
     pub fn dsh_with_home(&self, args: &[String], home: Option<&Path>) -> Command {
-        let binary = host::binary_for(self.cell.user);
+        self.dsh_binary(&host::binary_for(self.cell.user), args, home)
+    }
+
+    /// [`World::dsh_with_home`] running `binary` (a copy of `dsh-bash` installed elsewhere).
+    pub fn dsh_binary(&self, binary: &Path, args: &[String], home: Option<&Path>) -> Command {
         let mut command = match self.cell.user {
             User::Root => {
                 let mut c = Command::new(binary);
@@ -270,28 +274,52 @@ impl World {
     /// Runs `commands` as `(session, command)` lines of one `batch` under workspace-write (one
     /// `dsh-bash` process), each session with the workspace as its cwd.
     pub fn batch(&self, commands: &[(&str, &str)]) -> Vec<Outcome> {
+        let requests: Vec<Value> = commands
+            .iter()
+            .map(|(session, command)| {
+                json!({
+                    "tool": "bash",
+                    "args": {"command": command, "description": "d", "timeoutMs": 60000},
+                    "session": session,
+                })
+            })
+            .collect();
+        self.batch_requests(&requests).iter().map(Outcome::from_value).collect()
+    }
+
+    /// Runs `requests` (`{"tool", "args", "session"}`) as the lines of one `batch` under
+    /// workspace-write, each with the workspace as its cwd and its index as its id; returns
+    /// the response lines.
+    pub fn batch_requests(&self, requests: &[Value]) -> Vec<Value> {
+        self.batch_requests_with_env(requests, &[])
+    }
+
+    /// [`World::batch_requests`] with `env` added to `dsh-bash`'s own environment.
+    pub fn batch_requests_with_env(&self, requests: &[Value], env: &[(&str, &Path)]) -> Vec<Value> {
         let mut input = String::new();
-        for (id, (session, command)) in commands.iter().enumerate() {
-            let line = json!({
-                "tool": "bash",
-                "args": {"command": command, "description": "d", "timeoutMs": 60000},
-                "session": session,
-                "cwd": self.ws,
-                "id": id,
-            });
+        for (id, request) in requests.iter().enumerate() {
+            let mut line = request.clone();
+            line["cwd"] = json!(self.ws);
+            line["id"] = json!(id);
             input.push_str(&format!("{line}\n"));
         }
         let args: Vec<String> = vec!["--sandbox".into(), Mode::WorkspaceWrite.name().into(), "batch".into()];
-        let mut child = self.dsh(&args).stdin(Stdio::piped()).spawn().expect("spawn dsh-bash batch");
+        let mut command = self.dsh(&args);
+        command.envs(env.iter().copied());
+        let mut child = command.stdin(Stdio::piped()).spawn().expect("spawn dsh-bash batch");
         child.stdin.take().expect("stdin").write_all(input.as_bytes()).expect("write batch");
         let output = child.wait_with_output().expect("wait for dsh-bash batch");
         let stdout = String::from_utf8_lossy(&output.stdout);
-        let answers: Vec<Outcome> = stdout
-            .lines()
-            .map(|line| Outcome::from_value(&serde_json::from_str(line).expect("a JSON response line")))
-            .collect();
-        assert_eq!(answers.len(), commands.len(), "batch answered {stdout:?} ({:?})", output.status);
+        let answers: Vec<Value> =
+            stdout.lines().map(|line| serde_json::from_str(line).expect("a JSON response line")).collect();
+        assert_eq!(answers.len(), requests.len(), "batch answered {stdout:?} ({:?})", output.status);
         answers
+    }
+
+    /// Adds `toml` (tables) to the configuration every run of this world reads.
+    pub fn configure(&self, toml: &str) {
+        let mut file = std::fs::OpenOptions::new().append(true).open(&self.config).expect("open config");
+        file.write_all(format!("\n{toml}\n").as_bytes()).expect("append to config");
     }
 
     /// Runs `command` confined under workspace-write.
