@@ -137,7 +137,8 @@ impl SessionWorlds {
             .shares
             .iter()
             .filter(|(owner, _)| owner.as_ref().is_some_and(|id| *id != policy.session_id));
-        spellings.extend(others.chain(foreign.map(|(_, path)| path)).filter(|p| !shares.contains(p)).cloned());
+        spellings
+            .extend(others.chain(foreign.map(|(_, path)| path)).filter(|p| !shares.contains(p)).cloned());
         let protected = protected_paths(&writable, &config.protected_paths);
         let masks = denied_paths(&spellings, &hidden);
         let identities = protected.iter().chain(masks.iter().map(|(p, _)| p)).map(|p| identity(p)).collect();

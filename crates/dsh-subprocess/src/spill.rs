@@ -37,8 +37,11 @@
 //!   so spill files a model was told about stay readable while their harness lives.
 //! * The first time a process creates its private directory, a background thread runs
 //!   [`remove_stale_spill_dirs`] over the temp directory with the age from
-//!   [`SPILL_MAX_AGE_ENV`] (default [`DEFAULT_SPILL_MAX_AGE`]; `0` disables it). Nothing runs
-//!   per spill or per call.
+//!   [`SPILL_MAX_AGE_ENV`] (default [`DEFAULT_SPILL_MAX_AGE`]; `0` disables it), looking into
+//!   at most 16 candidates from a random one on, so its cost does not grow with what other
+//!   harnesses left. Nothing runs per spill or per call.
+//! * A private directory this process made and that is still empty when it exits is removed
+//!   by an `atexit` hook (a process that spilled nothing leaves nothing behind).
 //! * A directory is removed only when its name is exactly `dsh-subprocess-XXXXXX`, it is a real
 //!   directory (never a symlink) owned by the effective user, no process holds its lock, no
 //!   entry name carries the pid of a live process, it holds no subdirectory, and neither it nor
@@ -346,12 +349,45 @@ fn create_private() -> io::Result<SpillDir> {
             .map_err(|e| described(e.into()))?;
         verify_private(&fd, &path)?;
         hold_for_process_lifetime(&fd);
+        remove_at_exit_if_empty(&temp_fd, &name, &fd);
         start_sweep(&temp);
-        // Completed spill files outlive the service: this process never removes the directory
-        // (a later harness may, once this one is gone and the directory is old).
+        // Completed spill files outlive the service: this process removes the directory only
+        // when it holds none at exit (a later harness may, once this one is gone and the
+        // directory is old).
         return Ok(SpillDir { path, canonical: canonical_temp.join(&name), fd });
     }
     Err(described(io::Error::from(io::ErrorKind::AlreadyExists)))
+}
+
+/// The private directories this process made, with the temporary directory they are in and
+/// their identity: at exit, each one still empty is removed (a process that spilled nothing
+/// leaves nothing behind).
+#[allow(clippy::type_complexity, reason = "one private static")]
+static MADE: Mutex<Vec<(OwnedFd, String, (u64, u64))>> = Mutex::new(Vec::new());
+static EXIT_HOOK: std::sync::Once = std::sync::Once::new();
+
+fn remove_at_exit_if_empty(temp_fd: &OwnedFd, name: &str, dir: &OwnedFd) {
+    let (Ok(temp), Ok(stat)) = (temp_fd.try_clone(), nix::sys::stat::fstat(dir.as_fd())) else { return };
+    EXIT_HOOK.call_once(|| {
+        // SAFETY: `atexit` only records a function pointer; the hook is a plain `extern "C"`
+        // function that takes no borrowed state and never blocks.
+        unsafe { libc::atexit(remove_empty_private_dirs) };
+    });
+    MADE.lock().push((temp, name.to_owned(), (stat.st_dev, stat.st_ino)));
+}
+
+extern "C" fn remove_empty_private_dirs() {
+    // Never block at exit: another thread may hold the lock while the process goes down.
+    let Some(made) = MADE.try_lock() else { return };
+    for (temp, name, identity) in made.iter() {
+        // Only the directory made here (not one put in its place), and only when empty: the
+        // removal itself fails on a directory that holds anything.
+        let same = nix::sys::stat::fstatat(temp.as_fd(), name.as_str(), AtFlags::AT_SYMLINK_NOFOLLOW)
+            .is_ok_and(|now| (now.st_dev, now.st_ino) == *identity);
+        if same {
+            let _ = nix::unistd::unlinkat(temp.as_fd(), name.as_str(), UnlinkatFlags::RemoveDir);
+        }
+    }
 }
 
 /// Six random alphanumeric characters, like `mkdtemp`'s `XXXXXX`.
@@ -417,7 +453,7 @@ fn start_sweep(temp: &Path) {
         return;
     };
     let temp = temp.to_path_buf();
-    let sweep = move || match remove_stale_spill_dirs(&temp, max_age) {
+    let sweep = move || match sweep_some(&temp, max_age, SWEEP_BUDGET) {
         Ok(removed) if !removed.is_empty() => {
             tracing::debug!(count = removed.len(), "removed stale spill directories");
         }
@@ -465,6 +501,32 @@ pub fn remove_stale_spill_dirs(temp_dir: &Path, max_age: Duration) -> io::Result
     for name in names {
         if remove_if_stale(&temp_fd, &name, now, max_age) {
             removed.push(temp_dir.join(&name));
+        }
+    }
+    Ok(removed)
+}
+
+/// How many candidates one process's sweep looks into at most, so its cost does not grow with
+/// the directories other harnesses left (the names are listed, which is cheap; each candidate
+/// looked into costs an open, a lock and a listing). Every harness looks at another window, so
+/// together they go through all.
+const SWEEP_BUDGET: usize = 16;
+
+/// [`remove_stale_spill_dirs`] looking into at most `budget` candidates, from a random one on.
+fn sweep_some(temp_dir: &Path, max_age: Duration, budget: usize) -> io::Result<Vec<PathBuf>> {
+    let temp_fd =
+        nix::fcntl::open(temp_dir, OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC, Mode::empty())?;
+    let names: Vec<String> = nix::dir::Dir::from_fd(temp_fd.try_clone()?)?
+        .into_iter()
+        .filter_map(|entry| entry.ok()?.file_name().to_str().ok().map(str::to_owned))
+        .filter(|name| is_private_dir_name(name))
+        .collect();
+    let start = if names.is_empty() { 0 } else { rand::random::<u64>() as usize % names.len() };
+    let now = SystemTime::now();
+    let mut removed = Vec::new();
+    for name in names.iter().cycle().skip(start).take(budget.min(names.len())) {
+        if remove_if_stale(&temp_fd, name, now, max_age) {
+            removed.push(temp_dir.join(name));
         }
     }
     Ok(removed)

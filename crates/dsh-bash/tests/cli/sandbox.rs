@@ -161,3 +161,56 @@ fn local_executor_settings_carry_over_to_the_sandboxing_executor() {
         sandbox.run(&["--config", config.to_str().expect("utf-8"), "--sandbox", "read-only", "schema"], "");
     assert_eq!(out.assert_usage_error(), "dsh-bash: bash-local: graceMs must be a positive finite number");
 }
+
+/// A `call` that spills nothing leaves no spill directory behind, confined or not (a confined
+/// one makes its session's directory ahead of time, to show it to the command); one that
+/// spilled keeps its directory, with the file its result names.
+#[test]
+fn a_call_leaves_a_spill_directory_only_when_it_spilled() {
+    let tmp = crate::harness::scratch_outside_tmp();
+    let spill_dirs = || -> Vec<String> {
+        std::fs::read_dir(tmp.path())
+            .expect("list the temporary directory")
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .filter(|name| name.starts_with("dsh-subprocess-"))
+            .collect()
+    };
+    for mode in crate::harness::modes() {
+        let sandbox = Sandbox::outside_tmp();
+        for _ in 0..3 {
+            let mut args = mode.clone();
+            args.extend(["call", "bash", r#"{"command":"echo hi","description":"d"}"#]);
+            let out = crate::harness::output(
+                {
+                    let mut c = sandbox.command(&args);
+                    c.env("TMPDIR", tmp.path());
+                    c
+                },
+                b"",
+            );
+            assert_eq!(out.stdout, "hi\n", "{mode:?}: {out:?}");
+        }
+        assert_eq!(
+            spill_dirs(),
+            Vec::<String>::new(),
+            "{mode:?}: calls that spilled nothing left directories"
+        );
+        let mut args = mode.clone();
+        args.extend(["call", "bash", r#"{"command":"seq 1 300000","description":"d"}"#]);
+        let out = crate::harness::output(
+            {
+                let mut c = sandbox.command(&args);
+                c.env("TMPDIR", tmp.path());
+                c
+            },
+            b"",
+        );
+        let tail = &out.stdout[out.stdout.len().saturating_sub(300)..];
+        let kept = spill_dirs();
+        assert_eq!(kept.len(), 1, "{mode:?}: the spilling call's directory is kept: {tail:?}");
+        let path = tail.split("full output: ").nth(1).and_then(|r| r.split(']').next());
+        let path = path.unwrap_or_else(|| panic!("{mode:?}: no spill path in {tail:?}"));
+        assert!(std::path::Path::new(path).is_file(), "{mode:?}: {path} is gone");
+        std::fs::remove_dir_all(tmp.path().join(&kept[0])).expect("clean up");
+    }
+}
