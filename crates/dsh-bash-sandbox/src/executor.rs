@@ -2,7 +2,8 @@
 //! unconfined; any other mode runs the provider's confined argv, and a runner failure becomes
 //! a sandbox-unavailable error before denial is classified.
 
-use std::path::Path;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Weak};
 
 use dsh_netproxy::{CallGuard, NetworkGate};
@@ -11,7 +12,7 @@ use dsh_bash_local::{ExecError, LocalBashExecutor, SettleFacts, bash_argv, shell
 use dsh_sandbox::{
     ConfinedCommand, NetworkFacts, ProxyListener, SandboxExecutionPolicy, SandboxMode, SandboxPolicyService,
     SandboxProvider, SandboxUnavailableError, SpawnFailure, SpawnStage, classify_runner_failure,
-    is_runner_spawn_failure, matches_signature,
+    Quarantined, Snapshot, Surfaces, is_runner_spawn_failure, matches_signature,
 };
 use dsh_shell::{
     ShellError, ShellExecRequest, ShellExecSpec, ShellExecutor, ShellProcess, ShellRunResult,
@@ -29,6 +30,75 @@ pub struct SandboxBashExecutor {
     withhold_agent: bool,
     /// The proxy served for each live network namespace, and its gate.
     proxies: parking_lot::Mutex<Vec<(Weak<ProxyListener>, Arc<NetworkGate>)>>,
+    /// Each session's pinned auto-run surfaces, by session.
+    surfaces: parking_lot::Mutex<HashMap<String, Arc<parking_lot::Mutex<Watch>>>>,
+}
+
+/// One session's auto-run surfaces: what was pinned, and how many of its confined commands
+/// (calls and background jobs) run now.
+struct Watch {
+    surfaces: Surfaces,
+    pinned: Snapshot,
+    running: usize,
+    /// `<DSH_HOME>/quarantine/<session>`.
+    dir: PathBuf,
+}
+
+/// The quarantine directory of every session: `<DSH_HOME>/quarantine` (denied to confined
+/// commands like the session logs).
+fn quarantine_home() -> PathBuf {
+    let dsh_home = std::env::var("DSH_HOME").ok();
+    dsh_core::home::resolve_dsh_home(None, dsh_home.as_deref()).join("quarantine")
+}
+
+/// Creates `dir` (and its parents) readable by the user alone.
+fn private_dir(dir: &Path) {
+    use std::os::unix::fs::DirBuilderExt;
+    if let Err(e) = std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir) {
+        tracing::warn!(dir = %dir.display(), error = %e, "cannot create the quarantine directory");
+    }
+}
+
+/// A confined command of a session is running: its surfaces are checked when it ends (and
+/// the count of running commands goes down however it is dropped).
+struct Running(Option<Arc<parking_lot::Mutex<Watch>>>);
+
+impl Running {
+    /// The command ended: quarantine what changed, and say so on stderr.
+    fn end(mut self) -> Vec<Quarantined> {
+        let Some(watch) = self.0.take() else { return Vec::new() };
+        let mut watch = watch.lock();
+        watch.running = watch.running.saturating_sub(1);
+        watch.quarantine_changes()
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(watch) = self.0.take() {
+            let mut watch = watch.lock();
+            watch.running = watch.running.saturating_sub(1);
+        }
+    }
+}
+
+impl Watch {
+    /// Moves every changed surface into quarantine, pins what is left, and says so on the
+    /// harness's stderr.
+    fn quarantine_changes(&mut self) -> Vec<Quarantined> {
+        let Watch { surfaces, pinned, dir, .. } = self;
+        let changes = surfaces.check(pinned);
+        if changes.is_empty() {
+            return Vec::new();
+        }
+        private_dir(dir);
+        let quarantined = surfaces.quarantine(changes.clone(), dir);
+        surfaces.accept(pinned, &changes);
+        for q in &quarantined {
+            eprintln!("dsh-bash: {}", q.line());
+        }
+        quarantined
+    }
 }
 
 /// The proxy variables a confined command gets when its namespace has a proxy (both cases:
@@ -51,12 +121,68 @@ impl SandboxBashExecutor {
         if let Ok(dir) = local.service().spill_dir() {
             provider.share_read_only(&dir);
         }
+        // Made now, so every confined command's world denies it (a missing path is not).
+        private_dir(&quarantine_home());
         Self {
             local,
             provider,
             policy,
             withhold_agent: agent_socket_withheld(),
             proxies: parking_lot::Mutex::new(Vec::new()),
+            surfaces: parking_lot::Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Before a confined command of the policy's session: pins its auto-run surfaces at its
+    /// first one; else a change seen now was made while none of its commands ran (the
+    /// user's own), so it is pinned, or, while one of its background jobs runs, quarantined.
+    fn surfaces_before(&self, policy: &SandboxExecutionPolicy) -> (Running, Vec<Quarantined>) {
+        let key = dsh_sandbox::surfaces::session_dir_name(policy.session_id.as_deref());
+        let mut roots = vec![policy.workspace_root.clone()];
+        roots.extend(policy.extra_roots.iter().cloned());
+        let existing = self.surfaces.lock().get(&key).cloned();
+        let watch = match existing.filter(|w| w.lock().surfaces.roots() == roots.as_slice()) {
+            Some(watch) => watch,
+            None => {
+                let dir = quarantine_home();
+                private_dir(&dir);
+                let surfaces = Surfaces::new(&roots, Some(&dsh_core::home::user_home()));
+                let pinned = surfaces.pin();
+                let watch = Arc::new(parking_lot::Mutex::new(Watch {
+                    surfaces,
+                    pinned,
+                    running: 0,
+                    dir: dir.join(&key),
+                }));
+                self.surfaces.lock().insert(key, Arc::clone(&watch));
+                watch.lock().running += 1;
+                return (Running(Some(watch)), Vec::new());
+            }
+        };
+        let quarantined = {
+            let mut guard = watch.lock();
+            let quarantined = if guard.running > 0 {
+                guard.quarantine_changes()
+            } else {
+                let Watch { surfaces, pinned, .. } = &mut *guard;
+                let changes = surfaces.check(pinned);
+                surfaces.accept(pinned, &changes);
+                Vec::new()
+            };
+            guard.running += 1;
+            quarantined
+        };
+        (Running(Some(watch)), quarantined)
+    }
+
+    /// After an unconfined command (`danger-full-access`, or an approved escalation) of the
+    /// policy's session: what it changed is pinned as it is.
+    fn surfaces_repin(&self, policy: &SandboxExecutionPolicy) {
+        let key = dsh_sandbox::surfaces::session_dir_name(policy.session_id.as_deref());
+        let existing = self.surfaces.lock().get(&key).cloned();
+        if let Some(watch) = existing {
+            let mut watch = watch.lock();
+            watch.pinned = watch.surfaces.pin();
         }
     }
 
@@ -201,6 +327,7 @@ fn settle_facts(
         enforcement: Some(confined.enforcement),
         runner_failed: runner_failed.then_some(true),
         network_denied: Vec::new(),
+        quarantined: Vec::new(),
     }
 }
 
@@ -222,20 +349,25 @@ impl ShellExecutor for SandboxBashExecutor {
         Self::refuse_moved_root(&policy)?;
         let mode = policy.mode;
         if mode == SandboxMode::DangerFullAccess {
-            let mut result = self.local.run(spec).await?;
+            let outcome = self.local.run(spec).await;
+            self.surfaces_repin(&policy);
+            let mut result = outcome?;
             result.sandbox = Some(ShellSandboxInfo {
                 mode,
                 denied: false,
                 enforcement: None,
                 runner_failed: None,
                 network_denied: Vec::new(),
+                quarantined: Vec::new(),
             });
             return Ok(result);
         }
         let confined = self.provider.confine(&bash_argv(&spec.command), &policy)?;
         let mut spec = self.confined_spec(spec, mode);
         let network = self.enter_network(&confined, &policy, &mut spec, true);
+        let (running, mut quarantined) = self.surfaces_before(&policy);
         let outcome = self.local.run_argv(&spec, confined.argv.clone(), confined.pre_exec_hook()).await;
+        quarantined.extend(running.end());
         let denied_hosts = network.map(CallGuard::finish).unwrap_or_default();
         let mut result = match outcome {
             Ok(result) => result,
@@ -264,6 +396,7 @@ impl ShellExecutor for SandboxBashExecutor {
             enforcement: Some(confined.enforcement),
             runner_failed: None,
             network_denied: Vec::new(),
+            quarantined,
         });
         if !denied_hosts.is_empty() {
             result.network = Some(NetworkFacts { policy: policy.network.mode, denied: denied_hosts });
@@ -276,6 +409,8 @@ impl ShellExecutor for SandboxBashExecutor {
         Self::refuse_moved_root(&policy)?;
         let mode = policy.mode;
         if mode == SandboxMode::DangerFullAccess {
+            // An unconfined job's changes are the user's (it was approved or is the mode);
+            // they are pinned at the next confined call of the session, before it runs.
             return self.local.start(spec);
         }
         let confined = self.provider.confine(&bash_argv(&spec.command), &policy)?;
@@ -285,9 +420,12 @@ impl ShellExecutor for SandboxBashExecutor {
         let workdir = spec.workdir.clone();
         let argv = confined.argv.clone();
         let hook = confined.pre_exec_hook();
+        let (running, early) = self.surfaces_before(&policy);
         let on_settle: dsh_bash_local::SettleHook = Box::new(move |facts: &SettleFacts| {
             let mut info = settle_facts(&confined, mode, &workdir, facts);
             info.network_denied = network.map(CallGuard::finish).unwrap_or_default();
+            info.quarantined = early;
+            info.quarantined.extend(running.end());
             Some(info)
         });
         let process = self.local.start_argv(&spec, argv, hook, Some(on_settle))?;

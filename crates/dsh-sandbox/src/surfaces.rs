@@ -1,0 +1,760 @@
+//! Auto-run surfaces: the files that git, a shell or an agent runs (or trusts) later, outside
+//! any sandbox, without the user naming them — hooks, the code-running keys of git configs,
+//! shell start-up files, editor and agent configs.
+//!
+//! They are **discovered** the way git and the shells would find them, each time they are
+//! checked (the git directory of each writable root as git discovers it, through `.git` files,
+//! `commondir`, linked worktrees, submodules and `core.hooksPath`), **pinned** once per
+//! session, and **checked** after every confined call: a file that is new or changed since
+//! the pin is moved into a quarantine directory (never deleted), the pinned version is put
+//! back where there was one, and the move is reported. Removals are not changes: a surface
+//! that is gone runs nothing.
+//!
+//! The check costs one `lstat` per surface (and a directory read per hooks or config
+//! directory); contents are read only for a surface whose identity, size, mode or times
+//! changed. A git config is compared by its code-running keys only (read with
+//! `git config --file F --null --list`, which runs nothing), so `git remote add` or
+//! `git branch -u` never count as a change.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::fs;
+use std::io;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Component, Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Mutex;
+
+/// Shell and environment start-up files a root may hold (run by login and interactive
+/// shells started there with `HOME` pointing at it, or by direnv on `cd`).
+const START_UP_FILES: [&str; 11] = [
+    ".bashrc",
+    ".bash_profile",
+    ".bash_login",
+    ".bash_logout",
+    ".profile",
+    ".zshrc",
+    ".zprofile",
+    ".zshenv",
+    ".zlogin",
+    ".zlogout",
+    ".envrc",
+];
+
+/// Single files editors and agents load from a project without the user naming them.
+const AGENT_FILES: [&str; 3] = [".mcp.json", ".cursorrules", ".github/copilot-instructions.md"];
+
+/// Directories editors and agents load commands, tasks, hooks or servers from.
+const AGENT_DIRS: [&str; 8] = [".vscode", ".idea", ".claude", ".codex", ".cursor", ".gemini", ".continue", ".husky"];
+
+/// How deep a surface directory is walked, and how many of its files are surfaces at most.
+const WALK_DEPTH: usize = 3;
+/// See [`WALK_DEPTH`].
+const WALK_LIMIT: usize = 256;
+/// How deep nested repositories (submodules, linked worktrees, modules) are followed.
+const NEST_DEPTH: usize = 4;
+/// Surface files up to this size are kept (as pinned) so a changed one can be put back.
+const KEEP_LIMIT: u64 = 1 << 20;
+
+/// What kind of surface a path is: how its change is judged and undone.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    /// Any new content or mode is a change (a hook, a start-up file, an agent config).
+    Code,
+    /// A git config: only its code-running keys count.
+    Config,
+}
+
+/// The identity and times of a file as `lstat` saw it; equal ones mean equal contents
+/// (the change time cannot be set back by an unprivileged process).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Meta {
+    dev: u64,
+    ino: u64,
+    mode: u32,
+    size: u64,
+    mtime: (i64, i64),
+    ctime: (i64, i64),
+}
+
+impl Meta {
+    fn of(m: &fs::Metadata) -> Meta {
+        Meta {
+            dev: m.dev(),
+            ino: m.ino(),
+            mode: m.mode(),
+            size: m.size(),
+            mtime: (m.mtime(), m.mtime_nsec()),
+            ctime: (m.ctime(), m.ctime_nsec()),
+        }
+    }
+
+    fn is_symlink(&self) -> bool {
+        self.mode & libc::S_IFMT == libc::S_IFLNK
+    }
+}
+
+/// A config's code-running keys and their values, in file order; `None` when the config
+/// could not be read as one (it then counts by its bytes).
+type Keys = Option<Vec<(String, String)>>;
+
+/// One surface as pinned or as found.
+#[derive(Clone, Debug)]
+struct Seen {
+    meta: Meta,
+    /// The contents (a symlink's: its target, then the target's contents), when small enough.
+    bytes: Option<Vec<u8>>,
+    /// A config's code-running keys.
+    keys: Keys,
+}
+
+/// The surfaces of a session as pinned: what existed, and enough to put it back.
+#[derive(Clone, Debug, Default)]
+pub struct Snapshot {
+    seen: BTreeMap<PathBuf, Seen>,
+}
+
+impl Snapshot {
+    /// How many surface files the snapshot holds.
+    pub fn len(&self) -> usize {
+        self.seen.len()
+    }
+
+    /// Whether the snapshot holds no surface file.
+    pub fn is_empty(&self) -> bool {
+        self.seen.is_empty()
+    }
+}
+
+/// A surface that is new or changed since the pin.
+#[derive(Clone, Debug)]
+pub struct Change {
+    /// The surface file.
+    pub path: PathBuf,
+    /// The writable root it lies under.
+    pub root: PathBuf,
+    kind: Kind,
+    pinned: Option<Seen>,
+    now: Seen,
+}
+
+impl Change {
+    /// What changed, in words (`new`, `changed`, or the code-running keys of a config).
+    pub fn what(&self) -> String {
+        match (self.kind, &self.now.keys) {
+            (Kind::Config, Some(now)) => {
+                let before = self.pinned.as_ref().and_then(|p| p.keys.clone()).unwrap_or_default();
+                let mut names: Vec<&str> = now
+                    .iter()
+                    .filter(|kv| !before.contains(kv))
+                    .map(|(k, _)| k.as_str())
+                    .chain(before.iter().filter(|kv| !now.contains(kv)).map(|(k, _)| k.as_str()))
+                    .collect();
+                names.dedup();
+                format!("code-running git config keys {}", names.join(", "))
+            }
+            _ if self.pinned.is_none() => "new auto-run file".to_owned(),
+            _ => "changed auto-run file".to_owned(),
+        }
+    }
+}
+
+/// A change moved into quarantine.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Quarantined {
+    /// The surface file, where the command left it.
+    pub path: PathBuf,
+    /// Where it is now.
+    pub moved_to: PathBuf,
+    /// What was found (`new auto-run file`, `code-running git config keys core.fsmonitor`, …).
+    pub what: String,
+    /// What is at `path` now (`nothing`, `the pinned version`, `the file without those keys`).
+    pub left: String,
+}
+
+impl Quarantined {
+    /// The line a result carries before its exit marker.
+    pub fn line(&self) -> String {
+        format!(
+            "[sandbox: quarantined {} ({} written by this command; {} left in place); moved to {}]",
+            self.path.display(),
+            self.what,
+            self.left,
+            self.moved_to.display()
+        )
+    }
+}
+
+/// The auto-run surfaces of a set of writable roots. Keeps the code-running keys of the
+/// configs it read, by their identity, so an unchanged config is never read twice.
+#[derive(Debug)]
+pub struct Surfaces {
+    roots: Vec<PathBuf>,
+    home: Option<PathBuf>,
+    keys: Mutex<HashMap<PathBuf, (Meta, Keys)>>,
+}
+
+impl Surfaces {
+    /// The surfaces of `roots` (canonical writable roots), and of `home` when a root holds it.
+    pub fn new(roots: &[PathBuf], home: Option<&Path>) -> Surfaces {
+        let home = home.filter(|h| roots.iter().any(|r| h.starts_with(r))).map(Path::to_path_buf);
+        Surfaces { roots: roots.to_vec(), home, keys: Mutex::new(HashMap::new()) }
+    }
+
+    /// The writable roots these surfaces are of.
+    pub fn roots(&self) -> &[PathBuf] {
+        &self.roots
+    }
+
+    /// Pins every surface as it is now.
+    pub fn pin(&self) -> Snapshot {
+        let mut seen = BTreeMap::new();
+        for (path, kind) in self.discover() {
+            if let Some(now) = self.look(&path, kind, None) {
+                seen.insert(path, now);
+            }
+        }
+        Snapshot { seen }
+    }
+
+    /// Every surface under a writable root that is new or changed since `pinned`. A surface
+    /// rewritten without a change that counts (a config whose code-running keys stayed, a
+    /// file rewritten with the same bytes) is pinned anew, so it is not read again.
+    pub fn check(&self, pinned: &mut Snapshot) -> Vec<Change> {
+        let mut changes = Vec::new();
+        for (path, kind) in self.discover() {
+            let Some(root) = self.roots.iter().find(|r| path.starts_with(r)) else {
+                continue;
+            };
+            let before = pinned.seen.get(&path);
+            let Some(now) = self.look(&path, kind, before) else {
+                continue;
+            };
+            let changed = match before {
+                None => kind == Kind::Code || now.keys.as_ref().is_none_or(|k| !k.is_empty()),
+                Some(before) => match kind {
+                    Kind::Code => {
+                        before.meta.mode & 0o7777 != now.meta.mode & 0o7777
+                            || before.meta.is_symlink() != now.meta.is_symlink()
+                            || before.bytes != now.bytes
+                            || (before.bytes.is_none() && before.meta != now.meta)
+                    }
+                    Kind::Config => match (&before.keys, &now.keys) {
+                        (Some(a), Some(b)) => a != b,
+                        _ => before.bytes != now.bytes || (before.bytes.is_none() && before.meta != now.meta),
+                    },
+                },
+            };
+            if changed {
+                changes.push(Change { path, root: root.clone(), kind, pinned: before.cloned(), now });
+            } else {
+                pinned.seen.insert(path, now);
+            }
+        }
+        changes
+    }
+
+    /// Pins `changes` as they are now: the user made them (seen before a call, while no
+    /// command of the session ran), or they were just quarantined.
+    pub fn accept(&self, pinned: &mut Snapshot, changes: &[Change]) {
+        for change in changes {
+            let kind = change.kind;
+            match self.look(&change.path, kind, None) {
+                Some(now) => pinned.seen.insert(change.path.clone(), now),
+                None => pinned.seen.remove(&change.path),
+            };
+        }
+    }
+
+    /// Moves each change to `<dir>/<stamp>-<n>/<path under its root>` and puts the pinned
+    /// version back where there was one; a config keeps everything but the code-running keys
+    /// that changed. A change that cannot be moved is reported with the reason and left.
+    pub fn quarantine(&self, changes: Vec<Change>, dir: &Path) -> Vec<Quarantined> {
+        let stamp = stamp();
+        let mut out = Vec::new();
+        for (n, change) in changes.into_iter().enumerate() {
+            let relative = change.path.strip_prefix(&change.root).unwrap_or(&change.path);
+            let root_name = change.root.file_name().map(PathBuf::from).unwrap_or_default();
+            let dest = dir.join(format!("{stamp}-{}", n + 1)).join(root_name).join(relative);
+            let what = change.what();
+            let left = match quarantine_one(&change, &dest) {
+                Ok(left) => left,
+                Err(e) => format!("cannot be moved ({e}), so it stays"),
+            };
+            // A restored config is read again at the next check.
+            self.keys.lock().unwrap_or_else(|p| p.into_inner()).remove(&change.path);
+            out.push(Quarantined { path: change.path, moved_to: dest, what, left });
+        }
+        out
+    }
+
+    /// A surface as it is now, `None` when it does not exist (or is a directory) or when
+    /// its identity, mode, size and times are those of `before` (then its contents are too).
+    fn look(&self, path: &Path, kind: Kind, before: Option<&Seen>) -> Option<Seen> {
+        let m = fs::symlink_metadata(path).ok()?;
+        if m.is_dir() {
+            return None;
+        }
+        let meta = Meta::of(&m);
+        if before.is_some_and(|b| b.meta == meta && !meta.is_symlink()) {
+            return None;
+        }
+        let bytes = read_small(path, &m);
+        let keys = match kind {
+            Kind::Code => None,
+            Kind::Config => self.config_keys(path, meta),
+        };
+        Some(Seen { meta, bytes, keys })
+    }
+
+    /// Every key of the config at `path`, read once per identity (`None`: no config).
+    fn config_all(&self, path: &Path, meta: Option<Meta>) -> Keys {
+        let meta = match meta {
+            Some(meta) => meta,
+            None => Meta::of(&fs::metadata(path).ok()?),
+        };
+        let mut cache = self.keys.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((m, keys)) = cache.get(path)
+            && *m == meta
+        {
+            return keys.clone();
+        }
+        let keys = read_config(path);
+        cache.insert(path.to_path_buf(), (meta, keys.clone()));
+        keys
+    }
+
+    /// The code-running keys of the config at `path`.
+    fn config_keys(&self, path: &Path, meta: Meta) -> Keys {
+        self.config_all(path, Some(meta)).map(|all| all.into_iter().filter(|(k, v)| is_code_key(k, v)).collect())
+    }
+
+    /// The (last) value of `key` in the config at `path`.
+    fn config_value(&self, path: &Path, key: &str) -> Option<String> {
+        self.config_all(path, None)?.into_iter().rev().find(|(k, _)| k == key).map(|(_, v)| v)
+    }
+
+    /// Every surface path there is now, with its kind.
+    fn discover(&self) -> BTreeMap<PathBuf, Kind> {
+        let mut out = BTreeMap::new();
+        let mut visited = BTreeSet::new();
+        let mut places: Vec<&Path> = self.roots.iter().map(PathBuf::as_path).collect();
+        if let Some(home) = &self.home {
+            places.push(home);
+            out.insert(home.join(".gitconfig"), Kind::Config);
+            out.insert(home.join(".config/git/config"), Kind::Config);
+            out.insert(home.join(".config/git/attributes"), Kind::Code);
+        }
+        for place in places {
+            for name in START_UP_FILES.iter().chain(AGENT_FILES.iter()) {
+                out.insert(place.join(name), Kind::Code);
+            }
+            for name in AGENT_DIRS {
+                walk(&place.join(name), WALK_DEPTH, &mut out);
+            }
+        }
+        for root in &self.roots {
+            if let Some((dotgit_dir, gitdir)) = find_repository(root) {
+                self.git_dir(&gitdir, Some(&dotgit_dir), 0, &mut visited, &mut out);
+            }
+        }
+        out
+    }
+
+    /// The surfaces of the git directory `gitdir`, whose work tree is `worktree` (when it has
+    /// one): configs, hooks, attributes, and every repository it leads to.
+    fn git_dir(
+        &self,
+        gitdir: &Path,
+        worktree: Option<&Path>,
+        depth: usize,
+        visited: &mut BTreeSet<(PathBuf, Option<PathBuf>)>,
+        out: &mut BTreeMap<PathBuf, Kind>,
+    ) {
+        if depth > NEST_DEPTH || !visited.insert((gitdir.to_path_buf(), worktree.map(Path::to_path_buf))) {
+            return;
+        }
+        let common = common_dir(gitdir);
+        let config = common.join("config");
+        out.insert(config.clone(), Kind::Config);
+        out.insert(gitdir.join("config.worktree"), Kind::Config);
+        out.insert(common.join("config.worktree"), Kind::Config);
+        out.insert(common.join("info/attributes"), Kind::Code);
+        // The effective hooks directory: core.hooksPath (the worktree's config wins), else
+        // <common>/hooks.
+        let hooks_path = self
+            .config_value(&gitdir.join("config.worktree"), "core.hookspath")
+            .or_else(|| self.config_value(&config, "core.hookspath"));
+        let hooks = match hooks_path.as_deref() {
+            Some(p) => resolve_hooks_path(p, worktree.unwrap_or(gitdir), self.home.as_deref()),
+            None => common.join("hooks"),
+        };
+        let mut pre_commit_framework = false;
+        if let Ok(entries) = fs::read_dir(&hooks) {
+            for entry in entries.flatten() {
+                let name = entry.file_name();
+                if name.to_string_lossy().ends_with(".sample") {
+                    continue;
+                }
+                let path = entry.path();
+                if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                    walk(&path, 1, out);
+                    continue;
+                }
+                if name == "pre-commit"
+                    && fs::read(&path).is_ok_and(|b| b.windows(10).any(|w| w == b"pre-commit" as &[u8]) && b.len() < 1 << 20)
+                {
+                    pre_commit_framework = true;
+                }
+                out.insert(path, Kind::Code);
+            }
+        }
+        if let Some(worktree) = worktree {
+            if pre_commit_framework {
+                out.insert(worktree.join(".pre-commit-config.yaml"), Kind::Code);
+                out.insert(worktree.join(".pre-commit-hooks.yaml"), Kind::Code);
+            }
+            walk(&worktree.join(".husky"), WALK_DEPTH, out);
+            let gitmodules = worktree.join(".gitmodules");
+            out.insert(gitmodules.clone(), Kind::Config);
+            // Submodules checked out in this work tree (their .git a directory or a file).
+            for (key, value) in self.config_all(&gitmodules, None).unwrap_or_default() {
+                if key.starts_with("submodule.") && key.ends_with(".path") {
+                    let sub = lexical_join(worktree, Path::new(&value));
+                    if let Some(sub_git) = resolve_dot_git(&sub.join(".git")) {
+                        self.git_dir(&sub_git, Some(&sub), depth + 1, visited, out);
+                    }
+                }
+            }
+        }
+        // Linked worktrees: their own config.worktree, and wherever their .git file leads.
+        if let Ok(entries) = fs::read_dir(common.join("worktrees")) {
+            for entry in entries.flatten() {
+                let admin = entry.path();
+                out.insert(admin.join("config.worktree"), Kind::Config);
+                let Some(linked) = fs::read_to_string(admin.join("gitdir"))
+                    .ok()
+                    .map(|t| lexical_join(&admin, Path::new(t.trim_end_matches(['\n', '\r']))))
+                else {
+                    continue;
+                };
+                let Some(tree) = linked.parent() else { continue };
+                let target = resolve_dot_git(&linked).unwrap_or(admin.clone());
+                self.git_dir(&target, Some(tree), depth + 1, visited, out);
+            }
+        }
+        // Submodules' git directories (<common>/modules/<name>, names may hold '/').
+        let mut modules = Vec::new();
+        find_git_dirs(&common.join("modules"), 3, &mut modules);
+        for module in modules {
+            let tree = self
+                .config_value(&module.join("config"), "core.worktree")
+                .map(|w| lexical_join(&module, Path::new(&w)));
+            self.git_dir(&module, tree.as_deref(), depth + 1, visited, out);
+        }
+    }
+}
+
+/// The repository git would find from `root`: the nearest `.git` at or above it, as
+/// `(work tree, git directory)`.
+fn find_repository(root: &Path) -> Option<(PathBuf, PathBuf)> {
+    let mut dir = Some(root);
+    while let Some(d) = dir {
+        let dot_git = d.join(".git");
+        if fs::symlink_metadata(&dot_git).is_ok() {
+            return resolve_dot_git(&dot_git).map(|g| (d.to_path_buf(), g));
+        }
+        dir = d.parent();
+    }
+    None
+}
+
+/// The git directory a `.git` entry names: itself when a directory, else the `gitdir:` of
+/// the file (relative to the file's directory).
+fn resolve_dot_git(dot_git: &Path) -> Option<PathBuf> {
+    let m = fs::metadata(dot_git).ok()?;
+    if m.is_dir() {
+        return Some(dot_git.to_path_buf());
+    }
+    if m.len() > 4096 {
+        return None;
+    }
+    let text = fs::read_to_string(dot_git).ok()?;
+    let target = text.strip_prefix("gitdir:")?.trim();
+    Some(lexical_join(dot_git.parent()?, Path::new(target)))
+}
+
+/// The common directory of `gitdir` (its `commondir` file, relative to it), else itself.
+fn common_dir(gitdir: &Path) -> PathBuf {
+    match fs::read_to_string(gitdir.join("commondir")) {
+        Ok(text) if !text.trim().is_empty() => lexical_join(gitdir, Path::new(text.trim_end_matches(['\n', '\r']))),
+        _ => gitdir.to_path_buf(),
+    }
+}
+
+/// `core.hooksPath` as git resolves it: `~/` from the home, relative from the work tree.
+fn resolve_hooks_path(value: &str, base: &Path, home: Option<&Path>) -> PathBuf {
+    if let Some(rest) = value.strip_prefix("~/") {
+        let home = home.map(Path::to_path_buf).unwrap_or_else(dsh_core::home::user_home);
+        return home.join(rest);
+    }
+    lexical_join(base, Path::new(value))
+}
+
+/// `base/path` with `.` and `..` resolved lexically (an absolute `path` stands alone).
+fn lexical_join(base: &Path, path: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for c in base.join(path).components() {
+        match c {
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::CurDir => {}
+            other => out.push(other),
+        }
+    }
+    out
+}
+
+/// Collects git directories (a directory holding `HEAD`) under `dir`, `depth` levels deep.
+fn find_git_dirs(dir: &Path, depth: usize, out: &mut Vec<PathBuf>) {
+    let Ok(entries) = fs::read_dir(dir) else { return };
+    for entry in entries.flatten() {
+        if !entry.file_type().is_ok_and(|t| t.is_dir()) {
+            continue;
+        }
+        let path = entry.path();
+        if path.join("HEAD").is_file() {
+            out.push(path.clone());
+        } else if depth > 1 {
+            find_git_dirs(&path, depth - 1, out);
+        }
+    }
+}
+
+/// Every file under `dir` (or `dir` itself when a file), `depth` levels deep, as code.
+fn walk(dir: &Path, depth: usize, out: &mut BTreeMap<PathBuf, Kind>) {
+    let mut budget = WALK_LIMIT;
+    walk_inner(dir, depth, &mut budget, out);
+}
+
+fn walk_inner(dir: &Path, depth: usize, budget: &mut usize, out: &mut BTreeMap<PathBuf, Kind>) {
+    let Ok(entries) = fs::read_dir(dir) else {
+        if fs::symlink_metadata(dir).is_ok_and(|m| !m.is_dir()) {
+            out.insert(dir.to_path_buf(), Kind::Code);
+        }
+        return;
+    };
+    for entry in entries.flatten() {
+        if *budget == 0 {
+            return;
+        }
+        let path = entry.path();
+        if entry.file_type().is_ok_and(|t| t.is_dir()) {
+            if depth > 1 {
+                walk_inner(&path, depth - 1, budget, out);
+            }
+        } else {
+            *budget -= 1;
+            out.insert(path, Kind::Code);
+        }
+    }
+}
+
+/// The contents of a small file (a symlink: its target, a NUL, then what it leads to).
+fn read_small(path: &Path, m: &fs::Metadata) -> Option<Vec<u8>> {
+    if m.file_type().is_symlink() {
+        let mut bytes = fs::read_link(path).ok()?.into_os_string().into_encoded_bytes();
+        bytes.push(0);
+        if let Ok(target) = fs::metadata(path)
+            && target.is_file()
+            && target.len() <= KEEP_LIMIT
+        {
+            bytes.extend(fs::read(path).unwrap_or_default());
+        }
+        return Some(bytes);
+    }
+    if !m.is_file() || m.len() > KEEP_LIMIT {
+        return None;
+    }
+    fs::read(path).ok()
+}
+
+/// Every `key value` of the git config file at `path`, in file order, as
+/// `git config --file F --null --list` reads it (includes are not followed; nothing runs).
+/// `None` when the file is missing or git cannot read it.
+pub fn read_config(path: &Path) -> Option<Vec<(String, String)>> {
+    if !path.is_file() {
+        return None;
+    }
+    let output = git()
+        .args(["config", "--file"])
+        .arg(path)
+        .args(["--null", "--list"])
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .output()
+        .ok()?;
+    if !output.status.success() {
+        return None;
+    }
+    let text = String::from_utf8_lossy(&output.stdout);
+    Some(
+        text.split('\0')
+            .filter(|e| !e.is_empty())
+            .map(|e| match e.split_once('\n') {
+                Some((k, v)) => (k.to_owned(), v.to_owned()),
+                None => (e.to_owned(), String::new()),
+            })
+            .collect(),
+    )
+}
+
+/// `git`, with no system or global config and no config from the environment, so what it
+/// reads is the named file alone.
+fn git() -> Command {
+    let mut c = Command::new("git");
+    c.env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env_remove("GIT_CONFIG_PARAMETERS")
+        .env_remove("GIT_CONFIG_COUNT")
+        .env_remove("GIT_DIR");
+    c
+}
+
+/// Whether `key` (as git lists it: section and name lower-case) names a command git runs,
+/// a place it runs commands from, or a file it includes.
+pub fn is_code_key(key: &str, value: &str) -> bool {
+    let (section, rest) = key.split_once('.').unwrap_or((key, ""));
+    let (sub, name) = match rest.rsplit_once('.') {
+        Some((sub, name)) => (Some(sub), name),
+        None => (None, rest),
+    };
+    match (section, sub, name) {
+        ("core", None, n) => matches!(
+            n,
+            "hookspath" | "fsmonitor" | "sshcommand" | "pager" | "editor" | "askpass" | "gitproxy"
+                | "alternaterefscommand"
+        ),
+        ("sequence", None, "editor") | ("diff", None, "external") | ("gpg", None, "program") => true,
+        ("diff", Some(_), "textconv" | "command" | "cmd") => true,
+        ("difftool" | "mergetool", Some(_), "cmd" | "path") => true,
+        ("merge", Some(_), "driver") => true,
+        ("filter", Some(_), "clean" | "smudge" | "process") => true,
+        ("alias", _, _) => value.trim_start().starts_with('!'),
+        ("credential", _, "helper") => true,
+        ("gpg", Some(_), "program") => true,
+        ("remote", Some(_), "uploadpack" | "receivepack" | "vcs" | "proxy") => true,
+        ("include", None, "path") | ("includeif", Some(_), "path") => true,
+        ("uploadpack", None, "packobjectshook") => true,
+        ("protocol", _, "allow") => true,
+        ("url", Some(_), "insteadof" | "pushinsteadof") => true,
+        ("submodule", Some(_), "update") => value.trim_start().starts_with('!'),
+        ("hook", Some(_), _) => true,
+        ("pager", _, _) => !matches!(value, "true" | "false" | "yes" | "no" | "on" | "off" | "1" | "0" | ""),
+        ("interactive", None, "difffilter") | ("web", None, "browser") => true,
+        ("browser" | "man", Some(_), "cmd" | "path") => true,
+        ("sendemail", _, "smtpserver" | "tocmd" | "cccmd") => true,
+        _ => false,
+    }
+}
+
+/// Moves one change to `dest`, then puts back what was pinned; says what is left in place.
+fn quarantine_one(change: &Change, dest: &Path) -> io::Result<String> {
+    let parent = dest.parent().ok_or_else(|| io::Error::other("no parent"))?;
+    fs::create_dir_all(parent)?;
+    move_file(&change.path, dest)?;
+    let pinned = change.pinned.as_ref();
+    match change.kind {
+        Kind::Config if change.now.keys.is_some() => {
+            // Keep what the command changed besides code (a remote, an upstream), with the
+            // code-running keys as they were pinned.
+            copy_file(dest, &change.path)?;
+            let before = pinned.and_then(|p| p.keys.clone()).unwrap_or_default();
+            let now = change.now.keys.clone().unwrap_or_default();
+            let mut names: Vec<&String> = now.iter().chain(before.iter()).map(|(k, _)| k).collect();
+            names.sort();
+            names.dedup();
+            for name in names {
+                let was: Vec<&String> = before.iter().filter(|(k, _)| k == name).map(|(_, v)| v).collect();
+                let is: Vec<&String> = now.iter().filter(|(k, _)| k == name).map(|(_, v)| v).collect();
+                if was == is {
+                    continue;
+                }
+                run_git_config(&change.path, &["--unset-all", name])?;
+                for value in was {
+                    run_git_config(&change.path, &["--add", name, value])?;
+                }
+            }
+            Ok("the file without those keys".to_owned())
+        }
+        _ => match pinned.and_then(|p| p.bytes.as_ref().map(|b| (p.meta, b))) {
+            Some((meta, bytes)) => {
+                restore(&change.path, meta, bytes)?;
+                Ok("the pinned version".to_owned())
+            }
+            None => Ok("nothing".to_owned()),
+        },
+    }
+}
+
+/// Runs `git config --file <file> ARGS`; fails when git does.
+fn run_git_config(file: &Path, args: &[&str]) -> io::Result<()> {
+    let status = git().args(["config", "--file"]).arg(file).args(args).stdin(Stdio::null()).status()?;
+    // `--unset-all` of a key that is absent exits 5: nothing to remove.
+    if status.success() || status.code() == Some(5) {
+        Ok(())
+    } else {
+        Err(io::Error::other(format!("git config --file {} {} failed ({status})", file.display(), args.join(" "))))
+    }
+}
+
+/// Puts a pinned file back: a symlink as a symlink, a file with its pinned mode.
+fn restore(path: &Path, meta: Meta, bytes: &[u8]) -> io::Result<()> {
+    if meta.is_symlink() {
+        let end = bytes.iter().position(|b| *b == 0).unwrap_or(bytes.len());
+        let target = <std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(&bytes[..end]);
+        return std::os::unix::fs::symlink(target, path);
+    }
+    fs::write(path, bytes)?;
+    fs::set_permissions(path, fs::Permissions::from_mode(meta.mode & 0o7777))
+}
+
+/// Renames `from` to `to`, copying and removing across filesystems.
+fn move_file(from: &Path, to: &Path) -> io::Result<()> {
+    match fs::rename(from, to) {
+        Err(e) if e.raw_os_error() == Some(libc::EXDEV) => {
+            copy_file(from, to)?;
+            fs::remove_file(from)
+        }
+        other => other,
+    }
+}
+
+/// Copies a file or a symlink (as a symlink), keeping the mode.
+fn copy_file(from: &Path, to: &Path) -> io::Result<()> {
+    let m = fs::symlink_metadata(from)?;
+    if m.file_type().is_symlink() {
+        return std::os::unix::fs::symlink(fs::read_link(from)?, to);
+    }
+    fs::copy(from, to).map(drop)
+}
+
+/// A name for one quarantine round: seconds and nanoseconds since the epoch.
+fn stamp() -> String {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    format!("{}.{:09}", now.as_secs(), now.subsec_nanos())
+}
+
+/// A session id as one safe path component.
+pub fn session_dir_name(session: Option<&str>) -> String {
+    match session {
+        Some(id) if !id.is_empty() => id
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') { c } else { '_' })
+            .collect::<String>()
+            .trim_start_matches('.')
+            .to_owned(),
+        _ => "no-session".to_owned(),
+    }
+}
