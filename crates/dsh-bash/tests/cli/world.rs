@@ -10,6 +10,7 @@
 //! missing everyday tool is skipped, or fails when `CI=true`.
 
 mod askpass;
+mod autorun;
 mod cell;
 mod devices;
 mod everyday;
