@@ -154,22 +154,29 @@ fn linked_worktree(world: &World) -> Result<(), Skip> {
     world.require("git")?;
     user_repository(world);
     let m = marker(world, "worktree");
+    // One linked worktree gets an fsmonitor in its own config; another's .git file is led to
+    // a planted copy of the repository with a hook.
     let out = confined(
         world,
         &format!(
-            "git worktree add -q wt && {} && git config extensions.worktreeConfig true && git -C wt config --worktree core.fsmonitor \"$PWD/fsmon\"",
-            plant("fsmon", &m)
+            "git worktree add -q wt && git worktree add -q -b other wt2 && {} && cp -r .git evil && {} \
+             && printf 'gitdir: ../evil\\n' > wt2/.git; git config extensions.worktreeConfig true \
+             && git -C wt config --worktree core.fsmonitor \"$PWD/fsmon\"; true",
+            plant("fsmon", &m),
+            plant("evil/hooks/pre-commit", &m)
         ),
     );
     out.ok();
-    world.host_sh(&format!("{GIT_ENV} cd wt && git status >/dev/null; echo y > f && git add f && git commit -qm x || true"));
-    held(world, &out, &m, &[".git/worktrees/wt/config.worktree"]);
+    world.host_sh(&format!(
+        "{GIT_ENV} (cd wt && git status >/dev/null); cd wt2 && echo y > f && git add f && git commit -qm x || true"
+    ));
+    held(world, &out, &m, &[".git/worktrees/wt/config.worktree", "evil/hooks/pre-commit"]);
     Ok(())
 }
 
 #[test]
-fn autorun_a_linked_worktrees_fsmonitor_is_quarantined() {
-    over_matrix("autorun_a_linked_worktrees_fsmonitor_is_quarantined", linked_worktree);
+fn autorun_a_linked_worktrees_config_and_redirected_git_file_are_quarantined() {
+    over_matrix("autorun_a_linked_worktrees_config_and_redirected_git_file_are_quarantined", linked_worktree);
 }
 
 fn submodule(world: &World) -> Result<(), Skip> {
@@ -305,8 +312,9 @@ fn everyday_git(world: &World) -> Result<(), Skip> {
         &format!(
             "{GIT_ENV} echo edit >> a && git add a && git commit -qm edit && echo wip >> a && git stash -q \
              && git stash pop -q && git branch topic && git worktree add -q wt topic \
-             && git remote add origin https://example.com/r.git && git branch -u origin/main topic 2>/dev/null; \
-             git -C wt log -1 --format=%s && git remote && cat a"
+             && git remote add origin https://example.com/r.git \
+             && git branch -u \"$(git symbolic-ref --short HEAD)\" topic >/dev/null \
+             && git -C wt log -1 --format=%s && git remote && cat a"
         ),
     );
     assert_eq!(out.ok(), "edit\norigin\nhi\nedit\nwip\n", "{out:#?}");
