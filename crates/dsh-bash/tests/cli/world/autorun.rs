@@ -328,3 +328,63 @@ fn everyday_git(world: &World) -> Result<(), Skip> {
 fn autorun_everyday_git_quarantines_nothing() {
     over_matrix("autorun_everyday_git_quarantines_nothing", everyday_git);
 }
+
+/// Runs `lines` (`(tool, args)`) in the session through one `batch` under workspace-write;
+/// returns each response's text.
+fn batch_texts(world: &World, lines: &[(&str, serde_json::Value)]) -> Vec<String> {
+    use std::io::Write;
+    let mut input = String::new();
+    for (id, (tool, args)) in lines.iter().enumerate() {
+        let line = serde_json::json!({"tool": tool, "args": args, "session": SESSION, "cwd": world.ws, "id": id});
+        input.push_str(&format!("{line}\n"));
+    }
+    let args: Vec<String> = vec!["--sandbox".into(), Mode::WorkspaceWrite.name().into(), "batch".into()];
+    let mut child =
+        world.dsh(&args).stdin(std::process::Stdio::piped()).spawn().expect("spawn dsh-bash batch");
+    child.stdin.take().expect("stdin").write_all(input.as_bytes()).expect("write batch");
+    let output = child.wait_with_output().expect("wait for dsh-bash batch");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let texts: Vec<String> = stdout
+        .lines()
+        .map(|line| {
+            let value: serde_json::Value = serde_json::from_str(line).expect("a JSON response line");
+            value["content"][0]["text"].as_str().unwrap_or_default().to_owned()
+        })
+        .collect();
+    assert_eq!(texts.len(), lines.len(), "batch answered {stdout:?} ({:?})", output.status);
+    texts
+}
+
+fn background_job(world: &World) -> Result<(), Skip> {
+    let m = marker(world, "job");
+    let texts = batch_texts(
+        world,
+        &[
+            ("bash", serde_json::json!({"command": "true", "description": "d"})),
+            (
+                "bash",
+                serde_json::json!({
+                    "command": format!("sleep 0.2; echo 'touch {}' > .envrc", m.display()),
+                    "description": "d",
+                    "run_in_background": true,
+                }),
+            ),
+            ("job_output", serde_json::json!({"job_id": "bash-1", "wait": true, "timeout_ms": 60000})),
+        ],
+    );
+    world.host_sh("[ -f .envrc ] && . ./.envrc; true");
+    let read = &texts[2];
+    assert!(!m.exists(), "the job's .envrc ran outside: {texts:?}");
+    let envrc = world.ws.join(".envrc");
+    assert!(read.contains(&format!("[sandbox: quarantined {}", envrc.display())), "{texts:?}");
+    assert!(quarantined_files(world).iter().any(|f| f.ends_with(".envrc")), "{:?}", quarantined_files(world));
+    Ok(())
+}
+
+#[test]
+fn autorun_a_background_jobs_plant_is_quarantined_when_it_ends_and_reported_when_read() {
+    over_matrix(
+        "autorun_a_background_jobs_plant_is_quarantined_when_it_ends_and_reported_when_read",
+        background_job,
+    );
+}
