@@ -22,7 +22,7 @@ use std::io;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Component, Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 /// Shell and environment start-up files a root may hold (run by login and interactive
 /// shells started there with `HOME` pointing at it, or by direnv on `cd`).
@@ -192,13 +192,38 @@ pub struct Surfaces {
     roots: Vec<PathBuf>,
     home: Option<PathBuf>,
     keys: Mutex<HashMap<PathBuf, (Meta, Keys)>>,
+    dirs: Mutex<HashMap<PathBuf, (Meta, Arc<Listing>)>>,
+    framework: Mutex<HashMap<PathBuf, (Meta, bool)>>,
+    /// The directories looked at in the current discovery pass.
+    pass: Mutex<HashMap<PathBuf, Option<Arc<Listing>>>>,
 }
+
+/// What a directory entry is (a symlink counts as what it leads to).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Entry {
+    File,
+    Dir,
+}
+
+/// A directory's entries by name.
+type Listing = BTreeMap<std::ffi::OsString, Entry>;
+
+/// How old a directory's last change must be before its listing is kept (well above the
+/// kernel's coarse timestamp tick).
+const SETTLED: std::time::Duration = std::time::Duration::from_millis(100);
 
 impl Surfaces {
     /// The surfaces of `roots` (canonical writable roots), and of `home` when a root holds it.
     pub fn new(roots: &[PathBuf], home: Option<&Path>) -> Surfaces {
         let home = home.filter(|h| roots.iter().any(|r| h.starts_with(r))).map(Path::to_path_buf);
-        Surfaces { roots: roots.to_vec(), home, keys: Mutex::new(HashMap::new()) }
+        Surfaces {
+            roots: roots.to_vec(),
+            home,
+            keys: Mutex::new(HashMap::new()),
+            dirs: Mutex::new(HashMap::new()),
+            framework: Mutex::new(HashMap::new()),
+            pass: Mutex::new(HashMap::new()),
+        }
     }
 
     /// The writable roots these surfaces are of.
@@ -334,31 +359,186 @@ impl Surfaces {
         self.config_all(path, None)?.into_iter().rev().find(|(k, _)| k == key).map(|(_, v)| v)
     }
 
+    /// The entries of directory `dir` (following a symlink, as git and shells do), read
+    /// again only when the directory's identity, size or times changed. A listing is kept
+    /// only once the directory's change time is older than [`SETTLED`], so an entry made in
+    /// the same clock tick as the listing is never missed.
+    fn list(&self, dir: &Path) -> Option<Arc<Listing>> {
+        let mut pass = self.pass.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(seen) = pass.get(dir) {
+            return seen.clone();
+        }
+        let listing = self.list_now(dir);
+        pass.insert(dir.to_path_buf(), listing.clone());
+        listing
+    }
+
+    /// [`Surfaces::list`] without the memory of the current pass.
+    fn list_now(&self, dir: &Path) -> Option<Arc<Listing>> {
+        let m = fs::metadata(dir).ok()?;
+        if !m.is_dir() {
+            return None;
+        }
+        let meta = Meta::of(&m);
+        let mut cache = self.dirs.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((m, listing)) = cache.get(dir)
+            && *m == meta
+        {
+            return Some(Arc::clone(listing));
+        }
+        let mut listing = Listing::new();
+        for entry in fs::read_dir(dir).ok()?.flatten() {
+            let kind = match entry.file_type() {
+                Ok(t) if t.is_dir() => Entry::Dir,
+                Ok(t) if t.is_symlink() => match fs::metadata(entry.path()) {
+                    Ok(m) if m.is_dir() => Entry::Dir,
+                    _ => Entry::File,
+                },
+                _ => Entry::File,
+            };
+            listing.insert(entry.file_name(), kind);
+        }
+        let listing = Arc::new(listing);
+        let changed = std::time::UNIX_EPOCH
+            + std::time::Duration::new(meta.ctime.0.max(0) as u64, meta.ctime.1.clamp(0, 999_999_999) as u32);
+        if std::time::SystemTime::now().duration_since(changed).is_ok_and(|age| age > SETTLED) {
+            cache.insert(dir.to_path_buf(), (meta, Arc::clone(&listing)));
+        } else {
+            cache.remove(dir);
+        }
+        Some(listing)
+    }
+
+    /// What `name` is in `dir`, `None` when it is not there.
+    fn entry(&self, dir: &Path, name: &str) -> Option<Entry> {
+        self.list(dir)?.get(std::ffi::OsStr::new(name)).copied()
+    }
+
+    /// Inserts `dir/name` as `kind` when it is a file there.
+    fn file(&self, dir: &Path, name: &str, kind: Kind, out: &mut BTreeMap<PathBuf, Kind>) {
+        if self.entry(dir, name) == Some(Entry::File) {
+            out.insert(dir.join(name), kind);
+        }
+    }
+
+    /// Every file under `dir`, `depth` levels deep (at most [`WALK_LIMIT`]), as code.
+    fn walk(&self, dir: &Path, depth: usize, out: &mut BTreeMap<PathBuf, Kind>) {
+        let mut budget = WALK_LIMIT;
+        self.walk_inner(dir, depth, &mut budget, out);
+    }
+
+    fn walk_inner(&self, dir: &Path, depth: usize, budget: &mut usize, out: &mut BTreeMap<PathBuf, Kind>) {
+        let Some(listing) = self.list(dir) else { return };
+        for (name, entry) in listing.iter() {
+            if *budget == 0 {
+                return;
+            }
+            let path = dir.join(name);
+            match entry {
+                Entry::Dir if depth > 1 => self.walk_inner(&path, depth - 1, budget, out),
+                Entry::Dir => {}
+                Entry::File => {
+                    *budget -= 1;
+                    out.insert(path, Kind::Code);
+                }
+            }
+        }
+    }
+
     /// Every surface path there is now, with its kind.
     fn discover(&self) -> BTreeMap<PathBuf, Kind> {
+        // Each directory is looked at once per pass.
+        self.pass.lock().unwrap_or_else(|p| p.into_inner()).clear();
         let mut out = BTreeMap::new();
         let mut visited = BTreeSet::new();
         let mut places: Vec<&Path> = self.roots.iter().map(PathBuf::as_path).collect();
         if let Some(home) = &self.home {
             places.push(home);
-            out.insert(home.join(".gitconfig"), Kind::Config);
-            out.insert(home.join(".config/git/config"), Kind::Config);
-            out.insert(home.join(".config/git/attributes"), Kind::Code);
+            self.file(home, ".gitconfig", Kind::Config, &mut out);
+            let git = home.join(".config/git");
+            self.file(&git, "config", Kind::Config, &mut out);
+            self.file(&git, "attributes", Kind::Code, &mut out);
         }
         for place in places {
             for name in START_UP_FILES.iter().chain(AGENT_FILES.iter()) {
-                out.insert(place.join(name), Kind::Code);
+                match name.split_once('/') {
+                    Some((dir, file)) if self.entry(place, dir) == Some(Entry::Dir) => {
+                        self.file(&place.join(dir), file, Kind::Code, &mut out)
+                    }
+                    Some(_) => {}
+                    None => self.file(place, name, Kind::Code, &mut out),
+                }
             }
             for name in AGENT_DIRS {
-                walk(&place.join(name), WALK_DEPTH, &mut out);
+                if self.entry(place, name) == Some(Entry::Dir) {
+                    self.walk(&place.join(name), WALK_DEPTH, &mut out);
+                }
             }
         }
         for root in &self.roots {
-            if let Some((dotgit_dir, gitdir)) = find_repository(root) {
-                self.git_dir(&gitdir, Some(&dotgit_dir), 0, &mut visited, &mut out);
+            if let Some((tree, gitdir)) = self.find_repository(root) {
+                self.git_dir(&gitdir, Some(&tree), 0, &mut visited, &mut out);
             }
         }
         out
+    }
+
+    /// The repository git would find from `root`: the nearest `.git` at or above it, as
+    /// `(work tree, git directory)`.
+    fn find_repository(&self, root: &Path) -> Option<(PathBuf, PathBuf)> {
+        let mut dir = Some(root);
+        while let Some(d) = dir {
+            if let Some(entry) = self.entry(d, ".git") {
+                return self.resolve_dot_git(d, entry).map(|g| (d.to_path_buf(), g));
+            }
+            dir = d.parent();
+        }
+        None
+    }
+
+    /// The git directory the `.git` entry of `tree` names: itself when a directory, else the
+    /// `gitdir:` of the file (relative to `tree`).
+    fn resolve_dot_git(&self, tree: &Path, entry: Entry) -> Option<PathBuf> {
+        let dot_git = tree.join(".git");
+        if entry == Entry::Dir {
+            return Some(dot_git);
+        }
+        let m = fs::metadata(&dot_git).ok()?;
+        if m.len() > 4096 {
+            return None;
+        }
+        let text = fs::read_to_string(&dot_git).ok()?;
+        let target = text.strip_prefix("gitdir:")?.trim();
+        Some(lexical_join(tree, Path::new(target)))
+    }
+
+    /// The common directory of `gitdir` (its `commondir` file, relative to it), else itself.
+    fn common_dir(&self, gitdir: &Path) -> PathBuf {
+        if self.entry(gitdir, "commondir").is_none() {
+            return gitdir.to_path_buf();
+        }
+        match fs::read_to_string(gitdir.join("commondir")) {
+            Ok(text) if !text.trim().is_empty() => {
+                lexical_join(gitdir, Path::new(text.trim_end_matches(['\n', '\r'])))
+            }
+            _ => gitdir.to_path_buf(),
+        }
+    }
+
+    /// Whether the hook at `path` is the pre-commit framework's (it names `pre-commit`).
+    fn is_pre_commit_framework(&self, path: &Path) -> bool {
+        let Ok(m) = fs::metadata(path) else { return false };
+        let meta = Meta::of(&m);
+        let mut cache = self.framework.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((m, answer)) = cache.get(path)
+            && *m == meta
+        {
+            return *answer;
+        }
+        let answer = m.len() <= KEEP_LIMIT
+            && fs::read(path).is_ok_and(|b| b.windows(10).any(|w| w == b"pre-commit".as_slice()));
+        cache.insert(path.to_path_buf(), (meta, answer));
+        answer
     }
 
     /// The surfaces of the git directory `gitdir`, whose work tree is `worktree` (when it has
@@ -374,36 +554,38 @@ impl Surfaces {
         if depth > NEST_DEPTH || !visited.insert((gitdir.to_path_buf(), worktree.map(Path::to_path_buf))) {
             return;
         }
-        let common = common_dir(gitdir);
+        let common = self.common_dir(gitdir);
         let config = common.join("config");
-        out.insert(config.clone(), Kind::Config);
-        out.insert(gitdir.join("config.worktree"), Kind::Config);
-        out.insert(common.join("config.worktree"), Kind::Config);
-        out.insert(common.join("info/attributes"), Kind::Code);
+        self.file(&common, "config", Kind::Config, out);
+        self.file(gitdir, "config.worktree", Kind::Config, out);
+        self.file(&common, "config.worktree", Kind::Config, out);
+        if self.entry(&common, "info") == Some(Entry::Dir) {
+            self.file(&common.join("info"), "attributes", Kind::Code, out);
+        }
         // The effective hooks directory: core.hooksPath (the worktree's config wins), else
         // <common>/hooks.
-        let hooks_path = self
-            .config_value(&gitdir.join("config.worktree"), "core.hookspath")
+        let own = gitdir.join("config.worktree");
+        let hooks_path = out
+            .contains_key(&own)
+            .then(|| self.config_value(&own, "core.hookspath"))
+            .flatten()
             .or_else(|| self.config_value(&config, "core.hookspath"));
         let hooks = match hooks_path.as_deref() {
             Some(p) => resolve_hooks_path(p, worktree.unwrap_or(gitdir), self.home.as_deref()),
             None => common.join("hooks"),
         };
         let mut pre_commit_framework = false;
-        if let Ok(entries) = fs::read_dir(&hooks) {
-            for entry in entries.flatten() {
-                let name = entry.file_name();
+        if let Some(listing) = self.list(&hooks) {
+            for (name, entry) in listing.iter() {
                 if name.to_string_lossy().ends_with(".sample") {
                     continue;
                 }
-                let path = entry.path();
-                if entry.file_type().is_ok_and(|t| t.is_dir()) {
-                    walk(&path, 1, out);
+                let path = hooks.join(name);
+                if *entry == Entry::Dir {
+                    self.walk(&path, 1, out);
                     continue;
                 }
-                if name == "pre-commit"
-                    && fs::read(&path).is_ok_and(|b| b.windows(10).any(|w| w == b"pre-commit" as &[u8]) && b.len() < 1 << 20)
-                {
+                if name == "pre-commit" && self.is_pre_commit_framework(&path) {
                     pre_commit_framework = true;
                 }
                 out.insert(path, Kind::Code);
@@ -411,27 +593,35 @@ impl Surfaces {
         }
         if let Some(worktree) = worktree {
             if pre_commit_framework {
-                out.insert(worktree.join(".pre-commit-config.yaml"), Kind::Code);
-                out.insert(worktree.join(".pre-commit-hooks.yaml"), Kind::Code);
+                self.file(worktree, ".pre-commit-config.yaml", Kind::Code, out);
+                self.file(worktree, ".pre-commit-hooks.yaml", Kind::Code, out);
             }
-            walk(&worktree.join(".husky"), WALK_DEPTH, out);
-            let gitmodules = worktree.join(".gitmodules");
-            out.insert(gitmodules.clone(), Kind::Config);
+            if self.entry(worktree, ".husky") == Some(Entry::Dir) {
+                self.walk(&worktree.join(".husky"), WALK_DEPTH, out);
+            }
+            self.file(worktree, ".gitmodules", Kind::Config, out);
             // Submodules checked out in this work tree (their .git a directory or a file).
-            for (key, value) in self.config_all(&gitmodules, None).unwrap_or_default() {
-                if key.starts_with("submodule.") && key.ends_with(".path") {
-                    let sub = lexical_join(worktree, Path::new(&value));
-                    if let Some(sub_git) = resolve_dot_git(&sub.join(".git")) {
-                        self.git_dir(&sub_git, Some(&sub), depth + 1, visited, out);
+            let gitmodules = worktree.join(".gitmodules");
+            if out.contains_key(&gitmodules) {
+                for (key, value) in self.config_all(&gitmodules, None).unwrap_or_default() {
+                    if key.starts_with("submodule.") && key.ends_with(".path") {
+                        let sub = lexical_join(worktree, Path::new(&value));
+                        if let Some(sub_git) =
+                            self.entry(&sub, ".git").and_then(|entry| self.resolve_dot_git(&sub, entry))
+                        {
+                            self.git_dir(&sub_git, Some(&sub), depth + 1, visited, out);
+                        }
                     }
                 }
             }
         }
         // Linked worktrees: their own config.worktree, and wherever their .git file leads.
-        if let Ok(entries) = fs::read_dir(common.join("worktrees")) {
-            for entry in entries.flatten() {
-                let admin = entry.path();
-                out.insert(admin.join("config.worktree"), Kind::Config);
+        let worktrees = common.join("worktrees");
+        let listing = (self.entry(&common, "worktrees") == Some(Entry::Dir)).then(|| self.list(&worktrees));
+        if let Some(listing) = listing.flatten() {
+            for (name, _) in listing.iter().filter(|(_, e)| **e == Entry::Dir) {
+                let admin = worktrees.join(name);
+                self.file(&admin, "config.worktree", Kind::Config, out);
                 let Some(linked) = fs::read_to_string(admin.join("gitdir"))
                     .ok()
                     .map(|t| lexical_join(&admin, Path::new(t.trim_end_matches(['\n', '\r']))))
@@ -439,13 +629,18 @@ impl Surfaces {
                     continue;
                 };
                 let Some(tree) = linked.parent() else { continue };
-                let target = resolve_dot_git(&linked).unwrap_or(admin.clone());
+                let target = self
+                    .entry(tree, ".git")
+                    .and_then(|entry| self.resolve_dot_git(tree, entry))
+                    .unwrap_or(admin.clone());
                 self.git_dir(&target, Some(tree), depth + 1, visited, out);
             }
         }
         // Submodules' git directories (<common>/modules/<name>, names may hold '/').
         let mut modules = Vec::new();
-        find_git_dirs(&common.join("modules"), 3, &mut modules);
+        if self.entry(&common, "modules") == Some(Entry::Dir) {
+            self.find_git_dirs(&common.join("modules"), 3, &mut modules);
+        }
         for module in modules {
             let tree = self
                 .config_value(&module.join("config"), "core.worktree")
@@ -453,42 +648,18 @@ impl Surfaces {
             self.git_dir(&module, tree.as_deref(), depth + 1, visited, out);
         }
     }
-}
 
-/// The repository git would find from `root`: the nearest `.git` at or above it, as
-/// `(work tree, git directory)`.
-fn find_repository(root: &Path) -> Option<(PathBuf, PathBuf)> {
-    let mut dir = Some(root);
-    while let Some(d) = dir {
-        let dot_git = d.join(".git");
-        if fs::symlink_metadata(&dot_git).is_ok() {
-            return resolve_dot_git(&dot_git).map(|g| (d.to_path_buf(), g));
+    /// Collects git directories (a directory holding `HEAD`) under `dir`, `depth` levels deep.
+    fn find_git_dirs(&self, dir: &Path, depth: usize, out: &mut Vec<PathBuf>) {
+        let Some(listing) = self.list(dir) else { return };
+        for (name, _) in listing.iter().filter(|(_, e)| **e == Entry::Dir) {
+            let path = dir.join(name);
+            if self.entry(&path, "HEAD") == Some(Entry::File) {
+                out.push(path);
+            } else if depth > 1 {
+                self.find_git_dirs(&path, depth - 1, out);
+            }
         }
-        dir = d.parent();
-    }
-    None
-}
-
-/// The git directory a `.git` entry names: itself when a directory, else the `gitdir:` of
-/// the file (relative to the file's directory).
-fn resolve_dot_git(dot_git: &Path) -> Option<PathBuf> {
-    let m = fs::metadata(dot_git).ok()?;
-    if m.is_dir() {
-        return Some(dot_git.to_path_buf());
-    }
-    if m.len() > 4096 {
-        return None;
-    }
-    let text = fs::read_to_string(dot_git).ok()?;
-    let target = text.strip_prefix("gitdir:")?.trim();
-    Some(lexical_join(dot_git.parent()?, Path::new(target)))
-}
-
-/// The common directory of `gitdir` (its `commondir` file, relative to it), else itself.
-fn common_dir(gitdir: &Path) -> PathBuf {
-    match fs::read_to_string(gitdir.join("commondir")) {
-        Ok(text) if !text.trim().is_empty() => lexical_join(gitdir, Path::new(text.trim_end_matches(['\n', '\r']))),
-        _ => gitdir.to_path_buf(),
     }
 }
 
@@ -514,51 +685,6 @@ fn lexical_join(base: &Path, path: &Path) -> PathBuf {
         }
     }
     out
-}
-
-/// Collects git directories (a directory holding `HEAD`) under `dir`, `depth` levels deep.
-fn find_git_dirs(dir: &Path, depth: usize, out: &mut Vec<PathBuf>) {
-    let Ok(entries) = fs::read_dir(dir) else { return };
-    for entry in entries.flatten() {
-        if !entry.file_type().is_ok_and(|t| t.is_dir()) {
-            continue;
-        }
-        let path = entry.path();
-        if path.join("HEAD").is_file() {
-            out.push(path.clone());
-        } else if depth > 1 {
-            find_git_dirs(&path, depth - 1, out);
-        }
-    }
-}
-
-/// Every file under `dir` (or `dir` itself when a file), `depth` levels deep, as code.
-fn walk(dir: &Path, depth: usize, out: &mut BTreeMap<PathBuf, Kind>) {
-    let mut budget = WALK_LIMIT;
-    walk_inner(dir, depth, &mut budget, out);
-}
-
-fn walk_inner(dir: &Path, depth: usize, budget: &mut usize, out: &mut BTreeMap<PathBuf, Kind>) {
-    let Ok(entries) = fs::read_dir(dir) else {
-        if fs::symlink_metadata(dir).is_ok_and(|m| !m.is_dir()) {
-            out.insert(dir.to_path_buf(), Kind::Code);
-        }
-        return;
-    };
-    for entry in entries.flatten() {
-        if *budget == 0 {
-            return;
-        }
-        let path = entry.path();
-        if entry.file_type().is_ok_and(|t| t.is_dir()) {
-            if depth > 1 {
-                walk_inner(&path, depth - 1, budget, out);
-            }
-        } else {
-            *budget -= 1;
-            out.insert(path, Kind::Code);
-        }
-    }
 }
 
 /// The contents of a small file (a symlink: its target, a NUL, then what it leads to).
