@@ -454,9 +454,9 @@ impl Surfaces {
         let mut places: Vec<&Path> = self.roots.iter().map(PathBuf::as_path).collect();
         if let Some(home) = &self.home {
             places.push(home);
-            self.file(home, ".gitconfig", Kind::Config, &mut out);
+            self.config_file(&home.join(".gitconfig"), 0, &mut out);
             let git = home.join(".config/git");
-            self.file(&git, "config", Kind::Config, &mut out);
+            self.config_file(&git.join("config"), 0, &mut out);
             self.file(&git, "attributes", Kind::Code, &mut out);
         }
         for place in places {
@@ -525,6 +525,27 @@ impl Surfaces {
         }
     }
 
+    /// Inserts the git config at `path` when it exists, and the files it includes
+    /// (`include.path`, `includeIf.*.path`: relative to its directory), `depth` levels in.
+    fn config_file(&self, path: &Path, depth: usize, out: &mut BTreeMap<PathBuf, Kind>) {
+        let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else { return };
+        if depth > NEST_DEPTH || self.entry(dir, &name.to_string_lossy()) != Some(Entry::File) {
+            return;
+        }
+        if out.insert(path.to_path_buf(), Kind::Config).is_some() {
+            return;
+        }
+        for (key, value) in self.config_all(path, None).unwrap_or_default() {
+            if key == "include.path" || (key.starts_with("includeif.") && key.ends_with(".path")) {
+                let included = match value.strip_prefix("~/") {
+                    Some(rest) => self.home.clone().unwrap_or_else(dsh_core::home::user_home).join(rest),
+                    None => lexical_join(dir, Path::new(&value)),
+                };
+                self.config_file(&included, depth + 1, out);
+            }
+        }
+    }
+
     /// Whether the hook at `path` is the pre-commit framework's (it names `pre-commit`).
     fn is_pre_commit_framework(&self, path: &Path) -> bool {
         let Ok(m) = fs::metadata(path) else { return false };
@@ -556,9 +577,9 @@ impl Surfaces {
         }
         let common = self.common_dir(gitdir);
         let config = common.join("config");
-        self.file(&common, "config", Kind::Config, out);
-        self.file(gitdir, "config.worktree", Kind::Config, out);
-        self.file(&common, "config.worktree", Kind::Config, out);
+        self.config_file(&config, 0, out);
+        self.config_file(&gitdir.join("config.worktree"), 0, out);
+        self.config_file(&common.join("config.worktree"), 0, out);
         if self.entry(&common, "info") == Some(Entry::Dir) {
             self.file(&common.join("info"), "attributes", Kind::Code, out);
         }
@@ -882,5 +903,82 @@ pub fn session_dir_name(session: Option<&str>) -> String {
             .trim_start_matches('.')
             .to_owned(),
         _ => "no-session".to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sh(dir: &Path, script: &str) {
+        let status = Command::new("sh")
+            .arg("-c")
+            .arg(script)
+            .current_dir(dir)
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .status()
+            .expect("spawn sh");
+        assert!(status.success(), "{script}");
+    }
+
+    #[test]
+    fn code_running_keys_are_told_from_data() {
+        for (key, value) in [
+            ("core.fsmonitor", "x"),
+            ("core.hookspath", ".husky"),
+            ("alias.st", "!sh -c x"),
+            ("filter.lfs.smudge", "x"),
+            ("diff.pdf.textconv", "x"),
+            ("remote.origin.uploadpack", "x"),
+            ("includeif.gitdir:/x/.path", "x"),
+            ("submodule.a.update", "!x"),
+            ("credential.https://h.helper", "x"),
+            ("hook.lint.command", "x"),
+        ] {
+            assert!(is_code_key(key, value), "{key}");
+        }
+        for (key, value) in [
+            ("remote.origin.url", "https://h/r"),
+            ("branch.main.remote", "origin"),
+            ("alias.st", "status"),
+            ("submodule.a.update", "rebase"),
+            ("user.name", "x"),
+            ("core.bare", "false"),
+            ("pager.log", "false"),
+        ] {
+            assert!(!is_code_key(key, value), "{key}");
+        }
+    }
+
+    #[test]
+    fn a_new_hook_and_a_code_key_are_quarantined_while_data_and_sources_stay() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap().join("ws");
+        fs::create_dir(&root).unwrap();
+        sh(&root, "git init -q && echo a > a && printf 'p\\n' > .envrc");
+        let surfaces = Surfaces::new(std::slice::from_ref(&root), None);
+        let mut pinned = surfaces.pin();
+        sh(
+            &root,
+            "echo b >> a && git remote add origin https://h/r && git config core.fsmonitor ./x \
+             && printf '#!/bin/sh\\n' > .git/hooks/pre-commit && cp .git/hooks/pre-commit .git/hooks/x.sample \
+             && echo q > .envrc",
+        );
+        let changes = surfaces.check(&mut pinned);
+        let mut paths: Vec<_> = changes.iter().map(|c| c.path.strip_prefix(&root).unwrap().to_owned()).collect();
+        paths.sort();
+        assert_eq!(paths, [Path::new(".envrc"), Path::new(".git/config"), Path::new(".git/hooks/pre-commit")]);
+        let quarantine = dir.path().join("q");
+        let moved = surfaces.quarantine(changes.clone(), &quarantine);
+        surfaces.accept(&mut pinned, &changes);
+        assert!(moved.iter().all(|q| q.moved_to.is_file()), "{moved:?}");
+        assert_eq!(fs::read_to_string(root.join(".envrc")).unwrap(), "p\n", "the pinned version is back");
+        assert!(!root.join(".git/hooks/pre-commit").exists());
+        let config = read_config(&root.join(".git/config")).unwrap();
+        assert!(config.iter().any(|(k, v)| k == "remote.origin.url" && v == "https://h/r"));
+        assert!(!config.iter().any(|(k, _)| k == "core.fsmonitor"), "{config:?}");
+        assert_eq!(fs::read_to_string(root.join("a")).unwrap(), "a\nb\n");
+        assert!(surfaces.check(&mut pinned).is_empty());
     }
 }
