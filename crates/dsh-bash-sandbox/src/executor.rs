@@ -10,9 +10,9 @@ use dsh_netproxy::{CallGuard, NetworkGate};
 
 use dsh_bash_local::{ExecError, LocalBashExecutor, SettleFacts, bash_argv, shell_spawn_error};
 use dsh_sandbox::{
-    ConfinedCommand, NetworkFacts, ProxyListener, SandboxExecutionPolicy, SandboxMode, SandboxPolicyService,
-    SandboxProvider, SandboxUnavailableError, SpawnFailure, SpawnStage, classify_runner_failure,
-    Quarantined, Snapshot, Surfaces, is_runner_spawn_failure, matches_signature,
+    ConfinedCommand, NetworkFacts, ProxyListener, Quarantined, SandboxExecutionPolicy, SandboxMode,
+    SandboxPolicyService, SandboxProvider, SandboxUnavailableError, Snapshot, SpawnFailure, SpawnStage,
+    Surfaces, classify_runner_failure, is_runner_spawn_failure, matches_signature,
 };
 use dsh_shell::{
     ShellError, ShellExecRequest, ShellExecSpec, ShellExecutor, ShellProcess, ShellRunResult,

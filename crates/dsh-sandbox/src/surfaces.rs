@@ -44,7 +44,8 @@ const START_UP_FILES: [&str; 11] = [
 const AGENT_FILES: [&str; 3] = [".mcp.json", ".cursorrules", ".github/copilot-instructions.md"];
 
 /// Directories editors and agents load commands, tasks, hooks or servers from.
-const AGENT_DIRS: [&str; 8] = [".vscode", ".idea", ".claude", ".codex", ".cursor", ".gemini", ".continue", ".husky"];
+const AGENT_DIRS: [&str; 8] =
+    [".vscode", ".idea", ".claude", ".codex", ".cursor", ".gemini", ".continue", ".husky"];
 
 /// How deep a surface directory is walked, and how many of its files are surfaces at most.
 const WALK_DEPTH: usize = 3;
@@ -351,7 +352,8 @@ impl Surfaces {
 
     /// The code-running keys of the config at `path`.
     fn config_keys(&self, path: &Path, meta: Meta) -> Keys {
-        self.config_all(path, Some(meta)).map(|all| all.into_iter().filter(|(k, v)| is_code_key(k, v)).collect())
+        self.config_all(path, Some(meta))
+            .map(|all| all.into_iter().filter(|(k, v)| is_code_key(k, v)).collect())
     }
 
     /// The (last) value of `key` in the config at `path`.
@@ -780,7 +782,13 @@ pub fn is_code_key(key: &str, value: &str) -> bool {
     match (section, sub, name) {
         ("core", None, n) => matches!(
             n,
-            "hookspath" | "fsmonitor" | "sshcommand" | "pager" | "editor" | "askpass" | "gitproxy"
+            "hookspath"
+                | "fsmonitor"
+                | "sshcommand"
+                | "pager"
+                | "editor"
+                | "askpass"
+                | "gitproxy"
                 | "alternaterefscommand"
         ),
         ("sequence", None, "editor") | ("diff", None, "external") | ("gpg", None, "program") => true,
@@ -852,7 +860,11 @@ fn run_git_config(file: &Path, args: &[&str]) -> io::Result<()> {
     if status.success() || status.code() == Some(5) {
         Ok(())
     } else {
-        Err(io::Error::other(format!("git config --file {} {} failed ({status})", file.display(), args.join(" "))))
+        Err(io::Error::other(format!(
+            "git config --file {} {} failed ({status})",
+            file.display(),
+            args.join(" ")
+        )))
     }
 }
 
@@ -966,9 +978,13 @@ mod tests {
              && echo q > .envrc",
         );
         let changes = surfaces.check(&mut pinned);
-        let mut paths: Vec<_> = changes.iter().map(|c| c.path.strip_prefix(&root).unwrap().to_owned()).collect();
+        let mut paths: Vec<_> =
+            changes.iter().map(|c| c.path.strip_prefix(&root).unwrap().to_owned()).collect();
         paths.sort();
-        assert_eq!(paths, [Path::new(".envrc"), Path::new(".git/config"), Path::new(".git/hooks/pre-commit")]);
+        assert_eq!(
+            paths,
+            [Path::new(".envrc"), Path::new(".git/config"), Path::new(".git/hooks/pre-commit")]
+        );
         let quarantine = dir.path().join("q");
         let moved = surfaces.quarantine(changes.clone(), &quarantine);
         surfaces.accept(&mut pinned, &changes);

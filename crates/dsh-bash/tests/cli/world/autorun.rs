@@ -118,7 +118,9 @@ fn gitdir_redirect(world: &World) -> Result<(), Skip> {
         ),
     );
     out.ok();
-    world.host_sh(&format!("{GIT_ENV} git status >/dev/null; echo y > f && git add f && git commit -qm x || true"));
+    world.host_sh(&format!(
+        "{GIT_ENV} git status >/dev/null; echo y > f && git add f && git commit -qm x || true"
+    ));
     held(world, &out, &m, &["copy/hooks/pre-commit"]);
     Ok(())
 }
@@ -147,7 +149,10 @@ fn commondir_redirect(world: &World) -> Result<(), Skip> {
 
 #[test]
 fn autorun_a_commondir_leading_to_a_planted_copy_has_its_hooks_quarantined() {
-    over_matrix("autorun_a_commondir_leading_to_a_planted_copy_has_its_hooks_quarantined", commondir_redirect);
+    over_matrix(
+        "autorun_a_commondir_leading_to_a_planted_copy_has_its_hooks_quarantined",
+        commondir_redirect,
+    );
 }
 
 fn linked_worktree(world: &World) -> Result<(), Skip> {
@@ -218,7 +223,8 @@ fn hooks_path(world: &World) -> Result<(), Skip> {
     held(world, &out, &m, &[".husky/pre-commit"]);
     // Pointing core.hooksPath somewhere new: the key and the hooks there go.
     let m = marker(world, "hookspath");
-    let out = confined(world, &format!("{} && git config core.hooksPath hooks2", plant("hooks2/pre-commit", &m)));
+    let out =
+        confined(world, &format!("{} && git config core.hooksPath hooks2", plant("hooks2/pre-commit", &m)));
     out.ok();
     world.host_sh(&format!("{GIT_ENV} echo z > g && git add g && git commit -qm y || true"));
     held(world, &out, &m, &[".git/config", "hooks2/pre-commit"]);
@@ -242,7 +248,10 @@ fn pre_commit_framework(world: &World) -> Result<(), Skip> {
     let m = marker(world, "pre-commit");
     let out = confined(
         world,
-        &format!("printf 'repos:\\n- hooks:\\n  - entry: touch {}\\n' > .pre-commit-config.yaml", m.display()),
+        &format!(
+            "printf 'repos:\\n- hooks:\\n  - entry: touch {}\\n' > .pre-commit-config.yaml",
+            m.display()
+        ),
     );
     out.ok();
     world.host_sh(&format!("{GIT_ENV} echo y > f && git add f && git commit -qm x || true"));
@@ -335,7 +344,8 @@ fn batch_texts(world: &World, lines: &[(&str, serde_json::Value)]) -> Vec<String
     use std::io::Write;
     let mut input = String::new();
     for (id, (tool, args)) in lines.iter().enumerate() {
-        let line = serde_json::json!({"tool": tool, "args": args, "session": SESSION, "cwd": world.ws, "id": id});
+        let line =
+            serde_json::json!({"tool": tool, "args": args, "session": SESSION, "cwd": world.ws, "id": id});
         input.push_str(&format!("{line}\n"));
     }
     let args: Vec<String> = vec!["--sandbox".into(), Mode::WorkspaceWrite.name().into(), "batch".into()];
