@@ -40,16 +40,38 @@ const START_UP_FILES: [&str; 11] = [
     ".envrc",
 ];
 
-/// Single files editors and agents load from a project without the user naming them.
-const AGENT_FILES: [&str; 3] = [".mcp.json", ".cursorrules", ".github/copilot-instructions.md"];
+/// What editors and agents load from a project (or the home) without the user naming it:
+/// `(path, depth)`, a file when `depth` is 0, else a directory whose files `depth` levels
+/// deep count. Only what configures commands, tasks, hooks, servers or instructions: an
+/// agent's or editor's own transcripts, caches and extensions (`~/.claude/projects`,
+/// `~/.vscode/extensions`, `.idea/workspace.xml`), which it writes itself while commands
+/// run, are not surfaces.
+const AGENT_PATHS: [(&str, usize); 22] = [
+    (".mcp.json", 0),
+    (".cursorrules", 0),
+    (".github/copilot-instructions.md", 0),
+    (".vscode", 1),
+    (".idea/runConfigurations", 1),
+    (".idea/externalDependencies.xml", 0),
+    (".claude/settings.json", 0),
+    (".claude/settings.local.json", 0),
+    (".claude/commands", 3),
+    (".claude/agents", 3),
+    (".claude/hooks", 3),
+    (".codex/config.toml", 0),
+    (".codex/prompts", 2),
+    (".cursor/mcp.json", 0),
+    (".cursor/rules", 3),
+    (".gemini/settings.json", 0),
+    (".gemini/commands", 3),
+    (".continue/config.json", 0),
+    (".continue/config.yaml", 0),
+    (".continue/config.ts", 0),
+    (".continue/mcpServers", 2),
+    (".husky", 2),
+];
 
-/// Directories editors and agents load commands, tasks, hooks or servers from.
-const AGENT_DIRS: [&str; 8] =
-    [".vscode", ".idea", ".claude", ".codex", ".cursor", ".gemini", ".continue", ".husky"];
-
-/// How deep a surface directory is walked, and how many of its files are surfaces at most.
-const WALK_DEPTH: usize = 3;
-/// See [`WALK_DEPTH`].
+/// How many files of one surface directory are surfaces at most.
 const WALK_LIMIT: usize = 256;
 /// How deep nested repositories (submodules, linked worktrees, modules) are followed.
 const NEST_DEPTH: usize = 4;
@@ -462,18 +484,32 @@ impl Surfaces {
             self.file(&git, "attributes", Kind::Code, &mut out);
         }
         for place in places {
-            for name in START_UP_FILES.iter().chain(AGENT_FILES.iter()) {
-                match name.split_once('/') {
-                    Some((dir, file)) if self.entry(place, dir) == Some(Entry::Dir) => {
-                        self.file(&place.join(dir), file, Kind::Code, &mut out)
-                    }
-                    Some(_) => {}
-                    None => self.file(place, name, Kind::Code, &mut out),
-                }
+            for name in START_UP_FILES {
+                self.file(place, name, Kind::Code, &mut out);
             }
-            for name in AGENT_DIRS {
-                if self.entry(place, name) == Some(Entry::Dir) {
-                    self.walk(&place.join(name), WALK_DEPTH, &mut out);
+            for (name, depth) in AGENT_PATHS {
+                // Each level is looked up in its parent's listing: nothing missing is probed.
+                let path = Path::new(name);
+                let mut dir = place.to_path_buf();
+                let mut present = true;
+                let parts: Vec<_> = path.components().collect();
+                for part in &parts[..parts.len() - 1] {
+                    let part = part.as_os_str().to_string_lossy();
+                    if self.entry(&dir, &part) != Some(Entry::Dir) {
+                        present = false;
+                        break;
+                    }
+                    dir.push(&*part);
+                }
+                let last = parts[parts.len() - 1].as_os_str().to_string_lossy();
+                match (present, depth) {
+                    (false, _) => {}
+                    (true, 0) => self.file(&dir, &last, Kind::Code, &mut out),
+                    (true, depth) => {
+                        if self.entry(&dir, &last) == Some(Entry::Dir) {
+                            self.walk(&dir.join(&*last), depth, &mut out);
+                        }
+                    }
                 }
             }
         }
@@ -620,7 +656,7 @@ impl Surfaces {
                 self.file(worktree, ".pre-commit-hooks.yaml", Kind::Code, out);
             }
             if self.entry(worktree, ".husky") == Some(Entry::Dir) {
-                self.walk(&worktree.join(".husky"), WALK_DEPTH, out);
+                self.walk(&worktree.join(".husky"), 2, out);
             }
             self.file(worktree, ".gitmodules", Kind::Config, out);
             // Submodules checked out in this work tree (their .git a directory or a file).
