@@ -151,8 +151,10 @@ impl Snapshot {
 /// A surface that is new or changed since the pin.
 #[derive(Clone, Debug)]
 pub struct Change {
-    /// The surface file.
+    /// The surface file, as found.
     pub path: PathBuf,
+    /// Where it really is (its directory with symlinks resolved), under `root`.
+    pub real: PathBuf,
     /// The writable root it lies under.
     pub root: PathBuf,
     kind: Kind,
@@ -271,9 +273,9 @@ impl Surfaces {
     pub fn check(&self, pinned: &mut Snapshot) -> Vec<Change> {
         let mut changes = Vec::new();
         for (path, kind) in self.discover() {
-            let Some(root) = self.roots.iter().find(|r| path.starts_with(r)) else {
+            if !self.roots.iter().any(|r| path.starts_with(r)) {
                 continue;
-            };
+            }
             let before = pinned.seen.get(&path);
             let Some(now) = self.look(&path, kind, before) else {
                 continue;
@@ -293,8 +295,24 @@ impl Surfaces {
                     },
                 },
             };
-            if changed {
-                changes.push(Change { path, root: root.clone(), kind, pinned: before.cloned(), now });
+            // Where the file really is: a surface reached through a symlink to a place outside
+            // every writable root is not one a confined command could change, and nothing
+            // outside them is ever moved.
+            let real = path
+                .parent()
+                .and_then(|p| fs::canonicalize(p).ok())
+                .zip(path.file_name())
+                .map(|(parent, name)| parent.join(name));
+            let real_root = real.as_ref().and_then(|r| self.roots.iter().find(|root| r.starts_with(root)));
+            if let (true, Some(real), Some(root)) = (changed, &real, real_root) {
+                changes.push(Change {
+                    path,
+                    real: real.clone(),
+                    root: root.clone(),
+                    kind,
+                    pinned: before.cloned(),
+                    now,
+                });
             } else {
                 pinned.seen.insert(path, now);
             }
@@ -321,7 +339,7 @@ impl Surfaces {
         let stamp = stamp();
         let mut out = Vec::new();
         for (n, change) in changes.into_iter().enumerate() {
-            let relative = change.path.strip_prefix(&change.root).unwrap_or(&change.path);
+            let relative = change.real.strip_prefix(&change.root).unwrap_or(&change.real);
             let root_name = change.root.file_name().map(PathBuf::from).unwrap_or_default();
             let dest = dir.join(format!("{stamp}-{}", n + 1)).join(root_name).join(relative);
             let what = change.what();
@@ -330,8 +348,11 @@ impl Surfaces {
                 Err(e) => format!("cannot be moved ({e}), so it stays"),
             };
             // A restored config is read again at the next check.
-            self.keys.lock().unwrap_or_else(|p| p.into_inner()).remove(&change.path);
-            out.push(Quarantined { path: change.path, moved_to: dest, what, left });
+            let mut keys = self.keys.lock().unwrap_or_else(|p| p.into_inner());
+            keys.remove(&change.path);
+            keys.remove(&change.real);
+            drop(keys);
+            out.push(Quarantined { path: change.real, moved_to: dest, what, left });
         }
         out
     }
@@ -541,11 +562,7 @@ impl Surfaces {
         if entry == Entry::Dir {
             return Some(dot_git);
         }
-        let m = fs::metadata(&dot_git).ok()?;
-        if m.len() > 4096 {
-            return None;
-        }
-        let text = fs::read_to_string(&dot_git).ok()?;
+        let text = read_text(&dot_git)?;
         let target = text.strip_prefix("gitdir:")?.trim();
         Some(lexical_join(tree, Path::new(target)))
     }
@@ -555,8 +572,8 @@ impl Surfaces {
         if self.entry(gitdir, "commondir").is_none() {
             return gitdir.to_path_buf();
         }
-        match fs::read_to_string(gitdir.join("commondir")) {
-            Ok(text) if !text.trim().is_empty() => {
+        match read_text(&gitdir.join("commondir")) {
+            Some(text) if !text.trim().is_empty() => {
                 lexical_join(gitdir, Path::new(text.trim_end_matches(['\n', '\r'])))
             }
             _ => gitdir.to_path_buf(),
@@ -594,8 +611,8 @@ impl Surfaces {
         {
             return *answer;
         }
-        let answer = m.len() <= KEEP_LIMIT
-            && fs::read(path).is_ok_and(|b| b.windows(10).any(|w| w == b"pre-commit".as_slice()));
+        let answer = read_regular(path, KEEP_LIMIT)
+            .is_some_and(|b| b.windows(10).any(|w| w == b"pre-commit".as_slice()));
         cache.insert(path.to_path_buf(), (meta, answer));
         answer
     }
@@ -681,8 +698,7 @@ impl Surfaces {
             for (name, _) in listing.iter().filter(|(_, e)| **e == Entry::Dir) {
                 let admin = worktrees.join(name);
                 self.file(&admin, "config.worktree", Kind::Config, out);
-                let Some(linked) = fs::read_to_string(admin.join("gitdir"))
-                    .ok()
+                let Some(linked) = read_text(&admin.join("gitdir"))
                     .map(|t| lexical_join(&admin, Path::new(t.trim_end_matches(['\n', '\r']))))
                 else {
                     continue;
@@ -751,35 +767,55 @@ fn read_small(path: &Path, m: &fs::Metadata) -> Option<Vec<u8>> {
     if m.file_type().is_symlink() {
         let mut bytes = fs::read_link(path).ok()?.into_os_string().into_encoded_bytes();
         bytes.push(0);
-        if let Ok(target) = fs::metadata(path)
-            && target.is_file()
-            && target.len() <= KEEP_LIMIT
-        {
-            bytes.extend(fs::read(path).unwrap_or_default());
-        }
+        bytes.extend(read_regular(path, KEEP_LIMIT).unwrap_or_default());
         return Some(bytes);
     }
     if !m.is_file() || m.len() > KEEP_LIMIT {
         return None;
     }
-    fs::read(path).ok()
+    read_regular(path, KEEP_LIMIT)
+}
+
+/// The contents of the regular file at `path` when it holds at most `limit` bytes. Opened
+/// without blocking and checked on the open descriptor, so a FIFO or a device a command put
+/// there (or swapped in) is never read.
+fn read_regular(path: &Path, limit: u64) -> Option<Vec<u8>> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(path).ok()?;
+    let m = file.metadata().ok()?;
+    if !m.is_file() || m.len() > limit {
+        return None;
+    }
+    let mut bytes = Vec::with_capacity(m.len() as usize);
+    file.take(limit + 1).read_to_end(&mut bytes).ok()?;
+    (bytes.len() as u64 <= limit).then_some(bytes)
+}
+
+/// A small pointer file (`.git`, `commondir`, `gitdir`) as text.
+fn read_text(path: &Path) -> Option<String> {
+    String::from_utf8(read_regular(path, 4096)?).ok()
 }
 
 /// Every `key value` of the git config file at `path`, in file order, as
-/// `git config --file F --null --list` reads it (includes are not followed; nothing runs).
-/// `None` when the file is missing or git cannot read it.
+/// `git config --no-includes --file - --null --list` reads it from its contents (includes are
+/// not followed; nothing runs; the harness reads the file itself, so a FIFO is never handed
+/// to git). `None` when the file is missing, not a regular file, or not a config git reads.
 pub fn read_config(path: &Path) -> Option<Vec<(String, String)>> {
-    if !path.is_file() {
-        return None;
-    }
-    let output = git()
-        .args(["config", "--file"])
-        .arg(path)
-        .args(["--null", "--list"])
-        .stdin(Stdio::null())
+    use std::io::Write;
+    let bytes = read_regular(path, 16 << 20)?;
+    let mut child = git()
+        .args(["config", "--no-includes", "--file", "-", "--null", "--list"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
         .stderr(Stdio::null())
-        .output()
+        .spawn()
         .ok()?;
+    let mut stdin = child.stdin.take()?;
+    // Written from a thread: git may answer before it read everything (a bad line).
+    let writer = std::thread::spawn(move || stdin.write_all(&bytes));
+    let output = child.wait_with_output().ok()?;
+    let _ = writer.join();
     if !output.status.success() {
         return None;
     }
@@ -854,13 +890,13 @@ pub fn is_code_key(key: &str, value: &str) -> bool {
 fn quarantine_one(change: &Change, dest: &Path) -> io::Result<String> {
     let parent = dest.parent().ok_or_else(|| io::Error::other("no parent"))?;
     fs::create_dir_all(parent)?;
-    move_file(&change.path, dest)?;
+    move_file(&change.real, dest)?;
     let pinned = change.pinned.as_ref();
     match change.kind {
         Kind::Config if change.now.keys.is_some() => {
             // Keep what the command changed besides code (a remote, an upstream), with the
             // code-running keys as they were pinned.
-            copy_file(dest, &change.path)?;
+            copy_file(dest, &change.real)?;
             let before = pinned.and_then(|p| p.keys.clone()).unwrap_or_default();
             let now = change.now.keys.clone().unwrap_or_default();
             let mut names: Vec<&String> = now.iter().chain(before.iter()).map(|(k, _)| k).collect();
@@ -872,16 +908,16 @@ fn quarantine_one(change: &Change, dest: &Path) -> io::Result<String> {
                 if was == is {
                     continue;
                 }
-                run_git_config(&change.path, &["--unset-all", name])?;
+                run_git_config(&change.real, &["--unset-all", name])?;
                 for value in was {
-                    run_git_config(&change.path, &["--add", name, value])?;
+                    run_git_config(&change.real, &["--add", name, value])?;
                 }
             }
             Ok("the file without those keys".to_owned())
         }
         _ => match pinned.and_then(|p| p.bytes.as_ref().map(|b| (p.meta, b))) {
             Some((meta, bytes)) => {
-                restore(&change.path, meta, bytes)?;
+                restore(&change.real, meta, bytes)?;
                 Ok("the pinned version".to_owned())
             }
             None => Ok("nothing".to_owned()),
@@ -1032,5 +1068,28 @@ mod tests {
         assert!(!config.iter().any(|(k, _)| k == "core.fsmonitor"), "{config:?}");
         assert_eq!(fs::read_to_string(root.join("a")).unwrap(), "a\nb\n");
         assert!(surfaces.check(&mut pinned).is_empty());
+    }
+
+    #[test]
+    fn nothing_outside_the_roots_is_moved_nor_a_fifo_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = dir.path().canonicalize().unwrap();
+        let (root, outside) = (base.join("ws"), base.join("outside"));
+        fs::create_dir(&root).unwrap();
+        fs::create_dir(&outside).unwrap();
+        let surfaces = Surfaces::new(std::slice::from_ref(&root), None);
+        let mut pinned = surfaces.pin();
+        fs::write(outside.join("tasks.json"), "{}").unwrap();
+        std::os::unix::fs::symlink(&outside, root.join(".vscode")).unwrap();
+        sh(&root, "git init -q && mkfifo .git/commondir .envrc");
+        let changes = surfaces.check(&mut pinned);
+        let paths: Vec<_> = changes.iter().map(|c| c.real.strip_prefix(&root).unwrap().to_owned()).collect();
+        assert_eq!(
+            paths,
+            [Path::new(".envrc")],
+            "the FIFO is new; the file behind the symlink is not the command's"
+        );
+        surfaces.quarantine(changes, &base.join("q"));
+        assert!(outside.join("tasks.json").is_file());
     }
 }
