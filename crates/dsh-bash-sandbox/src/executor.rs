@@ -30,18 +30,18 @@ pub struct SandboxBashExecutor {
     withhold_agent: bool,
     /// The proxy served for each live network namespace, and its gate.
     proxies: parking_lot::Mutex<Vec<(Weak<ProxyListener>, Arc<NetworkGate>)>>,
-    /// Each session's pinned auto-run surfaces, by session.
-    surfaces: parking_lot::Mutex<HashMap<String, Arc<parking_lot::Mutex<Watch>>>>,
+    /// The pinned auto-run surfaces of each set of writable roots (shared by the sessions
+    /// that write there, so a change one of them quarantined is never put back from another's
+    /// older pin).
+    surfaces: parking_lot::Mutex<HashMap<Vec<PathBuf>, Arc<parking_lot::Mutex<Watch>>>>,
 }
 
-/// One session's auto-run surfaces: what was pinned, and how many of its confined commands
-/// (calls and background jobs) run now.
+/// The auto-run surfaces of a set of writable roots: what was pinned, and how many confined
+/// commands (calls and background jobs, of any session) write there now.
 struct Watch {
     surfaces: Surfaces,
     pinned: Snapshot,
     running: usize,
-    /// `<DSH_HOME>/quarantine/<session>`.
-    dir: PathBuf,
 }
 
 /// The quarantine directory of every session: `<DSH_HOME>/quarantine` (denied to confined
@@ -59,23 +59,28 @@ fn private_dir(dir: &Path) {
     }
 }
 
-/// A confined command of a session is running: its surfaces are checked when it ends (and
-/// the count of running commands goes down however it is dropped).
-struct Running(Option<Arc<parking_lot::Mutex<Watch>>>);
+/// A confined command is running: the surfaces are checked when it ends, and what changed
+/// goes to its session's quarantine directory (the count of running commands goes down
+/// however it is dropped).
+struct Running {
+    watch: Option<Arc<parking_lot::Mutex<Watch>>>,
+    /// `<DSH_HOME>/quarantine/<session>`.
+    dir: PathBuf,
+}
 
 impl Running {
     /// The command ended: quarantine what changed, and say so on stderr.
     fn end(mut self) -> Vec<Quarantined> {
-        let Some(watch) = self.0.take() else { return Vec::new() };
+        let Some(watch) = self.watch.take() else { return Vec::new() };
         let mut watch = watch.lock();
         watch.running = watch.running.saturating_sub(1);
-        watch.quarantine_changes()
+        watch.quarantine_changes(&self.dir)
     }
 }
 
 impl Drop for Running {
     fn drop(&mut self) {
-        if let Some(watch) = self.0.take() {
+        if let Some(watch) = self.watch.take() {
             let mut watch = watch.lock();
             watch.running = watch.running.saturating_sub(1);
         }
@@ -83,10 +88,10 @@ impl Drop for Running {
 }
 
 impl Watch {
-    /// Moves every changed surface into quarantine, pins what is left, and says so on the
+    /// Moves every changed surface into `dir`, pins what is left, and says so on the
     /// harness's stderr.
-    fn quarantine_changes(&mut self) -> Vec<Quarantined> {
-        let Watch { surfaces, pinned, dir, .. } = self;
+    fn quarantine_changes(&mut self, dir: &Path) -> Vec<Quarantined> {
+        let Watch { surfaces, pinned, .. } = self;
         let changes = surfaces.check(pinned);
         if changes.is_empty() {
             return Vec::new();
@@ -133,36 +138,40 @@ impl SandboxBashExecutor {
         }
     }
 
-    /// Before a confined command of the policy's session: pins its auto-run surfaces at its
-    /// first one; else a change seen now was made while none of its commands ran (the
-    /// user's own), so it is pinned, or, while one of its background jobs runs, quarantined.
-    fn surfaces_before(&self, policy: &SandboxExecutionPolicy) -> (Running, Vec<Quarantined>) {
-        let key = dsh_sandbox::surfaces::session_dir_name(policy.session_id.as_deref());
+    /// The writable roots of a policy: the workspace root, then the further roots.
+    fn roots_of(policy: &SandboxExecutionPolicy) -> Vec<PathBuf> {
         let mut roots = vec![policy.workspace_root.clone()];
         roots.extend(policy.extra_roots.iter().cloned());
-        let existing = self.surfaces.lock().get(&key).cloned();
-        let watch = match existing.filter(|w| w.lock().surfaces.roots() == roots.as_slice()) {
-            Some(watch) => watch,
-            None => {
-                let dir = quarantine_home();
-                private_dir(&dir);
-                let surfaces = Surfaces::new(&roots, Some(&dsh_core::home::user_home()));
-                let pinned = surfaces.pin();
-                let watch = Arc::new(parking_lot::Mutex::new(Watch {
-                    surfaces,
-                    pinned,
-                    running: 0,
-                    dir: dir.join(&key),
-                }));
-                self.surfaces.lock().insert(key, Arc::clone(&watch));
-                watch.lock().running += 1;
-                return (Running(Some(watch)), Vec::new());
+        roots
+    }
+
+    /// Before a confined command: pins the auto-run surfaces of its writable roots at the
+    /// first one there; else a change seen now was made while no confined command wrote
+    /// there (the user's own), so it is pinned, or, while one runs (a background job, a
+    /// concurrent call), quarantined into this command's session's directory.
+    fn surfaces_before(&self, policy: &SandboxExecutionPolicy) -> (Running, Vec<Quarantined>) {
+        let dir =
+            quarantine_home().join(dsh_sandbox::surfaces::session_dir_name(policy.session_id.as_deref()));
+        let roots = Self::roots_of(policy);
+        let (watch, fresh) = {
+            let mut all = self.surfaces.lock();
+            match all.get(&roots) {
+                Some(watch) => (Arc::clone(watch), false),
+                None => {
+                    let surfaces = Surfaces::new(&roots, Some(&dsh_core::home::user_home()));
+                    let pinned = surfaces.pin();
+                    let watch = Arc::new(parking_lot::Mutex::new(Watch { surfaces, pinned, running: 0 }));
+                    all.insert(roots, Arc::clone(&watch));
+                    (watch, true)
+                }
             }
         };
         let quarantined = {
             let mut guard = watch.lock();
-            let quarantined = if guard.running > 0 {
-                guard.quarantine_changes()
+            let quarantined = if fresh {
+                Vec::new()
+            } else if guard.running > 0 {
+                guard.quarantine_changes(&dir)
             } else {
                 let Watch { surfaces, pinned, .. } = &mut *guard;
                 let changes = surfaces.check(pinned);
@@ -172,17 +181,19 @@ impl SandboxBashExecutor {
             guard.running += 1;
             quarantined
         };
-        (Running(Some(watch)), quarantined)
+        (Running { watch: Some(watch), dir }, quarantined)
     }
 
-    /// After an unconfined command (`danger-full-access`, or an approved escalation) of the
-    /// policy's session: what it changed is pinned as it is.
+    /// After an unconfined command (`danger-full-access`, or an approved escalation): what it
+    /// changed is pinned as it is, unless a confined command writes there meanwhile (then
+    /// that command's end judges every change).
     fn surfaces_repin(&self, policy: &SandboxExecutionPolicy) {
-        let key = dsh_sandbox::surfaces::session_dir_name(policy.session_id.as_deref());
-        let existing = self.surfaces.lock().get(&key).cloned();
+        let existing = self.surfaces.lock().get(&Self::roots_of(policy)).cloned();
         if let Some(watch) = existing {
             let mut watch = watch.lock();
-            watch.pinned = watch.surfaces.pin();
+            if watch.running == 0 {
+                watch.pinned = watch.surfaces.pin();
+            }
         }
     }
 
