@@ -92,13 +92,15 @@ impl Watch {
     /// harness's stderr.
     fn quarantine_changes(&mut self, dir: &Path) -> Vec<Quarantined> {
         let Watch { surfaces, pinned, .. } = self;
+        let mut quarantined = surfaces.restore_git_dirs(pinned, dir);
         let changes = surfaces.check(pinned);
-        if changes.is_empty() {
+        if changes.is_empty() && quarantined.is_empty() {
             return Vec::new();
         }
         private_dir(dir);
-        let quarantined = surfaces.quarantine(changes.clone(), dir);
+        quarantined.extend(surfaces.quarantine(changes.clone(), dir));
         surfaces.accept(pinned, &changes);
+        surfaces.pin_git_dirs(pinned);
         for q in &quarantined {
             eprintln!("dsh-bash: {}", q.line());
         }
@@ -176,6 +178,7 @@ impl SandboxBashExecutor {
                 let Watch { surfaces, pinned, .. } = &mut *guard;
                 let changes = surfaces.check(pinned);
                 surfaces.accept(pinned, &changes);
+                surfaces.pin_git_dirs(pinned);
                 Vec::new()
             };
             guard.running += 1;

@@ -134,6 +134,8 @@ struct Seen {
 #[derive(Clone, Debug, Default)]
 pub struct Snapshot {
     seen: BTreeMap<PathBuf, Seen>,
+    /// The identity (device, inode) of each root's `.git` directory, when it was one.
+    git_dirs: BTreeMap<PathBuf, (u64, u64)>,
 }
 
 impl Snapshot {
@@ -264,7 +266,72 @@ impl Surfaces {
                 seen.insert(path, now);
             }
         }
-        Snapshot { seen }
+        let mut snapshot = Snapshot { seen, git_dirs: BTreeMap::new() };
+        self.pin_git_dirs(&mut snapshot);
+        snapshot
+    }
+
+    /// Pins the identity of each root's `.git` directory as it is now.
+    pub fn pin_git_dirs(&self, pinned: &mut Snapshot) {
+        pinned.git_dirs = self
+            .roots
+            .iter()
+            .filter_map(|root| {
+                let m = fs::symlink_metadata(root.join(".git")).ok().filter(fs::Metadata::is_dir)?;
+                Some((root.clone(), (m.dev(), m.ino())))
+            })
+            .collect();
+    }
+
+    /// Puts back each root's pinned `.git` directory that a command moved aside (renamed
+    /// within the root's top level) and replaced — by a rebuilt repository, or by a `.git`
+    /// file leading elsewhere: the replacement goes to `<dir>/<stamp>-git/<root's name>/.git`
+    /// and the pinned directory returns under its name. A pinned directory that is nowhere
+    /// at the top level is left to the file-by-file check.
+    pub fn restore_git_dirs(&self, pinned: &mut Snapshot, dir: &Path) -> Vec<Quarantined> {
+        let mut out = Vec::new();
+        let mut gone = Vec::new();
+        for (root, &(dev, ino)) in &pinned.git_dirs {
+            let dot_git = root.join(".git");
+            if fs::symlink_metadata(&dot_git).is_ok_and(|m| m.dev() == dev && m.ino() == ino) {
+                continue;
+            }
+            let Some(moved) = fs::read_dir(root).into_iter().flatten().flatten().find(|e| {
+                e.file_name() != ".git"
+                    && e.file_type().is_ok_and(|t| t.is_dir())
+                    && e.metadata().is_ok_and(|m| m.dev() == dev && m.ino() == ino)
+            }) else {
+                gone.push(root.clone());
+                continue;
+            };
+            let root_name = root.file_name().map(PathBuf::from).unwrap_or_default();
+            let dest = dir.join(format!("{}-git", stamp())).join(root_name).join(".git");
+            let result = (|| -> io::Result<()> {
+                if fs::symlink_metadata(&dot_git).is_ok() {
+                    let parent = dest.parent().ok_or_else(|| io::Error::other("no parent"))?;
+                    std::os::unix::fs::DirBuilderExt::mode(fs::DirBuilder::new().recursive(true), 0o700)
+                        .create(parent)?;
+                    fs::rename(&dot_git, &dest)?;
+                }
+                fs::rename(moved.path(), &dot_git)
+            })();
+            let name = moved.file_name().to_string_lossy().into_owned();
+            let left = match result {
+                Ok(()) => format!("the pinned git directory, moved back from {name}"),
+                Err(e) => format!("cannot be put back ({e}); the pinned git directory is at {name}"),
+            };
+            out.push(Quarantined {
+                path: dot_git,
+                moved_to: dest,
+                what: "replaced git directory".to_owned(),
+                left,
+            });
+        }
+        // Nowhere to be found: what is there now is judged file by file from now on.
+        for root in gone {
+            pinned.git_dirs.remove(&root);
+        }
+        out
     }
 
     /// Every surface under a writable root that is new or changed since `pinned`. A surface

@@ -80,7 +80,8 @@ fn held(world: &World, out: &Outcome, marker: &Path, paths: &[&str]) {
             problems.push(format!("the result does not report {path} quarantined"));
         }
         let name = Path::new(&world.ws.file_name().expect("name")).join(path);
-        if !files.iter().any(|f| f.ends_with(&*name.to_string_lossy())) {
+        let name = name.to_string_lossy();
+        if !files.iter().any(|f| f.ends_with(&*name) || f.contains(&format!("{name}/"))) {
             problems.push(format!("{path} is not in the quarantine directory ({files:?})"));
         }
     }
@@ -97,13 +98,16 @@ fn rebuilt_git_dir(world: &World) -> Result<(), Skip> {
     );
     out.ok();
     world.host_sh(&format!("{GIT_ENV} echo y > f && git add f && git commit -qm x || true"));
-    held(world, &out, &m, &[".git/hooks/pre-commit"]);
+    // The rebuilt repository is quarantined and the user's is back under its name.
+    held(world, &out, &m, &[".git"]);
+    assert!(!world.ws.join(".git-old").exists(), "{out:#?}");
+    assert_eq!(world.host_sh("git log --format=%s"), "x\ninit\n");
     Ok(())
 }
 
 #[test]
-fn autorun_a_rebuilt_git_dir_has_its_hooks_quarantined() {
-    over_matrix("autorun_a_rebuilt_git_dir_has_its_hooks_quarantined", rebuilt_git_dir);
+fn autorun_a_rebuilt_git_dir_is_quarantined_and_the_pinned_one_put_back() {
+    over_matrix("autorun_a_rebuilt_git_dir_is_quarantined_and_the_pinned_one_put_back", rebuilt_git_dir);
 }
 
 fn gitdir_redirect(world: &World) -> Result<(), Skip> {
@@ -121,13 +125,41 @@ fn gitdir_redirect(world: &World) -> Result<(), Skip> {
     world.host_sh(&format!(
         "{GIT_ENV} git status >/dev/null; echo y > f && git add f && git commit -qm x || true"
     ));
+    // The redirecting .git file is quarantined and the user's git directory is back.
+    held(world, &out, &m, &[".git"]);
+    assert!(world.ws.join(".git").is_dir() && !world.ws.join(".git-old").exists(), "{out:#?}");
+    Ok(())
+}
+
+#[test]
+fn autorun_a_gitdir_file_leading_to_a_planted_copy_is_quarantined() {
+    over_matrix("autorun_a_gitdir_file_leading_to_a_planted_copy_is_quarantined", gitdir_redirect);
+}
+
+fn gitdir_redirect_without_the_original(world: &World) -> Result<(), Skip> {
+    world.require("git")?;
+    user_repository(world);
+    let m = marker(world, "gitdir-deep");
+    // The pinned git directory is moved out of the top level: the copy's hooks are judged.
+    let out = confined(
+        world,
+        &format!(
+            "mkdir -p deep && mv .git deep/kept && cp -r deep/kept copy && {} && printf 'gitdir: copy\\n' > .git",
+            plant("copy/hooks/pre-commit", &m)
+        ),
+    );
+    out.ok();
+    world.host_sh(&format!("{GIT_ENV} echo y > f && git add f && git commit -qm x || true"));
     held(world, &out, &m, &["copy/hooks/pre-commit"]);
     Ok(())
 }
 
 #[test]
 fn autorun_a_gitdir_file_leading_to_a_planted_copy_has_its_hooks_quarantined() {
-    over_matrix("autorun_a_gitdir_file_leading_to_a_planted_copy_has_its_hooks_quarantined", gitdir_redirect);
+    over_matrix(
+        "autorun_a_gitdir_file_leading_to_a_planted_copy_has_its_hooks_quarantined",
+        gitdir_redirect_without_the_original,
+    );
 }
 
 fn commondir_redirect(world: &World) -> Result<(), Skip> {
