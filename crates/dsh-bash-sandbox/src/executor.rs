@@ -150,10 +150,14 @@ impl SandboxBashExecutor {
     /// Before a confined command: pins the auto-run surfaces of its writable roots at the
     /// first one there; else a change seen now was made while no confined command wrote
     /// there (the user's own), so it is pinned, or, while one runs (a background job, a
-    /// concurrent call), quarantined into this command's session's directory.
+    /// concurrent call), quarantined into this command's session's directory. A `read-only`
+    /// command writes no root: it is not watched.
     fn surfaces_before(&self, policy: &SandboxExecutionPolicy) -> (Running, Vec<Quarantined>) {
         let dir =
             quarantine_home().join(dsh_sandbox::surfaces::session_dir_name(policy.session_id.as_deref()));
+        if policy.mode != SandboxMode::WorkspaceWrite {
+            return (Running { watch: None, dir }, Vec::new());
+        }
         let roots = Self::roots_of(policy);
         let (watch, fresh) = {
             let mut all = self.surfaces.lock();
