@@ -337,6 +337,15 @@ fn start_up_files(world: &World) -> Result<(), Skip> {
     for f in [".mcp.json", ".vscode/tasks.json"] {
         assert!(!world.ws.join(f).exists(), "{f} is still in the workspace");
     }
+    // Only the user restores: a confined command can neither list nor move it back.
+    let quarantine = world.dsh_home().join("quarantine").join(SESSION);
+    let out = confined(
+        world,
+        &format!("ls -R {q} || true; mv {q} q2 || true; cp -r {q} q3 || true", q = quarantine.display()),
+    );
+    assert!(!out.stdout.contains(".bashrc"), "{out:#?}");
+    assert!(!world.ws.join("q2").exists() && !world.ws.join("q3/x").exists(), "{out:#?}");
+    assert_eq!(quarantined_files(world).len(), 5, "{:?}", quarantined_files(world));
     Ok(())
 }
 
