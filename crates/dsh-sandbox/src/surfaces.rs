@@ -203,7 +203,7 @@ impl Quarantined {
     /// The line a result carries before its exit marker.
     pub fn line(&self) -> String {
         format!(
-            "[sandbox: quarantined {} ({} written by this command; {} left in place); moved to {}]",
+            "[sandbox: quarantined {} ({}, written by a confined command; {} left in place); moved to {}]",
             self.path.display(),
             self.what,
             self.left,
