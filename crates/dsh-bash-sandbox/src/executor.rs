@@ -2,16 +2,17 @@
 //! unconfined; any other mode runs the provider's confined argv, and a runner failure becomes
 //! a sandbox-unavailable error before denial is classified.
 
-use std::path::Path;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Weak};
 
 use dsh_netproxy::{CallGuard, NetworkGate};
 
 use dsh_bash_local::{ExecError, LocalBashExecutor, SettleFacts, bash_argv, shell_spawn_error};
 use dsh_sandbox::{
-    ConfinedCommand, NetworkFacts, ProxyListener, SandboxExecutionPolicy, SandboxMode, SandboxPolicyService,
-    SandboxProvider, SandboxUnavailableError, SpawnFailure, SpawnStage, classify_runner_failure,
-    is_runner_spawn_failure, matches_signature,
+    ConfinedCommand, NetworkFacts, ProxyListener, Quarantined, SandboxExecutionPolicy, SandboxMode,
+    SandboxPolicyService, SandboxProvider, SandboxUnavailableError, Snapshot, SpawnFailure, SpawnStage,
+    Surfaces, classify_runner_failure, is_runner_spawn_failure, matches_signature,
 };
 use dsh_shell::{
     ShellError, ShellExecRequest, ShellExecSpec, ShellExecutor, ShellProcess, ShellRunResult,
@@ -29,6 +30,82 @@ pub struct SandboxBashExecutor {
     withhold_agent: bool,
     /// The proxy served for each live network namespace, and its gate.
     proxies: parking_lot::Mutex<Vec<(Weak<ProxyListener>, Arc<NetworkGate>)>>,
+    /// The pinned auto-run surfaces of each set of writable roots (shared by the sessions
+    /// that write there, so a change one of them quarantined is never put back from another's
+    /// older pin).
+    surfaces: parking_lot::Mutex<HashMap<Vec<PathBuf>, Arc<parking_lot::Mutex<Watch>>>>,
+}
+
+/// The auto-run surfaces of a set of writable roots: what was pinned, and how many confined
+/// commands (calls and background jobs, of any session) write there now.
+struct Watch {
+    surfaces: Surfaces,
+    pinned: Snapshot,
+    running: usize,
+}
+
+/// The quarantine directory of every session: `<DSH_HOME>/quarantine` (denied to confined
+/// commands like the session logs).
+fn quarantine_home() -> PathBuf {
+    let dsh_home = std::env::var("DSH_HOME").ok();
+    dsh_core::home::resolve_dsh_home(None, dsh_home.as_deref()).join("quarantine")
+}
+
+/// Creates `dir` (and its parents) readable by the user alone.
+fn private_dir(dir: &Path) {
+    use std::os::unix::fs::DirBuilderExt;
+    if let Err(e) = std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir) {
+        tracing::warn!(dir = %dir.display(), error = %e, "cannot create the quarantine directory");
+    }
+}
+
+/// A confined command is running: the surfaces are checked when it ends, and what changed
+/// goes to its session's quarantine directory (the count of running commands goes down
+/// however it is dropped).
+struct Running {
+    watch: Option<Arc<parking_lot::Mutex<Watch>>>,
+    /// `<DSH_HOME>/quarantine/<session>`.
+    dir: PathBuf,
+}
+
+impl Running {
+    /// The command ended: quarantine what changed, and say so on stderr.
+    fn end(mut self) -> Vec<Quarantined> {
+        let Some(watch) = self.watch.take() else { return Vec::new() };
+        let mut watch = watch.lock();
+        watch.running = watch.running.saturating_sub(1);
+        watch.quarantine_changes(&self.dir)
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(watch) = self.watch.take() {
+            let mut watch = watch.lock();
+            watch.running = watch.running.saturating_sub(1);
+        }
+    }
+}
+
+impl Watch {
+    /// Moves every changed surface into `dir`, pins what is left, and says so on the
+    /// harness's stderr.
+    fn quarantine_changes(&mut self, dir: &Path) -> Vec<Quarantined> {
+        let Watch { surfaces, pinned, .. } = self;
+        let mut quarantined = surfaces.restore_git_dirs(pinned, dir);
+        let changes = surfaces.check(pinned);
+        if changes.is_empty() && quarantined.is_empty() {
+            return Vec::new();
+        }
+        private_dir(dir);
+        quarantined.extend(surfaces.quarantine(changes.clone(), dir));
+        surfaces.accept(pinned, &changes);
+        surfaces.pin_git_dirs(pinned);
+        for q in &quarantined {
+            eprintln!("dsh-bash: {}", q.line());
+        }
+        quarantined
+    }
 }
 
 /// The proxy variables a confined command gets when its namespace has a proxy (both cases:
@@ -47,12 +124,79 @@ impl SandboxBashExecutor {
         provider: Arc<dyn SandboxProvider>,
         policy: Arc<dyn SandboxPolicyService>,
     ) -> Self {
+        // Made now, so every confined command's world denies it (a missing path is not).
+        private_dir(&quarantine_home());
         Self {
             local,
             provider,
             policy,
             withhold_agent: agent_socket_withheld(),
             proxies: parking_lot::Mutex::new(Vec::new()),
+            surfaces: parking_lot::Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The writable roots of a policy: the workspace root, then the further roots.
+    fn roots_of(policy: &SandboxExecutionPolicy) -> Vec<PathBuf> {
+        let mut roots = vec![policy.workspace_root.clone()];
+        roots.extend(policy.extra_roots.iter().cloned());
+        roots
+    }
+
+    /// Before a confined command: pins the auto-run surfaces of its writable roots at the
+    /// first one there; else a change seen now was made while no confined command wrote
+    /// there (the user's own), so it is pinned, or, while one runs (a background job, a
+    /// concurrent call), quarantined into this command's session's directory. A `read-only`
+    /// command writes no root: it is not watched.
+    fn surfaces_before(&self, policy: &SandboxExecutionPolicy) -> (Running, Vec<Quarantined>) {
+        let dir =
+            quarantine_home().join(dsh_sandbox::surfaces::session_dir_name(policy.session_id.as_deref()));
+        if policy.mode != SandboxMode::WorkspaceWrite {
+            return (Running { watch: None, dir }, Vec::new());
+        }
+        let roots = Self::roots_of(policy);
+        let (watch, fresh) = {
+            let mut all = self.surfaces.lock();
+            match all.get(&roots) {
+                Some(watch) => (Arc::clone(watch), false),
+                None => {
+                    let surfaces = Surfaces::new(&roots, Some(&dsh_core::home::user_home()));
+                    let pinned = surfaces.pin();
+                    let watch = Arc::new(parking_lot::Mutex::new(Watch { surfaces, pinned, running: 0 }));
+                    all.insert(roots, Arc::clone(&watch));
+                    (watch, true)
+                }
+            }
+        };
+        let quarantined = {
+            let mut guard = watch.lock();
+            let quarantined = if fresh {
+                Vec::new()
+            } else if guard.running > 0 {
+                guard.quarantine_changes(&dir)
+            } else {
+                let Watch { surfaces, pinned, .. } = &mut *guard;
+                let changes = surfaces.check(pinned);
+                surfaces.accept(pinned, &changes);
+                surfaces.pin_git_dirs(pinned);
+                Vec::new()
+            };
+            guard.running += 1;
+            quarantined
+        };
+        (Running { watch: Some(watch), dir }, quarantined)
+    }
+
+    /// After an unconfined command (`danger-full-access`, or an approved escalation): what it
+    /// changed is pinned as it is, unless a confined command writes there meanwhile (then
+    /// that command's end judges every change).
+    fn surfaces_repin(&self, policy: &SandboxExecutionPolicy) {
+        let existing = self.surfaces.lock().get(&Self::roots_of(policy)).cloned();
+        if let Some(watch) = existing {
+            let mut watch = watch.lock();
+            if watch.running == 0 {
+                watch.pinned = watch.surfaces.pin();
+            }
         }
     }
 
@@ -231,6 +375,7 @@ fn settle_facts(
         enforcement: Some(confined.enforcement),
         runner_failed: runner_failed.then_some(true),
         network_denied: Vec::new(),
+        quarantined: Vec::new(),
     }
 }
 
@@ -252,13 +397,16 @@ impl ShellExecutor for SandboxBashExecutor {
         Self::refuse_moved_root(&policy)?;
         let mode = policy.mode;
         if mode == SandboxMode::DangerFullAccess {
-            let mut result = self.local.run(spec).await?;
+            let outcome = self.local.run(spec).await;
+            self.surfaces_repin(&policy);
+            let mut result = outcome?;
             result.sandbox = Some(ShellSandboxInfo {
                 mode,
                 denied: false,
                 enforcement: None,
                 runner_failed: None,
                 network_denied: Vec::new(),
+                quarantined: Vec::new(),
             });
             return Ok(result);
         }
@@ -267,7 +415,9 @@ impl ShellExecutor for SandboxBashExecutor {
         let confined = self.provider.confine(&bash_argv(&spec.command), &policy)?;
         let mut spec = self.confined_spec(spec, mode);
         let network = self.enter_network(&confined, &policy, &mut spec, true);
+        let (running, mut quarantined) = self.surfaces_before(&policy);
         let outcome = self.local.run_argv(&spec, confined.argv.clone(), confined.pre_exec_hook()).await;
+        quarantined.extend(running.end());
         let denied_hosts =
             redact_destinations(self.local.service(), network.map(CallGuard::finish).unwrap_or_default());
         let mut result = match outcome {
@@ -297,6 +447,7 @@ impl ShellExecutor for SandboxBashExecutor {
             enforcement: Some(confined.enforcement),
             runner_failed: None,
             network_denied: Vec::new(),
+            quarantined,
         });
         if !denied_hosts.is_empty() {
             result.network = Some(NetworkFacts { policy: policy.network.mode, denied: denied_hosts });
@@ -309,6 +460,8 @@ impl ShellExecutor for SandboxBashExecutor {
         Self::refuse_moved_root(&policy)?;
         let mode = policy.mode;
         if mode == SandboxMode::DangerFullAccess {
+            // An unconfined job's changes are the user's (it was approved or is the mode);
+            // they are pinned at the next confined call of the session, before it runs.
             return self.local.start(spec);
         }
         let mut spec = spec;
@@ -321,10 +474,13 @@ impl ShellExecutor for SandboxBashExecutor {
         let argv = confined.argv.clone();
         let hook = confined.pre_exec_hook();
         let service = Arc::clone(self.local.service());
+        let (running, early) = self.surfaces_before(&policy);
         let on_settle: dsh_bash_local::SettleHook = Box::new(move |facts: &SettleFacts| {
             let mut info = settle_facts(&confined, mode, &workdir, facts);
             info.network_denied =
                 redact_destinations(&service, network.map(CallGuard::finish).unwrap_or_default());
+            info.quarantined = early;
+            info.quarantined.extend(running.end());
             Some(info)
         });
         let process = self.local.start_argv(&spec, argv, hook, Some(on_settle))?;

@@ -56,6 +56,7 @@ async fn sb_10_hand_off_and_dfa_bypass() {
             enforcement: Some(SandboxEnforcement::Full),
             runner_failed: None,
             network_denied: Vec::new(),
+            quarantined: Vec::new(),
         })
     );
     {
@@ -98,6 +99,7 @@ async fn sb_10_hand_off_and_dfa_bypass() {
             enforcement: None,
             runner_failed: None,
             network_denied: Vec::new(),
+            quarantined: Vec::new(),
         })
     );
     let process = s.executor.start(spec).expect("start");
@@ -140,6 +142,7 @@ async fn sb_12_runner_failure_outranks_denial() {
             enforcement: Some(SandboxEnforcement::Full),
             runner_failed: Some(true),
             network_denied: Vec::new(),
+            quarantined: Vec::new(),
         })
     );
 }
@@ -170,6 +173,7 @@ async fn sb_14_per_process_facts() {
             enforcement: Some(SandboxEnforcement::Full),
             runner_failed: None,
             network_denied: Vec::new(),
+            quarantined: Vec::new(),
         })
     );
     assert_eq!(plain.sandbox().map(|f| (f.mode, f.denied)), Some((SandboxMode::ReadOnly, false)));
@@ -206,6 +210,7 @@ async fn sb_15_missing_workdir_is_not_the_runner() {
             enforcement: Some(SandboxEnforcement::Full),
             runner_failed: None,
             network_denied: Vec::new(),
+            quarantined: Vec::new(),
         })
     );
 }

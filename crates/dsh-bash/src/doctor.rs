@@ -122,7 +122,7 @@ fn writable_roots(composition: &CompositionArgs, extra_roots: Vec<PathBuf>) -> V
         format!("  workspace-write: {}", roots.join(", ")),
         "    under the local sandbox /tmp and /dev/shm are the session's own, not the host's; the \
          protected paths under a root stay read-only (sandbox-local protectedPaths: .git/hooks, \
-         .git/config, .envrc, … by default)"
+         .envrc, .bashrc, … by default); auto-run files a confined command changes are quarantined"
             .to_owned(),
         "  danger-full-access: not confined (wherever the user may write)".to_owned(),
     ]

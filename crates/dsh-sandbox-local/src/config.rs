@@ -61,10 +61,12 @@ pub const DEFAULT_DENY_READ: [&str; 14] = [
 ];
 
 /// Paths inside a writable root that a confined command may not change: each is code or
-/// configuration that another program runs or trusts later, outside the sandbox.
-pub const DEFAULT_PROTECTED_PATHS: [&str; 24] = [
+/// configuration that another program runs or trusts later, outside the sandbox. The git
+/// config is not among them: git rewrites it for everyday work (`git remote add`,
+/// `git branch -u`), and its code-running keys are auto-run surfaces, quarantined after the
+/// call that set them.
+pub const DEFAULT_PROTECTED_PATHS: [&str; 23] = [
     ".git/hooks",
-    ".git/config",
     ".git/info/attributes",
     ".gitmodules",
     ".gitconfig",
@@ -175,8 +177,8 @@ impl LocalSandboxConfig {
     /// Every path a confined command must not read, as spelled (existing or not): the
     /// [`DEFAULT_DENY_READ`] entries under the harness's `$HOME`, the harness's session logs
     /// (`<DSH_HOME>/sessions`: other sessions' transcripts), the MCP servers' generated bearer
-    /// tokens (`<DSH_HOME>/mcp`), then `denyRead` (`~/` expanded) and `maskedPaths`. Read from
-    /// the environment on each call.
+    /// tokens (`<DSH_HOME>/mcp`), quarantined auto-run files (`<DSH_HOME>/quarantine`), then
+    /// `denyRead` (`~/` expanded) and `maskedPaths`. Read from the environment on each call.
     pub fn denied_reads(&self) -> Vec<std::path::PathBuf> {
         let home = dsh_core::home::user_home();
         let dsh_home = std::env::var("DSH_HOME").ok();
@@ -184,6 +186,7 @@ impl LocalSandboxConfig {
         let dsh_home = dsh_core::home::resolve_dsh_home(None, dsh_home.as_deref());
         paths.push(dsh_home.join("sessions"));
         paths.push(dsh_home.join("mcp"));
+        paths.push(dsh_home.join("quarantine"));
         for path in &self.deny_read {
             paths.push(match path.strip_prefix("~") {
                 Ok(rest) => home.join(rest),
@@ -289,8 +292,9 @@ mod tests {
         let dsh_home = dsh_core::home::resolve_dsh_home(None, dsh_home.as_deref());
         assert_eq!(denied[DEFAULT_DENY_READ.len()], dsh_home.join("sessions"));
         assert_eq!(denied[DEFAULT_DENY_READ.len() + 1], dsh_home.join("mcp"));
+        assert_eq!(denied[DEFAULT_DENY_READ.len() + 2], dsh_home.join("quarantine"));
         assert_eq!(
-            &denied[DEFAULT_DENY_READ.len() + 2..],
+            &denied[DEFAULT_DENY_READ.len() + 3..],
             [home.join(".secrets"), "/srv/keys".into(), home.clone(), "/srv/token".into()]
         );
     }

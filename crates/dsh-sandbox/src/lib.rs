@@ -16,6 +16,7 @@ mod network;
 mod policy;
 mod report;
 pub mod services;
+pub mod surfaces;
 
 pub use attribution::{SpawnFailure, SpawnStage, is_runner_spawn_failure};
 pub use classify::{classify_runner_failure, matches_signature};
@@ -38,3 +39,4 @@ pub use policy::{
     MOVED_ROOT_PREFIX, SANDBOX_POLICY, SandboxPolicyService, StandingPolicy, moved_root, pinned_root_of_moved,
 };
 pub use report::{ProviderReport, RunnerReport};
+pub use surfaces::{Quarantined, Snapshot, Surfaces};

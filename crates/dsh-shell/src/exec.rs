@@ -195,6 +195,10 @@ pub struct ShellSandboxInfo {
     /// Background processes: each `host:port` the network policy refused while it ran.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub network_denied: Vec<String>,
+    /// Auto-run surfaces (hooks, code-running config keys, start-up files) a confined command
+    /// of the session left changed, each moved into quarantine when the run or process ended.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub quarantined: Vec<dsh_sandbox::Quarantined>,
 }
 
 /// Exit facts of a foreground run.

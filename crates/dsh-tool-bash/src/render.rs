@@ -62,6 +62,7 @@ pub(crate) fn render_result(value: &ForegroundView, escalation: bool) -> String 
     if let Some(network) = &value.network {
         markers.extend(network.denied.iter().map(|hp| dsh_sandbox::network_denied_line(hp)));
     }
+    markers.extend(value.quarantined.iter().map(crate::value::QuarantinedView::line));
     if value.timed_out {
         markers.push(format!("[timed out after {}ms]", js_number_text(value.timeout_ms)));
     }
@@ -114,6 +115,7 @@ pub(crate) fn render_process_read(
     }
     if let Some(sandbox) = sandbox {
         notices.extend(sandbox.network_denied.iter().map(|hp| dsh_sandbox::network_denied_line(hp)));
+        notices.extend(sandbox.quarantined.iter().map(dsh_sandbox::Quarantined::line));
         if sandbox.runner_failed == Some(true) {
             notices.push(runner_failed_marker(sandbox.mode));
         } else if sandbox.denied {
@@ -152,6 +154,7 @@ mod tests {
             sandbox: None,
             network: None,
             out_of_memory: false,
+            quarantined: Vec::new(),
         }
     }
 
@@ -264,6 +267,7 @@ mod tests {
             enforcement: Some(dsh_sandbox::SandboxEnforcement::Full),
             runner_failed,
             network_denied: Vec::new(),
+            quarantined: Vec::new(),
         }
     }
 

@@ -52,7 +52,27 @@ pub(crate) fn foreground_value(result: &ShellRunResult) -> Value {
     if result.out_of_memory {
         m.insert("outOfMemory".into(), json!(true));
     }
+    if let Some(sandbox) = result.sandbox.as_ref().filter(|s| !s.quarantined.is_empty()) {
+        m.insert("quarantined".into(), quarantined_value(&sandbox.quarantined));
+    }
     Value::Object(m)
+}
+
+/// `[{path, movedTo, what, left}]`: the auto-run surfaces moved into quarantine.
+pub(crate) fn quarantined_value(quarantined: &[dsh_sandbox::Quarantined]) -> Value {
+    Value::Array(
+        quarantined
+            .iter()
+            .map(|q| {
+                json!({
+                    "path": q.path.to_string_lossy(),
+                    "movedTo": q.moved_to.to_string_lossy(),
+                    "what": q.what,
+                    "left": q.left,
+                })
+            })
+            .collect(),
+    )
 }
 
 /// `{kind:'background', jobId}`.
@@ -73,8 +93,9 @@ fn stream_schema() -> Schema {
 
 /// Output schema: exactly one of the background and foreground shapes, both closed. With
 /// `network` (a network policy that isolates), the foreground shape may carry `network`;
-/// with `out_of_memory` (an executor that reports it), `outOfMemory`.
-pub(crate) fn output_schema(network: bool, out_of_memory: bool) -> Schema {
+/// with `out_of_memory` (an executor that reports it), `outOfMemory`; with `quarantine` (a
+/// sandboxing executor), `quarantined`.
+pub(crate) fn output_schema(network: bool, out_of_memory: bool, quarantine: bool) -> Schema {
     let modes: Vec<Value> = SandboxMode::ALL.iter().map(|m| json!(m.as_str())).collect();
     let background = Schema::object(
         vec![
@@ -117,6 +138,18 @@ pub(crate) fn output_schema(network: bool, out_of_memory: bool) -> Schema {
     if out_of_memory {
         fields.push(("outOfMemory", Schema::boolean(), false));
     }
+    if quarantine {
+        let entry = Schema::object(
+            vec![
+                ("path", Schema::string(), true),
+                ("movedTo", Schema::string(), true),
+                ("what", Schema::string(), true),
+                ("left", Schema::string(), true),
+            ],
+            false,
+        );
+        fields.push(("quarantined", Schema::array(entry), false));
+    }
     let foreground = Schema::object(fields, false);
     Schema::one_of(vec![background, foreground])
 }
@@ -157,6 +190,31 @@ pub(crate) struct ForegroundView {
     pub network: Option<NetworkView>,
     #[serde(default)]
     pub out_of_memory: bool,
+    #[serde(default)]
+    pub quarantined: Vec<QuarantinedView>,
+}
+
+/// One quarantined auto-run surface as logged.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct QuarantinedView {
+    pub path: String,
+    pub moved_to: String,
+    pub what: String,
+    pub left: String,
+}
+
+impl QuarantinedView {
+    /// The line a result carries before its exit marker.
+    pub(crate) fn line(&self) -> String {
+        dsh_sandbox::Quarantined {
+            path: self.path.clone().into(),
+            moved_to: self.moved_to.clone().into(),
+            what: self.what.clone(),
+            left: self.left.clone(),
+        }
+        .line()
+    }
 }
 
 /// Network facts as logged.
@@ -215,7 +273,7 @@ mod tests {
 
     fn valid(value: &Value) -> Vec<String> {
         let mut out = Vec::new();
-        validate_value(&output_schema(true, false), value, "output", &mut out);
+        validate_value(&output_schema(true, false, true), value, "output", &mut out);
         out
     }
 
@@ -243,6 +301,7 @@ mod tests {
             enforcement: Some(SandboxEnforcement::Partial),
             runner_failed: Some(false),
             network_denied: Vec::new(),
+            quarantined: Vec::new(),
         });
         let v = foreground_value(&r);
         assert_eq!(
@@ -256,6 +315,7 @@ mod tests {
             enforcement: None,
             runner_failed: None,
             network_denied: Vec::new(),
+            quarantined: Vec::new(),
         });
         assert_eq!(foreground_value(&r)["sandbox"], json!({"mode": "read-only", "denied": false}));
     }
@@ -290,7 +350,7 @@ mod tests {
         let mut r = result();
         let plain = foreground_value(&r);
         assert!(plain.get("network").is_none());
-        assert!(!output_schema(false, false).to_json().to_string().contains("\"network\""));
+        assert!(!output_schema(false, false, false).to_json().to_string().contains("\"network\""));
         r.network = Some(dsh_sandbox::NetworkFacts {
             policy: NetworkMode::Ask,
             denied: vec!["example.com:443".into()],
@@ -298,10 +358,10 @@ mod tests {
         let value = foreground_value(&r);
         assert_eq!(value["network"], json!({"policy": "ask", "denied": ["example.com:443"]}));
         let mut out = Vec::new();
-        validate_value(&output_schema(true, false), &value, "output", &mut out);
+        validate_value(&output_schema(true, false, true), &value, "output", &mut out);
         assert!(out.is_empty(), "{out:?}");
         let mut out = Vec::new();
-        validate_value(&output_schema(false, false), &value, "output", &mut out);
+        validate_value(&output_schema(false, false, false), &value, "output", &mut out);
         assert!(!out.is_empty(), "a closed schema without network refuses the key");
     }
 }

@@ -226,6 +226,7 @@ async fn hooks_map_reads_kills_and_outcomes() {
         enforcement: Some(SandboxEnforcement::Full),
         runner_failed: None,
         network_denied: Vec::new(),
+        quarantined: Vec::new(),
     };
     let exited = running(&["x\n"], None);
     let nonzero = running(&[], None);

@@ -30,6 +30,7 @@ fn denied_facts() -> ShellSandboxInfo {
         enforcement: Some(SandboxEnforcement::Full),
         runner_failed: None,
         network_denied: Vec::new(),
+        quarantined: Vec::new(),
     }
 }
 

@@ -297,6 +297,7 @@ async fn bf_15_denial_markers_through_the_tool() {
             enforcement: Some(SandboxEnforcement::Full),
             runner_failed: None,
             network_denied: Vec::new(),
+            quarantined: Vec::new(),
         });
         r
     };
@@ -326,6 +327,7 @@ async fn sb_08_optional_facts_omitted() {
         enforcement: None,
         runner_failed: None,
         network_denied: Vec::new(),
+        quarantined: Vec::new(),
     });
     fake.push_result(Ok(r));
     let h = Harness::with(fake);

@@ -98,6 +98,7 @@ fn denied_result(spec: &ShellExecSpec) -> ShellRunResult {
             enforcement: Some(SandboxEnforcement::Full),
             runner_failed: None,
             network_denied: Vec::new(),
+            quarantined: Vec::new(),
         }),
         network: None,
         out_of_memory: false,

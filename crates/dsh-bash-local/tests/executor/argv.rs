@@ -79,6 +79,7 @@ async fn start_argv_runs_the_settle_hook_before_done_and_stamps_its_facts() {
                     enforcement: None,
                     runner_failed: Some(true),
                     network_denied: Vec::new(),
+                    quarantined: Vec::new(),
                 })
             })),
         )

@@ -11,6 +11,7 @@
 
 mod approvals;
 mod askpass;
+mod autorun;
 mod cell;
 mod devices;
 mod everyday;

@@ -163,6 +163,7 @@ pub fn ok_result(spec: &ShellExecSpec) -> ShellRunResult {
             enforcement: Some(SandboxEnforcement::Full),
             runner_failed: Some(false),
             network_denied: Vec::new(),
+            quarantined: Vec::new(),
         }),
         network: None,
         out_of_memory: false,

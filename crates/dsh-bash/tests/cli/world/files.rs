@@ -113,8 +113,11 @@ fn attack_protected_paths(world: &World) -> Result<(), Skip> {
         "echo new > b && git add b && git -c user.name=t -c user.email=t@e commit -qm x && echo 'commit: ok'",
     );
     let out = world.bash(&script);
+    // The git config is not read-only (git rewrites it for everyday work): the fsmonitor is
+    // set during the call, then quarantined when the call ends.
+    let verdict = |name: &str| if name == "fsmonitor" { "CHANGED" } else { "refused" };
     let mut expected: Vec<(String, String)> =
-        ATTEMPTS.iter().map(|(name, _)| ((*name).to_owned(), "refused".to_owned())).collect();
+        ATTEMPTS.iter().map(|(name, _)| ((*name).to_owned(), verdict(name).to_owned())).collect();
     expected.push(("commit".into(), "ok".into()));
     let mut problems = Vec::new();
     let report = verdicts(&out.stdout);
@@ -127,8 +130,12 @@ fn attack_protected_paths(world: &World) -> Result<(), Skip> {
             problems.push(format!("{path} is now {now:?}"));
         }
     }
-    if std::fs::read(world.ws.join(".git/config")).ok().as_ref() != Some(&git_config) {
-        problems.push(".git/config changed".into());
+    let config_now = std::fs::read_to_string(world.ws.join(".git/config")).unwrap_or_default();
+    if config_now.contains("fsmonitor") || !config_now.starts_with(&*String::from_utf8_lossy(&git_config)) {
+        problems.push(format!(".git/config is now {config_now:?}"));
+    }
+    if !out.text.contains("[sandbox: quarantined") {
+        problems.push("the result does not report the quarantined .git/config".into());
     }
     if world.ws.join(".git/hooks/post-checkout").exists() {
         problems.push(".git/hooks/post-checkout was written".into());
