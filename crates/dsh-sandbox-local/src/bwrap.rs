@@ -7,6 +7,7 @@ use std::ffi::CString;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::OnceLock;
 
+use crate::inprocess::child::{CapData, CapHeader, LINUX_CAPABILITY_VERSION_3, LOCKED_SECUREBITS};
 use dsh_sandbox::ChildConfinement;
 use landlock::{CompatLevel, Compatible, Ruleset, RulesetAttr, Scope};
 
@@ -199,25 +200,6 @@ unsafe impl ChildConfinement for BwrapLaunch {
         }
         Ok(())
     }
-}
-
-/// `SECBIT_NOROOT`, `SECBIT_NO_SETUID_FIXUP`, `SECBIT_NO_CAP_AMBIENT_RAISE` and the locks of
-/// those three and of `SECBIT_KEEP_CAPS`, as the in-process runner sets them.
-const LOCKED_SECUREBITS: libc::c_ulong = 0x01 | 0x02 | 0x04 | 0x08 | 0x20 | 0x40 | 0x80;
-const LINUX_CAPABILITY_VERSION_3: u32 = 0x2008_0522;
-
-#[repr(C)]
-struct CapHeader {
-    version: u32,
-    pid: libc::c_int,
-}
-
-#[repr(C)]
-#[derive(Clone, Copy, Default)]
-struct CapData {
-    effective: u32,
-    permitted: u32,
-    inheritable: u32,
 }
 
 /// For a harness with capabilities (root): bubblewrap keeps the bounding set of a root
@@ -524,36 +506,17 @@ fn parse_child_pid(text: &[u8]) -> Option<libc::pid_t> {
 /// Writes `/proc/<pid><tail>` (for `/task/`: `/task/<pid>/children`), NUL-terminated, into
 /// `buf`; returns its length.
 fn proc_path(buf: &mut [u8; 64], pid: libc::pid_t, tail: &[u8]) -> usize {
-    let mut digits = [0u8; 12];
-    let mut n = pid.unsigned_abs();
-    let mut count = 0;
-    loop {
-        digits[count] = b'0' + (n % 10) as u8;
-        count += 1;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
+    let (digits, count) = crate::inprocess::child::decimal(pid.unsigned_abs());
     let mut len = 0;
     let mut push = |bytes: &[u8], len: &mut usize| {
-        for b in bytes {
-            buf[*len] = *b;
-            *len += 1;
-        }
+        buf[*len..*len + bytes.len()].copy_from_slice(bytes);
+        *len += bytes.len();
     };
     push(b"/proc/", &mut len);
-    let pid_text = {
-        let mut t = [0u8; 12];
-        for (i, d) in digits[..count].iter().rev().enumerate() {
-            t[i] = *d;
-        }
-        t
-    };
-    push(&pid_text[..count], &mut len);
+    push(&digits[..count], &mut len);
     push(tail, &mut len);
     if tail == b"/task/" {
-        push(&pid_text[..count], &mut len);
+        push(&digits[..count], &mut len);
         push(b"/children", &mut len);
     }
     buf[len] = 0;

@@ -489,21 +489,7 @@ pub fn spill_max_age(value: Option<&str>) -> Option<Duration> {
 /// the one that was opened. Candidates that fail any step are skipped; only failing to open or
 /// read `temp_dir` itself is an error.
 pub fn remove_stale_spill_dirs(temp_dir: &Path, max_age: Duration) -> io::Result<Vec<PathBuf>> {
-    let temp_fd =
-        nix::fcntl::open(temp_dir, OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC, Mode::empty())?;
-    let names: Vec<String> = nix::dir::Dir::from_fd(temp_fd.try_clone()?)?
-        .into_iter()
-        .filter_map(|entry| entry.ok()?.file_name().to_str().ok().map(str::to_owned))
-        .filter(|name| is_private_dir_name(name))
-        .collect();
-    let now = SystemTime::now();
-    let mut removed = Vec::new();
-    for name in names {
-        if remove_if_stale(&temp_fd, &name, now, max_age) {
-            removed.push(temp_dir.join(&name));
-        }
-    }
-    Ok(removed)
+    sweep_some(temp_dir, max_age, usize::MAX)
 }
 
 /// How many candidates one process's sweep looks into at most, so its cost does not grow with

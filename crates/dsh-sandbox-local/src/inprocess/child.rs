@@ -33,7 +33,7 @@ use crate::seccomp::SeccompFilter;
 use dsh_subprocess::child_exec::ChildExec;
 
 const CAP_SYS_ADMIN: u32 = 21;
-const LINUX_CAPABILITY_VERSION_3: u32 = 0x2008_0522;
+pub(crate) const LINUX_CAPABILITY_VERSION_3: u32 = 0x2008_0522;
 pub(crate) const MOUNT_ATTR_RDONLY: u64 = 0x0000_0001;
 pub(crate) const MOUNT_ATTR_NOSUID: u64 = 0x0000_0002;
 pub(crate) const MOUNT_ATTR_NODEV: u64 = 0x0000_0004;
@@ -41,7 +41,7 @@ pub(crate) const AT_RECURSIVE: libc::c_uint = 0x8000;
 const PATH_MAX: usize = 4096;
 /// `SECBIT_NOROOT`, `SECBIT_NO_SETUID_FIXUP`, `SECBIT_NO_CAP_AMBIENT_RAISE` and the locks of
 /// those three and of `SECBIT_KEEP_CAPS`: root is an ordinary user from here on, for good.
-const LOCKED_SECUREBITS: libc::c_ulong = 0x01 | 0x02 | 0x04 | 0x08 | 0x20 | 0x40 | 0x80;
+pub(crate) const LOCKED_SECUREBITS: libc::c_ulong = 0x01 | 0x02 | 0x04 | 0x08 | 0x20 | 0x40 | 0x80;
 /// The signals the harness terminates a command with; the relay leaves them to the command.
 const TERMINATION_SIGNALS: [libc::c_int; 4] = [libc::SIGTERM, libc::SIGINT, libc::SIGHUP, libc::SIGQUIT];
 
@@ -75,18 +75,20 @@ pub(crate) struct ChildPlan<'a> {
 /// A failed step: which step, which item of it, and the errno.
 pub(crate) type StepError = (Step, usize, i32);
 
+/// `capget`/`capset`'s header (version 3).
 #[repr(C)]
-struct CapHeader {
-    version: u32,
-    pid: libc::c_int,
+pub(crate) struct CapHeader {
+    pub version: u32,
+    pub pid: libc::c_int,
 }
 
+/// One of `capget`/`capset`'s two data words (version 3).
 #[repr(C)]
 #[derive(Clone, Copy, Default)]
-struct CapData {
-    effective: u32,
-    permitted: u32,
-    inheritable: u32,
+pub(crate) struct CapData {
+    pub effective: u32,
+    pub permitted: u32,
+    pub inheritable: u32,
 }
 
 #[repr(C)]
@@ -830,29 +832,36 @@ fn write_file(path: &CStr, bytes: &[u8]) -> Result<(), i32> {
 
 /// Formats `"<id> <id> 1\n"` into `buf` without allocating; returns the length.
 fn id_map_line(buf: &mut [u8; 40], id: u32) -> usize {
-    let mut digits = [0u8; 10];
-    let mut n = id;
-    let mut count = 0;
-    loop {
-        digits[count] = b'0' + (n % 10) as u8;
-        count += 1;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
+    let (digits, count) = decimal(id);
     let mut len = 0;
     for _ in 0..2 {
-        for d in digits[..count].iter().rev() {
-            buf[len] = *d;
-            len += 1;
-        }
+        buf[len..len + count].copy_from_slice(&digits[..count]);
+        len += count;
         buf[len] = b' ';
         len += 1;
     }
     buf[len] = b'1';
     buf[len + 1] = b'\n';
     len + 2
+}
+
+/// The decimal digits of `n`, most significant first, and how many there are (no allocation).
+pub(crate) fn decimal(mut n: u32) -> ([u8; 10], usize) {
+    let mut reversed = [0u8; 10];
+    let mut count = 0;
+    loop {
+        reversed[count] = b'0' + (n % 10) as u8;
+        count += 1;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    let mut digits = [0u8; 10];
+    for (i, d) in reversed[..count].iter().rev().enumerate() {
+        digits[i] = *d;
+    }
+    (digits, count)
 }
 
 #[cfg(test)]

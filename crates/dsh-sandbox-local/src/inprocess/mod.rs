@@ -12,7 +12,7 @@
 //! cached per policy, see [`PreparedCache`]); the child only issues syscalls (see [`child`]).
 
 mod cache;
-mod child;
+pub(crate) mod child;
 mod mounts;
 mod record;
 mod ruleset;

@@ -68,6 +68,11 @@ fn confined(world: &World, command: &str) -> Outcome {
 /// The planted code did not run, and each of `paths` (relative to the workspace) was
 /// reported quarantined and waits in the quarantine directory.
 #[track_caller]
+/// The user's ordinary `git add` and `git commit`, outside, where planted hooks would run.
+fn commit_as_the_user(world: &World) {
+    world.host_sh(&format!("{GIT_ENV} echo y > f && git add f && git commit -qm x || true"));
+}
+
 fn held(world: &World, out: &Outcome, marker: &Path, paths: &[&str]) {
     let mut problems = Vec::new();
     if marker.exists() {
@@ -97,7 +102,7 @@ fn rebuilt_git_dir(world: &World) -> Result<(), Skip> {
         &format!("mv .git .git-old && git init -q && {}", plant(".git/hooks/pre-commit", &m)),
     );
     out.ok();
-    world.host_sh(&format!("{GIT_ENV} echo y > f && git add f && git commit -qm x || true"));
+    commit_as_the_user(world);
     // The rebuilt repository is quarantined and the user's is back under its name.
     held(world, &out, &m, &[".git"]);
     assert!(!world.ws.join(".git-old").exists(), "{out:#?}");
@@ -149,7 +154,7 @@ fn gitdir_redirect_without_the_original(world: &World) -> Result<(), Skip> {
         ),
     );
     out.ok();
-    world.host_sh(&format!("{GIT_ENV} echo y > f && git add f && git commit -qm x || true"));
+    commit_as_the_user(world);
     held(world, &out, &m, &["copy/hooks/pre-commit"]);
     Ok(())
 }
@@ -174,7 +179,7 @@ fn commondir_redirect(world: &World) -> Result<(), Skip> {
         ),
     );
     out.ok();
-    world.host_sh(&format!("{GIT_ENV} echo y > f && git add f && git commit -qm x || true"));
+    commit_as_the_user(world);
     held(world, &out, &m, &["copy/hooks/pre-commit"]);
     Ok(())
 }
@@ -251,7 +256,7 @@ fn hooks_path(world: &World) -> Result<(), Skip> {
     let m = marker(world, "husky");
     let out = confined(world, &plant(".husky/pre-commit", &m));
     out.ok();
-    world.host_sh(&format!("{GIT_ENV} echo y > f && git add f && git commit -qm x || true"));
+    commit_as_the_user(world);
     held(world, &out, &m, &[".husky/pre-commit"]);
     // Pointing core.hooksPath somewhere new: the key and the hooks there go.
     let m = marker(world, "hookspath");
@@ -286,7 +291,7 @@ fn pre_commit_framework(world: &World) -> Result<(), Skip> {
         ),
     );
     out.ok();
-    world.host_sh(&format!("{GIT_ENV} echo y > f && git add f && git commit -qm x || true"));
+    commit_as_the_user(world);
     held(world, &out, &m, &[".pre-commit-config.yaml"]);
     assert_eq!(
         std::fs::read_to_string(world.ws.join(".pre-commit-config.yaml")).expect("read"),
