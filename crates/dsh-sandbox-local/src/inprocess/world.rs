@@ -186,17 +186,37 @@ pub(crate) fn build(plan: &WorldPlan) -> Result<(), StepError> {
 /// empty file or directory, bound from another mask still covered or from a spare copy
 /// ([`Spares`]). A path that is gone stays uncovered (nothing to read or keep), and a failed
 /// mount leaves it as it is (the next change tries again).
+///
+/// The kernel reports the change when it drops the cover, which is before the rename puts the
+/// new file at the path: a pass that runs in between finds the old file there, which can no
+/// longer be mounted on. So passes repeat, a millisecond apart, until one finds every path
+/// covered (or gone), for at most about a fifth of a second per change.
 pub(crate) fn recover(plan: &WorldPlan, spares: &mut Spares) {
+    for _ in 0..200 {
+        if recover_once(plan, spares) {
+            return;
+        }
+        let pause = libc::timespec { tv_sec: 0, tv_nsec: 1_000_000 };
+        // SAFETY: sleeping on a stack timespec.
+        unsafe { libc::nanosleep(&pause, std::ptr::null_mut()) };
+    }
+}
+
+/// One pass of [`recover`]; whether every path was found covered or gone.
+fn recover_once(plan: &WorldPlan, spares: &mut Spares) -> bool {
+    let mut settled = true;
     for path in &plan.protected {
         if mount_root(path) == Some(false) {
-            let _ = bind_read_only(path, path, 0);
+            settled &= bind_read_only(path, path, 0).is_ok() && mount_root(path) != Some(false);
         }
     }
     for (path, _) in &plan.masks {
         if let (Some(false), Some(dir)) = (mount_root(path), is_dir(path)) {
             spares.cover(plan, usize::from(dir), path);
+            settled &= mount_root(path) != Some(false);
         }
     }
+    settled
 }
 
 /// Detached copies of the empty file and directory covers, made in the namespace from a mask
@@ -238,6 +258,9 @@ impl Spares {
         if let Some((source, _)) = intact
             && bind_read_only(source, target, 0).is_ok()
         {
+            if self.fd[kind] < 0 {
+                self.refill(kind, target);
+            }
             return;
         }
         if self.fd[kind] >= 0 {

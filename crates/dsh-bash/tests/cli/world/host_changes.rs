@@ -156,26 +156,31 @@ fn attack_host_renames(world: &World) -> Result<(), Skip> {
     assert!(wait_until(Duration::from_secs(30), || started.exists()), "the command did not start");
     let running = super::host::pids_with(&marker);
     assert!(!running.is_empty(), "the running command is not found by its marker");
-    replace_by_rename(world, &home.join(".git-credentials"), "https://u:THIRD-SECRET-7a8b@host\n");
-    replace_by_rename(world, &world.ws.join(".envrc"), "export A=3\n");
-    replace_by_rename(world, &world.ws.join("keys/token"), "WS-SECRET-3\n");
-    replace_by_rename(world, &home.join(".netrc"), "machine host password NETRC2-SECRET-9c0d\n");
-    // The covers inside the workspace are made again by the harness once the kernel reports
+    // One file at a time: the covers are made again by the harness once the kernel reports
     // the change (a short moment, the README says: a command that opens the file within it
-    // keeps what it opened, for the auto-run check after the call to see); the command tries
-    // once they are back, as one would a moment later. Landlock's denials outside the
-    // workspace have no such moment.
-    let covered = |pid: u32| {
-        let table = std::fs::read_to_string(format!("/proc/{pid}/mountinfo")).unwrap_or_default();
-        [world.ws.join(".envrc"), world.ws.join("keys/token")].iter().all(|path| {
-            let path = path.display().to_string();
+    // keeps what it opened, for the auto-run check after the call to see), each before the
+    // next change could repair it; the command tries once they are back, as one would a
+    // moment later. Landlock's denials outside the workspace have no such moment.
+    let covered = |path: &Path| {
+        let path = path.display().to_string();
+        running.iter().any(|pid| {
+            let table = std::fs::read_to_string(format!("/proc/{pid}/mountinfo")).unwrap_or_default();
             table.lines().any(|line| line.split(' ').nth(4) == Some(path.as_str()))
         })
     };
-    assert!(
-        wait_until(Duration::from_secs(20), || running.iter().any(|pid| covered(*pid))),
-        "the covers replaced by the host were not made again in the running command's world"
-    );
+    for (path, text) in [
+        (home.join(".git-credentials"), "https://u:THIRD-SECRET-7a8b@host\n"),
+        (world.ws.join(".envrc"), "export A=3\n"),
+        (world.ws.join("keys/token"), "WS-SECRET-3\n"),
+        (home.join(".netrc"), "machine host password NETRC2-SECRET-9c0d\n"),
+    ] {
+        replace_by_rename(world, &path, text);
+        assert!(
+            wait_until(Duration::from_secs(20), || covered(&path)),
+            "{} replaced by the host was not covered again in the running command's world",
+            path.display()
+        );
+    }
     std::fs::write(&go, "").expect("write go");
     world.give(&go);
     let during = batch.answer();
