@@ -180,6 +180,10 @@ pub(crate) fn bwrap_world_args(
         let root = text(root)?;
         args.extend(["--bind".to_owned(), root.clone(), root]);
     }
+    for dir in &world.pinned {
+        let dir = text(dir)?;
+        args.extend(["--bind".to_owned(), dir.clone(), dir]);
+    }
     for path in &world.protected {
         let path = text(path)?;
         args.extend(["--ro-bind".to_owned(), path.clone(), path]);

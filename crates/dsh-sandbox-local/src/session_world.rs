@@ -142,11 +142,13 @@ impl SessionWorlds {
         let protected = protected_paths(&writable, &config.protected_paths);
         let masks = denied_paths(&spellings, &hidden);
         let identities = protected.iter().chain(masks.iter().map(|(p, _)| p)).map(|p| identity(p)).collect();
+        let pinned = pinned_dirs(&writable, protected.iter().chain(masks.iter().map(|(p, _)| p)));
         let spec = WorldSpec {
             tmp: session.join("tmp"),
             shm: session.join("shm"),
             writable: policy.mode == SandboxMode::WorkspaceWrite,
             protected,
+            pinned,
             masks,
             empty_file: base.join("empty"),
             empty_dir: base.join("empty.d"),
@@ -196,6 +198,23 @@ fn denied_paths(spellings: &[PathBuf], hidden: &[PathBuf]) -> Vec<(PathBuf, bool
         found.push((path, meta.is_dir()));
     }
     found
+}
+
+/// The directories strictly inside a writable root on the way to each of `covered`, shallowest
+/// first: pinned in the command's world so it cannot move a cover away with its directory.
+fn pinned_dirs<'a>(roots: &[PathBuf], covered: impl Iterator<Item = &'a PathBuf>) -> Vec<PathBuf> {
+    let mut pinned: Vec<PathBuf> = Vec::new();
+    for path in covered {
+        let Some(root) = roots.iter().find(|r| path.starts_with(r)) else { continue };
+        for dir in path.ancestors().skip(1).take_while(|a| a.starts_with(root) && *a != root.as_path()) {
+            let real = std::fs::symlink_metadata(dir).is_ok_and(|m| m.is_dir());
+            if real && !pinned.iter().any(|p| p == dir) {
+                pinned.push(dir.to_path_buf());
+            }
+        }
+    }
+    pinned.sort_by_key(|p| p.components().count());
+    pinned
 }
 
 /// The device and inode at `path` (not following a last link), if something is there.

@@ -46,6 +46,9 @@ pub(crate) struct WorldSpec {
     /// Whether `/tmp` and `/dev/shm` are writable (workspace-write) or read-only.
     pub writable: bool,
     pub protected: Vec<PathBuf>,
+    /// Directories inside the writable roots on the way to a protected or denied path, bound
+    /// onto themselves so the command cannot move them (see `world::WorldPlan::pinned`).
+    pub pinned: Vec<PathBuf>,
     pub masks: Vec<(PathBuf, bool)>,
     pub empty_file: PathBuf,
     pub empty_dir: PathBuf,
@@ -242,6 +245,7 @@ pub(crate) fn world_plan(spec: &WorldSpec, writable: &[PathBuf]) -> Result<World
         shm: c_path(&spec.shm)?,
         writable: spec.writable,
         protected: spec.protected.iter().map(|p| c_path(p)).collect::<Result<_, _>>()?,
+        pinned: spec.pinned.iter().map(|p| c_path(p)).collect::<Result<_, _>>()?,
         masks,
         empty_file: c_path(&spec.empty_file)?,
         empty_dir: c_path(&spec.empty_dir)?,

@@ -39,6 +39,10 @@ pub(crate) struct WorldPlan {
     pub writable: bool,
     /// Existing paths inside writable roots that become read-only.
     pub protected: Vec<CString>,
+    /// Directories inside writable roots that hold a protected or denied path, each bound onto
+    /// itself (writable as before) so the command cannot rename or remove them: a cover moves
+    /// with its directory, and a directory rebuilt in its place would hold no cover.
+    pub pinned: Vec<CString>,
     /// Paths covered by an empty file (`false`) or directory (`true`).
     pub masks: Vec<(CString, bool)>,
     pub empty_file: CString,
@@ -129,6 +133,14 @@ fn attach(fd: RawFd, target: &CStr, index: usize) -> Result<(), StepError> {
 /// Builds the world. `index` values in errors: 0–99 protected paths and masks, 100+ the
 /// private `/dev`, 200+ `/tmp` and hidden directories, 300+ re-attached mounts.
 pub(crate) fn build(plan: &WorldPlan) -> Result<(), StepError> {
+    for path in &plan.pinned {
+        // A directory this process cannot reach (a command under another uid) cannot be
+        // renamed by that command either.
+        match check(mount(path, path, None, libc::MS_BIND, None), 40) {
+            Err((_, _, libc::EACCES)) => {}
+            result => result?,
+        }
+    }
     for (i, path) in plan.protected.iter().enumerate() {
         bind_read_only(path, path, i)?;
     }

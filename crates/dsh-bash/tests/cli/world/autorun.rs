@@ -65,14 +65,21 @@ fn confined(world: &World, command: &str) -> Outcome {
     out
 }
 
-/// The planted code did not run, and each of `paths` (relative to the workspace) was
-/// reported quarantined and waits in the quarantine directory.
-#[track_caller]
 /// The user's ordinary `git add` and `git commit`, outside, where planted hooks would run.
 fn commit_as_the_user(world: &World) {
     world.host_sh(&format!("{GIT_ENV} echo y > f && git add f && git commit -qm x || true"));
 }
 
+/// A repository with no `hooks` or `info` directory: no protected path pins its git directory
+/// in the command's world, so the command may move it (else the move fails, `EBUSY`).
+fn movable_repository(world: &World) {
+    user_repository(world);
+    world.host_sh("rm -rf .git/hooks .git/info");
+}
+
+/// The planted code did not run, and each of `paths` (relative to the workspace) was
+/// reported quarantined and waits in the quarantine directory.
+#[track_caller]
 fn held(world: &World, out: &Outcome, marker: &Path, paths: &[&str]) {
     let mut problems = Vec::new();
     if marker.exists() {
@@ -95,7 +102,7 @@ fn held(world: &World, out: &Outcome, marker: &Path, paths: &[&str]) {
 
 fn rebuilt_git_dir(world: &World) -> Result<(), Skip> {
     world.require("git")?;
-    user_repository(world);
+    movable_repository(world);
     let m = marker(world, "rebuilt");
     let out = confined(
         world,
@@ -117,7 +124,7 @@ fn autorun_a_rebuilt_git_dir_is_quarantined_and_the_pinned_one_put_back() {
 
 fn gitdir_redirect(world: &World) -> Result<(), Skip> {
     world.require("git")?;
-    user_repository(world);
+    movable_repository(world);
     let m = marker(world, "gitdir");
     let out = confined(
         world,
@@ -143,7 +150,7 @@ fn autorun_a_gitdir_file_leading_to_a_planted_copy_is_quarantined() {
 
 fn gitdir_redirect_without_the_original(world: &World) -> Result<(), Skip> {
     world.require("git")?;
-    user_repository(world);
+    movable_repository(world);
     let m = marker(world, "gitdir-deep");
     // The pinned git directory is moved out of the top level: the copy's hooks are judged.
     let out = confined(

@@ -192,3 +192,41 @@ fn attack_host_renames(world: &World) -> Result<(), Skip> {
 fn world_denials_hold_when_the_host_replaces_the_files() {
     over_matrix("world_denials_hold_when_the_host_replaces_the_files", attack_host_renames);
 }
+
+/// The command itself moves the directory that holds a denied or protected path inside the
+/// workspace (a cover moves with its directory), then reads or rebuilds it.
+fn attack_moved_parents(world: &World) -> Result<(), Skip> {
+    world.write("keys/token", "MOVED-SECRET-1\n");
+    world.write(".claude/settings.json", "{}\n");
+    world.write(".git/hooks/README", "hooks\n");
+    let config = world.ws.parent().expect("parent").join("world.toml");
+    let mut file = std::fs::OpenOptions::new().append(true).open(&config).expect("open world.toml");
+    writeln!(file, "denyRead = [{:?}]", world.ws.join("keys/token").display().to_string()).expect("append");
+    let home = world.ws.parent().expect("parent").join("user-home");
+    std::fs::create_dir_all(&home).expect("mkdir home");
+    world.give(&home);
+    let mut batch = Batch::start(world, &home);
+    let first = batch.call(
+        world,
+        "mv keys keys2; mv .claude .claude2; mv .git .gitx; mkdir -p .claude && echo '{\"hooks\":1}' > .claude/settings.json; \
+         cat keys2/token keys/token; true",
+    );
+    let second = batch.call(world, "cat keys2/token keys/token; cat .claude/settings.json; true");
+    for (when, out) in [("the moving call", &first), ("the next call", &second)] {
+        assert!(!out.text.contains("MOVED-SECRET"), "{when}: the denied file was read: {out:#?}");
+    }
+    assert!(world.ws.join("keys/token").is_file(), "the denied file's directory was moved: {first:#?}");
+    let settings = std::fs::read_to_string(world.ws.join(".claude/settings.json")).expect("read settings");
+    assert_eq!(settings, "{}\n", "the protected file was replaced: {first:#?}");
+    assert!(!world.ws.join(".claude2").exists(), "the protected file's directory was moved: {first:#?}");
+    assert!(
+        !world.ws.join(".gitx").exists() && world.ws.join(".git/hooks/README").is_file(),
+        "the git directory holding the protected hooks was moved: {first:#?}"
+    );
+    Ok(())
+}
+
+#[test]
+fn world_denials_hold_when_the_command_moves_their_directories() {
+    over_matrix("world_denials_hold_when_the_command_moves_their_directories", attack_moved_parents);
+}
