@@ -91,7 +91,7 @@ impl BwrapLaunch {
     /// Keeps the covers of `plan` while the command runs (see [`Warden`]); bubblewrap is to
     /// be given `--info-fd` with [`Self::info_fd`].
     pub(crate) fn with_warden(mut self, plan: crate::inprocess::world::WorldPlan) -> Result<Self, String> {
-        if plan.protected.is_empty() && plan.masks.is_empty() {
+        if plan.protected.is_empty() && plan.masks.is_empty() && plan.late.is_empty() {
             return Ok(self);
         }
         let mut fds = [0; 2];
@@ -408,17 +408,25 @@ fn run_warden(warden: &Warden, parent: libc::pid_t) -> ! {
         }
     }
     let plan = &warden.plan;
+    let events = world::watch(plan);
     let mut spares = world::Spares::new(plan);
     let mut recover = || world::recover(plan, &mut spares);
     recover();
     loop {
-        let mut fds = [libc::pollfd { fd: mounts, events: libc::POLLPRI, revents: 0 }];
-        // SAFETY: polling a stack array of one pollfd.
-        let ready = unsafe { libc::poll(fds.as_mut_ptr(), 1, -1) };
+        // A negative descriptor is ignored by poll.
+        let mut fds = [
+            libc::pollfd { fd: mounts, events: libc::POLLPRI, revents: 0 },
+            libc::pollfd { fd: events, events: libc::POLLIN, revents: 0 },
+        ];
+        // SAFETY: polling a stack array of two pollfds.
+        let ready = unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) };
         if ready < 0 && child_errno() != libc::EINTR {
             quit();
         }
-        if fds[0].revents != 0 {
+        if fds[1].revents != 0 {
+            world::drain(events);
+        }
+        if fds.iter().any(|f| f.revents != 0) {
             recover();
         }
     }

@@ -152,6 +152,7 @@ impl SessionWorlds {
             masks,
             empty_file: base.join("empty"),
             empty_dir: base.join("empty.d"),
+            late: late_paths(&spellings, &hidden),
             reads: read_denial(&spellings, &hidden, &writable),
             identities,
             hidden,
@@ -240,6 +241,19 @@ fn read_denial(
             .filter(|p| !p.starts_with(PRIVATE_TMP) && !hidden.iter().any(|h| p.starts_with(h)))
             .filter(|p| !writable.iter().any(|w| p.starts_with(w))),
     )
+}
+
+/// The denied paths that do not exist yet, resolved as far as they do, except those below the
+/// private `/tmp` or a hidden directory.
+fn late_paths(spellings: &[PathBuf], hidden: &[PathBuf]) -> Vec<PathBuf> {
+    let mut late: Vec<PathBuf> = Vec::new();
+    for path in spellings.iter().filter_map(|p| resolve_missing(p)) {
+        let out_of_reach = path.starts_with(PRIVATE_TMP) || hidden.iter().any(|h| path.starts_with(h));
+        if !out_of_reach && std::fs::symlink_metadata(&path).is_err() && !late.contains(&path) {
+            late.push(path);
+        }
+    }
+    late
 }
 
 /// `path` with the longest existing prefix canonicalized and the missing rest appended; `None`

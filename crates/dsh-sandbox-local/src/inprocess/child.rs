@@ -344,27 +344,35 @@ pub(crate) fn run_template_init(alive: RawFd, release: RawFd, ready: RawFd, worl
         }
         libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
     }
-    close_all_but(&[alive, release]);
+    let spares = [0, 1].map(|kind| world::SPARE_FDS[kind].load(std::sync::atomic::Ordering::Relaxed));
+    close_all_but(&[alive, release, spares[0], spares[1]]);
     let mounts = match world {
         // SAFETY: opening a constant NUL-terminated path; the fd stays open for the init's life.
         Some(_) => unsafe { libc::open(c"/proc/self/mountinfo".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) },
         None => -1,
     };
+    let events = world.map_or(-1, world::watch);
     let mut spares = world.map(world::Spares::new);
     loop {
+        // A negative descriptor is ignored by poll.
         let mut fds = [
             libc::pollfd { fd: alive, events: libc::POLLIN, revents: 0 },
             libc::pollfd { fd: release, events: libc::POLLIN, revents: 0 },
             libc::pollfd { fd: mounts, events: libc::POLLPRI, revents: 0 },
+            libc::pollfd { fd: events, events: libc::POLLIN, revents: 0 },
         ];
-        let count = if mounts >= 0 { 3 } else { 2 };
-        // SAFETY: polling a stack array of `count` pollfds.
-        let ready = unsafe { libc::poll(fds.as_mut_ptr(), count, -1) };
+        // SAFETY: polling a stack array of four pollfds.
+        let ready = unsafe { libc::poll(fds.as_mut_ptr(), 4, -1) };
         if (ready < 0 && errno() != libc::EINTR) || fds[..2].iter().any(|f| f.revents != 0) {
             // SAFETY: leaving the init ends the namespace.
             unsafe { libc::_exit(0) };
         }
-        if let (Some(world), Some(spares), true) = (world, spares.as_mut(), fds[2].revents != 0) {
+        if fds[3].revents != 0 {
+            world::drain(events);
+        }
+        if let (Some(world), Some(spares), true) =
+            (world, spares.as_mut(), fds[2].revents != 0 || fds[3].revents != 0)
+        {
             world::recover(world, spares);
         }
     }

@@ -50,6 +50,9 @@ pub(crate) struct WorldSpec {
     /// onto themselves so the command cannot move them (see `world::WorldPlan::pinned`).
     pub pinned: Vec<PathBuf>,
     pub masks: Vec<(PathBuf, bool)>,
+    /// Denied paths that do not exist yet (resolved as far as they exist): covered as soon as
+    /// the host makes one, while commands run (see `world::WorldPlan::late`).
+    pub late: Vec<PathBuf>,
     pub empty_file: PathBuf,
     pub empty_dir: PathBuf,
     pub hidden: Vec<PathBuf>,
@@ -234,6 +237,19 @@ impl PreparedRules {
 
 /// The child's plan for `spec`: C strings, and the mounts to re-attach under the private
 /// `/tmp` ([`WorldSpec::below_tmp`]).
+/// The existing directories that hold a protected, masked or late path (see
+/// `world::WorldPlan::watch`).
+fn watched_dirs(spec: &WorldSpec) -> Vec<PathBuf> {
+    let covered = spec.protected.iter().chain(spec.masks.iter().map(|(p, _)| p)).chain(&spec.late);
+    let mut dirs: Vec<PathBuf> = Vec::new();
+    for parent in covered.filter_map(|p| p.parent()) {
+        if parent.is_dir() && !dirs.iter().any(|d| d == parent) {
+            dirs.push(parent.to_path_buf());
+        }
+    }
+    dirs
+}
+
 pub(crate) fn world_plan(spec: &WorldSpec, writable: &[PathBuf]) -> Result<WorldPlan, String> {
     let reattach = spec
         .below_tmp(writable)
@@ -246,6 +262,8 @@ pub(crate) fn world_plan(spec: &WorldSpec, writable: &[PathBuf]) -> Result<World
         writable: spec.writable,
         protected: spec.protected.iter().map(|p| c_path(p)).collect::<Result<_, _>>()?,
         pinned: spec.pinned.iter().map(|p| c_path(p)).collect::<Result<_, _>>()?,
+        late: spec.late.iter().map(|p| c_path(p)).collect::<Result<_, _>>()?,
+        watch: watched_dirs(spec).iter().map(|p| c_path(p)).collect::<Result<_, _>>()?,
         masks,
         empty_file: c_path(&spec.empty_file)?,
         empty_dir: c_path(&spec.empty_dir)?,

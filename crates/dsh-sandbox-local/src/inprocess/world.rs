@@ -45,6 +45,12 @@ pub(crate) struct WorldPlan {
     pub pinned: Vec<CString>,
     /// Paths covered by an empty file (`false`) or directory (`true`).
     pub masks: Vec<(CString, bool)>,
+    /// Denied paths that did not exist when the world was built: covered as soon as the host
+    /// makes one (see [`recover`]).
+    pub late: Vec<CString>,
+    /// The directories holding the covered and late paths, watched for entries the host adds,
+    /// removes or renames ([`watch`]).
+    pub watch: Vec<CString>,
     pub empty_file: CString,
     pub empty_dir: CString,
     /// Directories covered by an empty read-only tmpfs (`/run`, the runtime directory).
@@ -132,7 +138,17 @@ fn attach(fd: RawFd, target: &CStr, index: usize) -> Result<(), StepError> {
 
 /// Builds the world. `index` values in errors: 0–99 protected paths and masks, 100+ the
 /// private `/dev`, 200+ `/tmp` and hidden directories, 300+ re-attached mounts.
+/// The empty covers cloned while the host's `/tmp` is still in sight, for the template's
+/// init (forked after the build, it inherits the descriptors): file, directory.
+pub(crate) static SPARE_FDS: [std::sync::atomic::AtomicI32; 2] =
+    [std::sync::atomic::AtomicI32::new(-1), std::sync::atomic::AtomicI32::new(-1)];
+
 pub(crate) fn build(plan: &WorldPlan) -> Result<(), StepError> {
+    if !plan.masks.is_empty() || !plan.late.is_empty() {
+        for (kind, source) in [&plan.empty_file, &plan.empty_dir].into_iter().enumerate() {
+            SPARE_FDS[kind].store(clone_tree(source, 0).unwrap_or(-1), std::sync::atomic::Ordering::Relaxed);
+        }
+    }
     for path in &plan.pinned {
         // A directory this process cannot reach (a command under another uid) cannot be
         // renamed by that command either.
@@ -222,13 +238,40 @@ fn recover_once(plan: &WorldPlan, spares: &mut Spares) -> bool {
             settled &= bind_read_only(path, path, 0).is_ok() && mount_root(path) != Some(false);
         }
     }
-    for (path, _) in &plan.masks {
+    for path in plan.masks.iter().map(|(p, _)| p).chain(&plan.late) {
         if let (Some(false), Some(dir)) = (mount_root(path), is_dir(path)) {
             spares.cover(plan, usize::from(dir), path);
             settled &= mount_root(path) != Some(false);
         }
     }
     settled
+}
+
+/// An inotify descriptor watching `plan.watch` for entries added, removed or renamed there
+/// (a denied path made by the host, a denied directory replaced by another: neither changes
+/// the mount table), or `-1`. Non-blocking; see [`drain`].
+pub(crate) fn watch(plan: &WorldPlan) -> RawFd {
+    if plan.watch.is_empty() {
+        return -1;
+    }
+    // SAFETY: inotify_init1 with constant flags.
+    let fd = unsafe { libc::inotify_init1(libc::IN_CLOEXEC | libc::IN_NONBLOCK) };
+    if fd < 0 {
+        return -1;
+    }
+    let mask = libc::IN_CREATE | libc::IN_MOVED_TO | libc::IN_MOVED_FROM | libc::IN_DELETE;
+    for dir in &plan.watch {
+        // SAFETY: a NUL-terminated path; a watch that cannot be added is skipped.
+        unsafe { libc::inotify_add_watch(fd, dir.as_ptr(), mask) };
+    }
+    fd
+}
+
+/// Reads every pending event of the non-blocking inotify descriptor `fd`.
+pub(crate) fn drain(fd: RawFd) {
+    let mut buf = [0u8; 4096];
+    // SAFETY: reading into a stack buffer until the descriptor has nothing more.
+    while unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) } > 0 {}
 }
 
 /// Detached copies of the empty file and directory covers, made in the namespace from a mask
@@ -244,7 +287,13 @@ impl Spares {
     /// Copies of a covered mask of each kind (file, directory), where there is one.
     pub(crate) fn new(plan: &WorldPlan) -> Spares {
         let mut spares = Spares { fd: [-1; 2], id: [None; 2] };
-        for kind in 0..2 {
+        for (kind, stashed) in SPARE_FDS.iter().enumerate() {
+            let fd = stashed.swap(-1, std::sync::atomic::Ordering::Relaxed);
+            if fd >= 0 {
+                spares.fd[kind] = fd;
+                spares.id[kind] = fd_identity(fd);
+                continue;
+            }
             let covered =
                 plan.masks.iter().find(|(p, dir)| usize::from(*dir) == kind && mount_root(p) == Some(true));
             if let Some((path, _)) = covered {
@@ -285,6 +334,14 @@ impl Spares {
             }
         }
     }
+}
+
+/// The device and inode of what `fd` refers to.
+fn fd_identity(fd: RawFd) -> Option<(u64, u64)> {
+    // SAFETY: `stat` is plain old data; all zeroes is a valid value.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: fstat into a live buffer on the stack.
+    (unsafe { libc::fstat(fd, &mut st) } == 0).then_some((st.st_dev, st.st_ino))
 }
 
 /// The device and inode at `path` (not following a last link).

@@ -83,13 +83,15 @@ fn replace_by_rename(world: &World, path: &Path, text: &str) {
 }
 
 /// The commands that try each protection, with the marks the assertions look for.
-fn attempts(home: &Path) -> String {
+fn attempts(world: &World, home: &Path) -> String {
     let credentials = q(home.join(".git-credentials").display());
     let netrc = q(home.join(".netrc").display());
+    let aws = q(home.join(".aws/credentials").display());
+    let token = q(world.dsh_home().join("mcp/t.token").display());
     format!(
         "cat {credentials}; echo planted >> .envrc && echo WROTE-CONFIG; \
          python3 -c 'open(\".envrc\", \"a\").write(\"planted\\n\")' 2>/dev/null && echo WROTE-CONFIG; \
-         cat {netrc}; cat keys/token; true"
+         cat {netrc}; cat keys/token; cat {aws} {token} later.env 2>&1; true"
     )
 }
 
@@ -110,13 +112,16 @@ fn attack_host_renames(world: &World) -> Result<(), Skip> {
     std::fs::create_dir_all(&home).expect("mkdir home");
     std::fs::write(home.join(".git-credentials"), "https://u:FIRST-SECRET-1a2b@host\n").expect("write");
     std::fs::write(home.join("notes.txt"), "notes\n").expect("write");
+    std::fs::create_dir_all(home.join(".aws")).expect("mkdir .aws");
+    std::fs::write(home.join(".aws/credentials"), "AWS-SECRET-1\n").expect("write");
     world.write(".envrc", "export A=1\n");
     world.write("keys/token", "WS-SECRET-1\n");
     world.give(&home);
     // A denied file inside the workspace (`denyRead` in the world's composition file).
     let config = world.ws.parent().expect("parent").join("world.toml");
     let mut file = std::fs::OpenOptions::new().append(true).open(&config).expect("open world.toml");
-    writeln!(file, "denyRead = [{:?}]", world.ws.join("keys/token").display().to_string()).expect("append");
+    let denied = [world.ws.join("keys/token"), world.ws.join("later.env")].map(|p| p.display().to_string());
+    writeln!(file, "denyRead = {denied:?}").expect("append");
     let mut batch = Batch::start(world, &home);
 
     // The setup is real: the same session reads an ordinary file of the home and writes the
@@ -124,19 +129,24 @@ fn attack_host_renames(world: &World) -> Result<(), Skip> {
     let control =
         batch.call(world, &format!("cat {} && echo ok > file", q(home.join("notes.txt").display())));
     assert_eq!(control.ok(), "notes\n", "{control:#?}");
-    let first = batch.call(world, &attempts(&home));
-    assert_held(world, &first, &["FIRST-SECRET", "WS-SECRET"], "before the host changed anything");
+    let first = batch.call(world, &attempts(world, &home));
+    assert_held(
+        world,
+        &first,
+        &["FIRST-SECRET", "WS-SECRET", "AWS-SECRET"],
+        "before the host changed anything",
+    );
 
     // Between two calls of the session: both files replaced by rename; then a denied one
     // created where there was none.
     replace_by_rename(world, &home.join(".git-credentials"), "https://u:SECOND-SECRET-3c4d@host\n");
     replace_by_rename(world, &world.ws.join(".envrc"), "export A=2\n");
     replace_by_rename(world, &world.ws.join("keys/token"), "WS-SECRET-2\n");
-    let second = batch.call(world, &attempts(&home));
+    let second = batch.call(world, &attempts(world, &home));
     assert_held(world, &second, &["SECOND-SECRET", "WS-SECRET"], "between two calls");
     std::fs::write(home.join(".netrc"), "machine host password NETRC-SECRET-5e6f\n").expect("write .netrc");
     world.give(&home);
-    let created = batch.call(world, &attempts(&home));
+    let created = batch.call(world, &attempts(world, &home));
     assert_held(
         world,
         &created,
@@ -151,7 +161,10 @@ fn attack_host_renames(world: &World) -> Result<(), Skip> {
     let marker = super::host::unique("running");
     batch.send(
         world,
-        &format!("touch started; : {marker}; while [ ! -e go ]; do sleep 0.05; done; {}", attempts(&home)),
+        &format!(
+            "touch started; : {marker}; while [ ! -e go ]; do sleep 0.05; done; {}",
+            attempts(world, &home)
+        ),
     );
     assert!(wait_until(Duration::from_secs(30), || started.exists()), "the command did not start");
     let running = super::host::pids_with(&marker);
@@ -181,10 +194,31 @@ fn attack_host_renames(world: &World) -> Result<(), Skip> {
             path.display()
         );
     }
+    // A denied directory replaced by another (the old one's cover leaves with it), and denied
+    // paths that did not exist when the command started: none changes the mount table.
+    std::fs::rename(home.join(".aws"), home.join(".aws-old")).expect("move .aws");
+    std::fs::create_dir(home.join(".aws")).expect("mkdir .aws");
+    std::fs::write(home.join(".aws/credentials"), "AWS-SECRET-2\n").expect("write");
+    let tokens = world.dsh_home().join("mcp");
+    std::fs::create_dir_all(&tokens).expect("mkdir DSH_HOME/mcp");
+    std::fs::write(tokens.join("t.token"), "TOKEN-SECRET-5\n").expect("write a token");
+    std::fs::write(world.ws.join("later.env"), "LATER-SECRET-6\n").expect("write later.env");
+    for path in [home.join(".aws"), tokens.clone(), world.ws.join("later.env")] {
+        assert!(
+            wait_until(Duration::from_secs(20), || covered(&path)),
+            "{} made by the host was not covered in the running command's world",
+            path.display()
+        );
+    }
     std::fs::write(&go, "").expect("write go");
     world.give(&go);
     let during = batch.answer();
-    assert_held(world, &during, &["THIRD-SECRET", "NETRC2-SECRET", "WS-SECRET"], "while a command runs");
+    assert_held(
+        world,
+        &during,
+        &["THIRD-SECRET", "NETRC2-SECRET", "WS-SECRET", "AWS-SECRET", "TOKEN-SECRET", "LATER-SECRET"],
+        "while a command runs",
+    );
     Ok(())
 }
 
