@@ -10,18 +10,31 @@ pub const ESCAPES_NOTE: &str = "(control characters are shown as \\x.. and \\u{.
 /// Whether `c` is shown as an escape: C0 controls and DEL, C1 controls, and the invisible
 /// format characters that reorder or hide text (bidi marks, embeddings, overrides and
 /// isolates, zero-width characters, line and paragraph separators, word joiners, the byte
-/// order mark, interlinear annotations, tag characters).
+/// order mark, interlinear annotations, tag characters), the characters that show as nothing
+/// or as a blank (soft hyphen, combining grapheme joiner, Hangul and Khmer fillers, the
+/// Mongolian vowel separator, variation selectors) and every space but the plain one.
 fn needs_escape(c: char) -> bool {
     c.is_control()
+        || (c.is_whitespace() && c != ' ')
         || matches!(
             c,
-            '\u{061c}'
+            '\u{00ad}'
+                | '\u{034f}'
+                | '\u{061c}'
+                | '\u{115f}'..='\u{1160}'
+                | '\u{17b4}'..='\u{17b5}'
+                | '\u{180b}'..='\u{180f}'
                 | '\u{200b}'..='\u{200f}'
                 | '\u{2028}'..='\u{202e}'
-                | '\u{2060}'..='\u{2069}'
+                | '\u{2060}'..='\u{206f}'
+                | '\u{3164}'
+                | '\u{fe00}'..='\u{fe0f}'
                 | '\u{feff}'
+                | '\u{ffa0}'
                 | '\u{fff9}'..='\u{fffb}'
-                | '\u{e0000}'..='\u{e007f}'
+                | '\u{1bca0}'..='\u{1bca3}'
+                | '\u{1d173}'..='\u{1d17a}'
+                | '\u{e0000}'..='\u{e0fff}'
         )
 }
 
@@ -113,6 +126,20 @@ pub fn subject_lines(tool_name: &str, subject: &ApprovalSubject) -> QuestionLine
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn invisible_and_blank_characters_are_escaped() {
+        for c in
+            ['\u{00ad}', '\u{034f}', '\u{115f}', '\u{3164}', '\u{00a0}', '\u{3000}', '\u{fe0f}', '\u{e0100}']
+        {
+            let (shown, escaped) = escape(&format!("ls{c}x"));
+            assert!(
+                escaped && shown.starts_with("ls\\u{") && shown.ends_with("}x"),
+                "{c:?} shown as {shown:?}"
+            );
+        }
+        assert_eq!(escape("ls -la é 日本"), ("ls -la é 日本".to_owned(), false));
+    }
 
     #[test]
     fn controls_and_bidi_characters_are_escaped() {
