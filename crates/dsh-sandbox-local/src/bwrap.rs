@@ -356,6 +356,13 @@ fn run_warden(warden: &Warden, parent: libc::pid_t) -> ! {
         }
         libc::syscall(libc::SYS_close_range, info + 1, libc::c_uint::MAX, 0);
     }
+    // The warden ends with bubblewrap: its exit makes this descriptor readable (the parent-death
+    // signal alone is not relied on).
+    // SAFETY: pidfd_open of our parent with no flags.
+    let bubblewrap = unsafe { libc::syscall(libc::SYS_pidfd_open, parent, 0) } as libc::c_int;
+    if bubblewrap < 0 {
+        quit();
+    }
     let Some(pid) = read_child_pid(info) else { quit() };
     // SAFETY: closing our own descriptor.
     unsafe { libc::close(info) };
@@ -384,12 +391,11 @@ fn run_warden(warden: &Warden, parent: libc::pid_t) -> ! {
             break;
         }
         waited += 1;
-        if waited > 60_000 {
+        let mut gone = [libc::pollfd { fd: bubblewrap, events: libc::POLLIN, revents: 0 }];
+        // SAFETY: polling a stack array of one pollfd for a millisecond.
+        if waited > 30_000 || unsafe { libc::poll(gone.as_mut_ptr(), 1, 1) } != 0 {
             quit();
         }
-        let pause = libc::timespec { tv_sec: 0, tv_nsec: 500_000 };
-        // SAFETY: sleeping on a stack timespec.
-        unsafe { libc::nanosleep(&pause, std::ptr::null_mut()) };
     }
     let mounts = proc_open(b"/mountinfo", libc::O_RDONLY);
     let root = proc_open(b"/root", libc::O_PATH | libc::O_DIRECTORY);
@@ -417,16 +423,17 @@ fn run_warden(warden: &Warden, parent: libc::pid_t) -> ! {
         let mut fds = [
             libc::pollfd { fd: mounts, events: libc::POLLPRI, revents: 0 },
             libc::pollfd { fd: events, events: libc::POLLIN, revents: 0 },
+            libc::pollfd { fd: bubblewrap, events: libc::POLLIN, revents: 0 },
         ];
-        // SAFETY: polling a stack array of two pollfds.
-        let ready = unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) };
-        if ready < 0 && child_errno() != libc::EINTR {
+        // SAFETY: polling a stack array of three pollfds.
+        let ready = unsafe { libc::poll(fds.as_mut_ptr(), 3, -1) };
+        if (ready < 0 && child_errno() != libc::EINTR) || fds[2].revents != 0 {
             quit();
         }
         if fds[1].revents != 0 {
             world::drain(events);
         }
-        if fds.iter().any(|f| f.revents != 0) {
+        if fds[..2].iter().any(|f| f.revents != 0) {
             recover();
         }
     }
