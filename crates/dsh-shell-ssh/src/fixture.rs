@@ -7,6 +7,8 @@
 //! (a version manager's shims, for one) would otherwise be part of every test. The working
 //! directory is still the user's home directory from the password database.
 //!
+//! `MaxSessions` is sshd's default (10 channels per connection), as on most hosts.
+//!
 //! Needs `/usr/sbin/sshd`, `ssh-keygen` and, for logins as another user than the one running
 //! it, root. [`LoopbackSshd::start_or_skip`] fails the test under `CI=true` when the daemon
 //! cannot start, and otherwise prints why it skips.
@@ -93,7 +95,7 @@ impl LoopbackSshd {
              PermitRootLogin prohibit-password\nPubkeyAuthentication yes\nPasswordAuthentication no\n\
              PermitUserEnvironment HOME\n\
              KbdInteractiveAuthentication no\nStrictModes no\nUsePAM no\nPidFile {pid}\n\
-             MaxSessions 64\nMaxStartups 64\nPrintMotd no\nLogLevel ERROR\n",
+             MaxStartups 64\nPrintMotd no\nLogLevel ERROR\n",
             host_key = path("host_ed25519"),
             authorized = path("authorized_keys"),
             pid = path("sshd.pid"),

@@ -335,3 +335,99 @@ fn ssh_options_are_refused_where_they_cannot_apply() {
         assert_ne!(out.code, Some(0), "{out:?}");
     }
 }
+
+/// The `sleep <marker>` commands still running once those ending settled (up to 10 s).
+fn sleeps_left(marker: &str) -> Vec<String> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let left: Vec<String> = processes_with(&format!("sleep {marker}"))
+            .into_iter()
+            .filter(|c| c.starts_with("sleep "))
+            .collect();
+        if left.is_empty() || std::time::Instant::now() > deadline {
+            return left;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+/// `count` idle `sleep` processes on this machine, killed on drop.
+struct IdleProcesses(Vec<std::process::Child>);
+
+impl IdleProcesses {
+    fn spawn(count: usize) -> Self {
+        let children = (0..count)
+            .map(|_| {
+                std::process::Command::new("sleep")
+                    .arg("600")
+                    .stdin(std::process::Stdio::null())
+                    .spawn()
+                    .expect("spawn an idle sleep")
+            })
+            .collect();
+        Self(children)
+    }
+}
+
+impl Drop for IdleProcesses {
+    fn drop(&mut self) {
+        for child in &mut self.0 {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+#[test]
+fn the_kill_grace_is_time_and_does_not_grow_with_unrelated_processes() {
+    let Some(sshd) = LoopbackSshd::start_or_skip() else { return };
+    let sandbox = Sandbox::new();
+    let idle = IdleProcesses::spawn(1000);
+    let config = sandbox.write("grace.toml", "[shell-ssh]\ngraceMs = 2000\n").display().to_string();
+    let started = std::time::Instant::now();
+    let lines = batch(
+        &sandbox,
+        &sshd,
+        &["--config", &config],
+        &[
+            json!({"tool": "bash", "args": {"command": "trap '' TERM; echo armed; sleep 60", "description": "d", "timeoutMs": 1000}}),
+        ],
+    );
+    let took = started.elapsed();
+    drop(idle);
+    assert_eq!(text(&lines[0]), "armed\n[timed out after 1000ms]\n[killed by signal: SIGKILL]");
+    // 1 s timeout + 2 s grace; a generous bound (3x) that a per-turn scan of every process
+    // far exceeds.
+    assert!(took < std::time::Duration::from_secs(9), "the timeout and grace took {took:?}");
+}
+
+#[test]
+fn timeouts_and_kills_work_with_every_channel_of_max_sessions_in_use() {
+    let Some(sshd) = LoopbackSshd::start_or_skip() else { return };
+    let sandbox = Sandbox::new();
+    let marker = format!("6003.{}", std::process::id());
+    let background = json!({"tool": "bash", "args": {"command": format!("sleep {marker}"), "description": "d", "run_in_background": true}});
+    let mut requests: Vec<Value> = (0..9).map(|_| background.clone()).collect();
+    // Nine jobs and this call: sshd's ten channels are in use when the timeout comes.
+    let nine = format!(
+        "until [ \"$(pgrep -cf '^sleep {marker}$')\" -ge 9 ]; do sleep 0.05; done; echo nine; sleep 30"
+    );
+    requests.extend([
+        json!({"tool": "bash", "args": {"command": nine, "description": "d", "timeoutMs": 5000}}),
+        background.clone(),
+        // Ten jobs: every channel is in use (a call would find none); time for the tenth to
+        // start.
+        json!({"tool": "job_output", "args": {"job_id": "bash-10", "wait": true, "timeout_ms": 1500}}),
+        json!({"tool": "job_kill", "args": {"job_id": "bash-1"}}),
+        json!({"tool": "job_output", "args": {"job_id": "bash-1", "wait": true}}),
+        bash(&format!("pgrep -cf '^sleep {marker}$'")),
+    ]);
+    let lines = batch(&sandbox, &sshd, &[], &requests);
+    assert_eq!(text(&lines[9]), "nine\n[timed out after 5000ms]\n[killed by signal: SIGTERM]");
+    assert_eq!(text(&lines[12]), "requested cancellation of job bash-1");
+    assert_eq!(text(&lines[13]), "(no new output)\n[status: killed, signal: SIGTERM]");
+    assert_eq!(text(&lines[14]), "9\n");
+    // Teardown ends the other nine, over their own channels or by the end of them.
+    assert_eq!(sleeps_left(&marker), Vec::<String>::new(), "a job outlived the harness");
+    assert_no_master_left(&sshd);
+}
