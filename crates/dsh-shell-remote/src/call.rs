@@ -101,6 +101,8 @@ impl Call {
             tokio::spawn(control_writer(writer, stdin, input, control_rx, end.clone()));
         }
         let workdir = spec.workdir.clone();
+        let far_side = transport.describe();
+        let transport = Arc::clone(transport);
         let (out, err) = (Arc::clone(&stdout), Arc::clone(&stderr));
         let (started_tx, _) = watch::channel(false);
         tokio::spawn(async move {
@@ -112,14 +114,17 @@ impl Call {
                 pump_framed(child.stderr, &err, &seen, grace, &started_tx)
             );
             started_tx.send_replace(true);
-            out.finish();
-            err.finish();
             let exit = match frame {
                 Some(_) => tokio::time::timeout(grace, child.exit)
                     .await
                     .unwrap_or(Ok(RemoteExit { code: None, out_of_memory: false })),
                 None => child.exit.await,
             };
+            if frame.is_none() && transport.gone().await {
+                err.push(format!("[{far_side} went away during the call]\n").as_bytes());
+            }
+            out.finish();
+            err.finish();
             end_tx.send_replace(Some(call_end(frame, exit, &workdir)));
         });
         Ok(Arc::new(Call { stdout, stderr, end, control }))
