@@ -186,10 +186,10 @@ async fn control_writer(
         frame.extend_from_slice(bytes);
         frame
     }
-    if let Some(bytes) = stdin {
-        if !send(&mut *writer, &data(&bytes)).await || !send(&mut *writer, b"e\n").await {
-            return;
-        }
+    if let Some(bytes) = stdin
+        && (!send(&mut *writer, &data(&bytes)).await || !send(&mut *writer, b"e\n").await)
+    {
+        return;
     }
     let mut heartbeat = tokio::time::interval_at(tokio::time::Instant::now() + HEARTBEAT, HEARTBEAT);
     loop {
