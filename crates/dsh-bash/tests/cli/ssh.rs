@@ -431,3 +431,39 @@ fn timeouts_and_kills_work_with_every_channel_of_max_sessions_in_use() {
     assert_eq!(sleeps_left(&marker), Vec::<String>::new(), "a job outlived the harness");
     assert_no_master_left(&sshd);
 }
+
+#[test]
+fn what_cannot_follow_commands_to_the_host_is_refused_at_start_and_ssh_cwd_sets_the_directory() {
+    let sandbox = Sandbox::new();
+    let call = ["call", "bash", r#"{"command":"true","description":"d"}"#];
+    let refused = |args: &[&str], said: &str| {
+        let mut all = args.to_vec();
+        all.extend(call);
+        let out = sandbox.run(&all, "");
+        assert_ne!(out.code, Some(0), "{out:?}");
+        // One line, which ends with what is refused (after the file's name, when a file set it).
+        assert!(out.stderr.starts_with("dsh-bash: ") && out.stderr.trim_end().ends_with(said), "{out:?}");
+        assert_eq!(out.stderr.trim_end().lines().count(), 1, "{out:?}");
+    };
+    let persist = "--persist keeps the shell's state in a file on this host; with --executor ssh commands run elsewhere, where it cannot follow them: drop --persist (or [tool-bash] persist)";
+    refused(&["--executor", "ssh", "--ssh-host", "h", "--persist", "cwd"], persist);
+    let table = sandbox.write("persist.toml", "[tool-bash]\npersist = \"env\"\n").display().to_string();
+    refused(&["--executor", "ssh", "--ssh-host", "h", "--config", &table], persist);
+    refused(
+        &["--executor", "container", "--image", "i", "--persist", "env"],
+        &persist.replace("--executor ssh", "--executor container"),
+    );
+    refused(
+        &["--executor", "ssh", "--ssh-host", "h", "--workspace-root", "/tmp"],
+        "--workspace-root names a directory on this host; with --executor ssh commands run on the host: give its directory with --ssh-cwd",
+    );
+    refused(&["--ssh-cwd", "/tmp"], "--ssh-cwd configures the SSH executor: add --executor ssh");
+    refused(
+        &["--executor", "ssh", "--ssh-host", "h", "--ssh-cwd", "relative"],
+        "--ssh-cwd relative: not an absolute UTF-8 path (a directory on the host)",
+    );
+    let Some(sshd) = LoopbackSshd::start_or_skip() else { return };
+    let there = sshd.dir().display().to_string();
+    let lines = batch(&sandbox, &sshd, &["--ssh-cwd", &there], &[bash("pwd")]);
+    assert_eq!(text(&lines[0]), format!("{there}\n"));
+}
