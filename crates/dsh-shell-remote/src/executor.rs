@@ -113,6 +113,24 @@ impl RemoteExecutor {
     }
 }
 
+/// Why a call was lost, followed by what it printed before (its streams' tails), so output
+/// received before the far side went away is not lost with it.
+fn lost_with_output(message: &str, call: &Call) -> String {
+    let (stdout, stderr) = (collected(&call.stdout), collected(&call.stderr));
+    if stdout.text.is_empty() && stderr.text.is_empty() {
+        return message.to_owned();
+    }
+    let mut said = format!("{message}; its output until then:\n{}", stdout.text);
+    if !stderr.text.is_empty() {
+        if !said.ends_with('\n') {
+            said.push('\n');
+        }
+        said.push_str("[stderr]\n");
+        said.push_str(&stderr.text);
+    }
+    said.trim_end_matches('\n').to_owned()
+}
+
 #[async_trait::async_trait]
 impl ShellExecutor for RemoteExecutor {
     fn sandbox_mode(&self) -> Option<SandboxMode> {
@@ -170,7 +188,7 @@ impl ShellExecutor for RemoteExecutor {
                 out_of_memory,
             }),
             CallEnd::Spawn(error) => Err(shell_spawn_error(&error)),
-            CallEnd::Lost(message) => Err(self.unavailable(message)),
+            CallEnd::Lost(message) => Err(self.unavailable(lost_with_output(&message, &call))),
         }
     }
 

@@ -190,6 +190,27 @@ impl LoopbackSshd {
     }
 }
 
+impl LoopbackSshd {
+    /// Kills the `sshd` processes serving connections (not the listener, not the commands they
+    /// run): to the client, its connection dropped; to the commands, their channel's streams
+    /// ended. Returns how many it killed.
+    pub fn drop_connections(&self) -> usize {
+        let Some(daemon) = &self.daemon else { return 0 };
+        let serving: Vec<String> = descendants(daemon.id())
+            .into_iter()
+            .filter(|pid| {
+                let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+                comm.trim_end().starts_with("sshd")
+            })
+            .map(|pid| pid.to_string())
+            .collect();
+        if !serving.is_empty() {
+            let _ = Command::new("kill").arg("-KILL").args(&serving).stderr(Stdio::null()).status();
+        }
+        serving.len()
+    }
+}
+
 impl Drop for LoopbackSshd {
     fn drop(&mut self) {
         self.kill();

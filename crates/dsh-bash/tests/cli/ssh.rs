@@ -467,3 +467,77 @@ fn what_cannot_follow_commands_to_the_host_is_refused_at_start_and_ssh_cwd_sets_
     let lines = batch(&sandbox, &sshd, &["--ssh-cwd", &there], &[bash("pwd")]);
     assert_eq!(text(&lines[0]), format!("{there}\n"));
 }
+
+/// `dsh-bash <ssh options> batch` started with `requests` (ids 1, 2, …) on its stdin, which
+/// stays open until the returned writer is dropped.
+fn start_batch(
+    sandbox: &Sandbox,
+    sshd: &LoopbackSshd,
+    requests: &[Value],
+) -> (std::process::Child, std::process::ChildStdin) {
+    let mut args: Vec<String> = ssh_options(sshd);
+    args.push("batch".into());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut child = sandbox
+        .command(&args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let mut stdin = child.stdin.take().expect("stdin");
+    for (i, request) in requests.iter().enumerate() {
+        let mut request = request.clone();
+        request["id"] = json!(i + 1);
+        use std::io::Write;
+        writeln!(stdin, "{request}").expect("request");
+    }
+    (child, stdin)
+}
+
+/// Waits (up to 30 s) for `path` to exist.
+fn wait_for_file(path: &Path) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !path.exists() {
+        assert!(std::time::Instant::now() < deadline, "{} never appeared", path.display());
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn a_dropped_connection_ends_the_remote_commands_and_keeps_the_output_received() {
+    let Some(sshd) = LoopbackSshd::start_or_skip() else { return };
+    let sandbox = Sandbox::new();
+    let marker = format!("6004.{}", std::process::id());
+    let job = json!({"tool": "bash", "args": {"command": format!("trap '' TERM; sleep {marker}"), "description": "d", "run_in_background": true}});
+    let foreground = bash(&format!("echo partial; touch started; sleep {marker}"));
+    let (child, stdin) = start_batch(&sandbox, &sshd, &[job, foreground]);
+    wait_for_file(&sandbox.path().join("started"));
+    assert!(sshd.drop_connections() > 0, "no connection to drop");
+    drop(stdin);
+    let out = child.wait_with_output().expect("wait");
+    let lines: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("json"))
+        .collect();
+    let lost = lines.iter().find(|l| l["id"] == json!(2)).expect("the foreground result");
+    assert_eq!(lost["isError"], json!(true), "{lost}");
+    assert!(text(lost).contains("lost the connection to the host"), "{}", text(lost));
+    assert!(text(lost).ends_with("; its output until then:\npartial"), "{}", text(lost));
+    // The far side ended both commands (the job ignores TERM: KILL after the grace).
+    assert_eq!(sleeps_left(&marker), Vec::<String>::new(), "a command outlived its connection");
+}
+
+#[test]
+fn a_killed_harness_leaves_no_command_running_on_the_host() {
+    let Some(sshd) = LoopbackSshd::start_or_skip() else { return };
+    let sandbox = Sandbox::new();
+    let marker = format!("6005.{}", std::process::id());
+    let job = json!({"tool": "bash", "args": {"command": format!("sleep {marker}"), "description": "d", "run_in_background": true}});
+    let foreground = bash(&format!("touch started; sleep {marker}"));
+    let (mut child, stdin) = start_batch(&sandbox, &sshd, &[job, foreground]);
+    wait_for_file(&sandbox.path().join("started"));
+    child.kill().expect("SIGKILL the harness");
+    let _ = child.wait();
+    drop(stdin);
+    assert_eq!(sleeps_left(&marker), Vec::<String>::new(), "a command outlived the harness");
+}
