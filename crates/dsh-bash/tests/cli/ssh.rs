@@ -414,19 +414,34 @@ fn timeouts_and_kills_work_with_every_channel_of_max_sessions_in_use() {
     );
     requests.extend([
         json!({"tool": "bash", "args": {"command": nine, "description": "d", "timeoutMs": 5000}}),
-        background.clone(),
-        // Ten jobs: every channel is in use (a call would find none); time for the tenth to
-        // start.
-        json!({"tool": "job_output", "args": {"job_id": "bash-10", "wait": true, "timeout_ms": 1500}}),
+        json!({"tool": "bash", "args": {"command": format!("touch tenth; sleep {marker}"), "description": "d", "run_in_background": true}}),
+    ]);
+    let (child, mut stdin) = start_batch(&sandbox, &sshd, &requests);
+    // Ten jobs: every channel is in use (a call would find none).
+    wait_for_file(&sandbox.path().join("tenth"));
+    let rest = [
         json!({"tool": "job_kill", "args": {"job_id": "bash-1"}}),
         json!({"tool": "job_output", "args": {"job_id": "bash-1", "wait": true}}),
         bash(&format!("pgrep -cf '^sleep {marker}$'")),
-    ]);
-    let lines = batch(&sandbox, &sshd, &[], &requests);
+    ];
+    for (i, request) in rest.iter().enumerate() {
+        let mut request = request.clone();
+        request["id"] = json!(requests.len() + i + 1);
+        use std::io::Write;
+        writeln!(stdin, "{request}").expect("request");
+    }
+    drop(stdin);
+    let out = child.wait_with_output().expect("wait");
+    let mut lines: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("json"))
+        .collect();
+    lines.sort_by_key(|l| l["id"].as_u64());
+    assert_eq!(lines.len(), 14, "{lines:?}");
     assert_eq!(text(&lines[9]), "nine\n[timed out after 5000ms]\n[killed by signal: SIGTERM]");
-    assert_eq!(text(&lines[12]), "requested cancellation of job bash-1");
-    assert_eq!(text(&lines[13]), "(no new output)\n[status: killed, signal: SIGTERM]");
-    assert_eq!(text(&lines[14]), "9\n");
+    assert_eq!(text(&lines[11]), "requested cancellation of job bash-1");
+    assert_eq!(text(&lines[12]), "(no new output)\n[status: killed, signal: SIGTERM]");
+    assert_eq!(text(&lines[13]), "9\n");
     // Teardown ends the other nine, over their own channels or by the end of them.
     assert_eq!(sleeps_left(&marker), Vec::<String>::new(), "a job outlived the harness");
     assert_no_master_left(&sshd);
