@@ -57,14 +57,16 @@ now() {
     [ -n "$NOW" ] || NOW=$(date +%s%6N)
 }
 # The processes of the call, in PIDS: those whose environment holds DSH_CALL=<id> as a whole
-# entry and not DSH_DETACH=1. One `grep` reads every environment (a cost that stays small
-# however many other processes there are); without grep, bash reads them one by one.
+# entry and not DSH_DETACH=1. Among few processes bash reads the environments itself; among
+# many, one `grep` reads them all (so the cost stays small however many other processes run).
 marked() {
     PIDS=()
-    local e p x mark detach entries files=() detached=()
+    local e p x mark detach entries all files=() detached=()
     set +f
-    if command -v grep >/dev/null 2>&1; then
-        mapfile -d '' files < <(grep -lszZxF "DSH_CALL=$id" /proc/[0-9]*/environ 2>/dev/null)
+    all=(/proc/[0-9]*/environ)
+    set -f
+    if [ ${#all[@]} -gt 64 ] && command -v grep >/dev/null 2>&1; then
+        mapfile -d '' files < <(grep -lszZxF "DSH_CALL=$id" "${all[@]}" 2>/dev/null)
         if [ ${#files[@]} -gt 0 ]; then
             mapfile -d '' detached < <(grep -lszZxF DSH_DETACH=1 "${files[@]}" 2>/dev/null)
         fi
@@ -73,10 +75,9 @@ marked() {
             p=${e#/proc/} p=${p%/environ}
             PIDS+=("$p")
         done
-        set -f
         return
     fi
-    for e in /proc/[0-9]*/environ; do
+    for e in "${all[@]}"; do
         mapfile -d '' entries 2>/dev/null <"$e" || continue
         case "${entries[*]}" in *"DSH_CALL=$id"*) ;; *) continue ;; esac
         mark=0 detach=0
@@ -86,7 +87,6 @@ marked() {
         p=${e#/proc/} p=${p%/environ}
         [ $mark = 1 ] && [ $detach = 0 ] && PIDS+=("$p")
     done
-    set -f
 }
 # Sends $1 to the call's processes (and to the command's own process, which may not carry
 # the marker yet); for TERM, a helper sends KILL to what is left once $2 ms have passed, by
