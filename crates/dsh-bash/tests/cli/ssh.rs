@@ -556,3 +556,35 @@ fn a_killed_harness_leaves_no_command_running_on_the_host() {
     drop(stdin);
     assert_eq!(sleeps_left(&marker), Vec::<String>::new(), "a command outlived the harness");
 }
+
+#[test]
+fn input_a_job_does_not_read_holds_up_neither_its_kill_nor_its_later_reads() {
+    let Some(sshd) = LoopbackSshd::start_or_skip() else { return };
+    let sandbox = Sandbox::new();
+    let marker = format!("6006.{}", std::process::id());
+    // More than a pipe holds, to a job that does not read it yet, then to one that does.
+    let chunk: String = "x".repeat(16 * 1024) + "\n";
+    let input = |job: &str| json!({"tool": "job_input", "args": {"job_id": job, "text": chunk}});
+    let mut requests = vec![
+        json!({"tool": "bash", "args": {"command": format!("sleep {marker}"), "description": "d", "run_in_background": true}}),
+        json!({"tool": "bash", "args": {"command": "sleep 1; wc -c", "description": "d", "run_in_background": true}}),
+    ];
+    for _ in 0..8 {
+        requests.extend([input("bash-1"), input("bash-2")]);
+    }
+    requests.extend([
+        json!({"tool": "job_kill", "args": {"job_id": "bash-1"}}),
+        json!({"tool": "job_output", "args": {"job_id": "bash-1", "wait": true}}),
+        json!({"tool": "job_input", "args": {"job_id": "bash-2", "close_stdin": true}}),
+        json!({"tool": "job_output", "args": {"job_id": "bash-2", "wait": true}}),
+    ]);
+    let lines = batch(&sandbox, &sshd, &["--interactive"], &requests);
+    let n = requests.len();
+    assert_eq!(text(&lines[n - 3]), "(no new output)\n[status: killed, signal: SIGTERM]");
+    assert_eq!(text(&lines[n - 4]), "requested cancellation of job bash-1");
+    // `job_input` shows what the job printed since; all of it reached the reading job.
+    let shown: String = lines.iter().map(|l| text(l)).collect();
+    assert!(shown.contains(&format!("{}\n", 8 * (16 * 1024 + 1))), "{shown}");
+    assert!(text(&lines[n - 1]).ends_with("[status: completed, exit code: 0]"), "{}", text(&lines[n - 1]));
+    assert_eq!(sleeps_left(&marker), Vec::<String>::new(), "the killed job survived");
+}

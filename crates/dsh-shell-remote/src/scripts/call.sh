@@ -110,9 +110,13 @@ signal_call() {
     ) </dev/null >/dev/null 2>&1 &
 }
 # Reads the control stream (fd 4) until it ends or the lease runs out; then ends the call.
+# With a spool directory, input chunks go there (numbered) for the feeder, so a command that
+# does not read its input never holds up a kill; without one, they are written to the
+# command's stdin (fd 9) directly.
 control() {
-    local op a b
+    local op a b k=0
     trap '' PIPE
+    [ -n "$spool" ] && exec 9>&-
     while :; do
         op=
         if ! read -r -t "$lease" op a b <&4; then
@@ -120,10 +124,36 @@ control() {
             return
         fi
         case $op in
-            d) head -c "$a" <&4 | { cat >&9 2>/dev/null || cat >/dev/null; } ;;
-            e) exec 9>&- ;;
+            d)
+                if [ -n "$spool" ]; then
+                    head -c "$a" <&4 >"$spool/next" && mv -f "$spool/next" "$spool/$k"
+                    k=$((k + 1))
+                else
+                    head -c "$a" <&4 | { cat >&9 2>/dev/null || cat >/dev/null; }
+                fi
+                ;;
+            e) if [ -n "$spool" ]; then printf '%s\n' "$k" >"$spool/end"; else exec 9>&-; fi ;;
             k) signal_call "$a" "$b" ;;
         esac
+    done
+}
+# Copies the spooled input chunks, in order, to the command's stdin (fd 9), which it closes
+# after the last one once the input ended.
+feed() {
+    local k=0 delay=0.01 end
+    trap '' PIPE
+    while :; do
+        if [ -e "$spool/$k" ]; then
+            cat "$spool/$k" >&9 2>/dev/null
+            rm -f "$spool/$k"
+            k=$((k + 1)) delay=0.01
+            continue
+        fi
+        end=
+        [ -e "$spool/end" ] && read -r end <"$spool/end"
+        [ "$end" = "$k" ] && return
+        sleep "$delay"
+        case $delay in 0.01) delay=0.05 ;; *) delay=0.2 ;; esac
     done
 }
 oom_kills
@@ -152,6 +182,14 @@ exec 7< <(
 keeper=$!
 exec 5>&- 8<&-
 read -r pid <&7
+spool= feeder=
+if [ "$input" = 1 ]; then
+    spool=$(mktemp -d 2>/dev/null) || spool=
+    if [ -n "$spool" ]; then
+        feed </dev/null >/dev/null 2>&1 4<&- 6>&- 7<&- &
+        feeder=$!
+    fi
+fi
 control </dev/null >/dev/null 2>&1 6>&- 7<&- &
 controller=$!
 exec 4<&- 9>&-
@@ -171,9 +209,10 @@ marked
 [ ${#PIDS[@]} -gt 0 ] && kill -KILL "${PIDS[@]}" 2>/dev/null
 # (bash reports a killed job on its own stderr, which is the call's.)
 exec 3>&2 2>/dev/null
-kill -KILL "$keeper" "$controller"
-wait "$keeper" "$controller"
+kill -KILL "$keeper" "$controller" $feeder
+wait "$keeper" "$controller" $feeder
 exec 2>&3 3>&-
+[ -n "$spool" ] && rm -rf -- "$spool"
 oom_kills
 oom=0
 [ "$OOM" -gt "$before" ] 2>/dev/null && oom=1
