@@ -583,7 +583,7 @@ fn input_a_job_does_not_read_holds_up_neither_its_kill_nor_its_later_reads() {
     assert_eq!(text(&lines[n - 3]), "(no new output)\n[status: killed, signal: SIGTERM]");
     assert_eq!(text(&lines[n - 4]), "requested cancellation of job bash-1");
     // `job_input` shows what the job printed since; all of it reached the reading job.
-    let shown: String = lines.iter().map(|l| text(l)).collect();
+    let shown: String = lines.iter().map(text).collect();
     assert!(shown.contains(&format!("{}\n", 8 * (16 * 1024 + 1))), "{shown}");
     assert!(text(&lines[n - 1]).ends_with("[status: completed, exit code: 0]"), "{}", text(&lines[n - 1]));
     assert_eq!(sleeps_left(&marker), Vec::<String>::new(), "the killed job survived");
