@@ -475,3 +475,54 @@ fn nothing_of_the_harness_environment_reaches_the_container_and_input_reaches_a_
     assert_eq!(shown.matches("got yes\n").count(), 1, "{shown}");
     assert!(text(&lines[3]).ends_with("[status: completed, exit code: 0]"), "{shown}");
 }
+
+#[test]
+fn a_killed_harness_leaves_no_command_running_in_its_container() {
+    if !engine() {
+        return;
+    }
+    let sandbox = Sandbox::new();
+    let marker = format!("6007.{}", std::process::id());
+    let requests = [
+        json!({"tool": "bash", "id": 1, "args": {"command": format!("sleep {marker}"), "description": "d", "run_in_background": true}}),
+        bash(2, &format!("touch started; sleep {marker}")),
+    ];
+    let input: String = requests.iter().map(|r| format!("{r}\n")).collect();
+    let mut args = container_args(&[]);
+    args.push("batch");
+    let mut child = sandbox
+        .command(&args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn");
+    let mut stdin = child.stdin.take().expect("stdin");
+    {
+        use std::io::Write;
+        stdin.write_all(input.as_bytes()).expect("requests");
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !sandbox.path().join("started").exists() {
+        assert!(Instant::now() < deadline, "the command never started");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let ours = containers_of(child.id());
+    assert_eq!(ours.len(), 1, "{ours:?}");
+    child.kill().expect("SIGKILL the harness");
+    let _ = child.wait();
+    drop(stdin);
+    // The container outlives a killed harness (the next one's sweep removes it); the
+    // commands in it do not.
+    let pattern = format!("^sleep {marker}$");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let left = loop {
+        let out = Command::new("docker").args(["exec", &ours[0], "pgrep", "-f", &pattern]).output().expect("exec");
+        let left = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+        if left.is_empty() || Instant::now() > deadline {
+            break left;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let _ = Command::new("docker").args(["rm", "-f", &ours[0]]).output();
+    assert_eq!(left, "", "a command outlived the harness in its container");
+}
