@@ -516,7 +516,8 @@ fn a_killed_harness_leaves_no_command_running_in_its_container() {
     let pattern = format!("^sleep {marker}$");
     let deadline = Instant::now() + Duration::from_secs(60);
     let left = loop {
-        let out = Command::new("docker").args(["exec", &ours[0], "pgrep", "-f", &pattern]).output().expect("exec");
+        let out =
+            Command::new("docker").args(["exec", &ours[0], "pgrep", "-f", &pattern]).output().expect("exec");
         let left = String::from_utf8_lossy(&out.stdout).trim().to_owned();
         if left.is_empty() || Instant::now() > deadline {
             break left;
