@@ -130,6 +130,10 @@ pub struct CompositionArgs {
     /// ~/.ssh/known_hosts.
     #[arg(long, global = true, value_name = "FILE")]
     pub ssh_known_hosts: Option<PathBuf>,
+    /// Working directory on the SSH host of calls without a session cwd (shell-ssh `cwd`, an
+    /// absolute path there); default the harness's own path.
+    #[arg(long, global = true, value_name = "DIR")]
+    pub ssh_cwd: Option<PathBuf>,
 }
 
 /// A scripted or interactive answer to approval requests.

@@ -263,6 +263,11 @@ impl Plan {
             self.set("tool-bash", "persist", Value::String(persist.clone()))?;
         }
         if let Some(root) = &args.workspace_root {
+            if self.index(catalog::SSH_EXECUTOR).is_some() {
+                bail!(
+                    "--workspace-root names a directory on this host; with --executor ssh commands run on the host: give its directory with --ssh-cwd"
+                );
+            }
             let root = workspace_root(root)?;
             for executor in [catalog::LOCAL_EXECUTOR, catalog::SANDBOX_EXECUTOR, catalog::CONTAINER_EXECUTOR]
             {
@@ -292,7 +297,8 @@ impl Plan {
             );
         }
         if container && let Some(network) = &args.network {
-            return self.set(catalog::CONTAINER_EXECUTOR, "network", Value::String(network.clone()));
+            self.set(catalog::CONTAINER_EXECUTOR, "network", Value::String(network.clone()))?;
+            return self.refuse_persist_elsewhere();
         }
         if (network.is_some() || !args.allow_host.is_empty()) && self.index("sandbox-policy").is_none() {
             bail!(
@@ -303,6 +309,24 @@ impl Plan {
             self.set("sandbox-policy", "network", Value::String(network.clone()))?;
         }
         self.append_names("sandbox-policy", "allowHosts", &args.allow_host)?;
+        self.refuse_persist_elsewhere()
+    }
+
+    /// `persist` (`--persist` or `[tool-bash] persist`) keeps the shell's state in a file on
+    /// this host, handed to each command as a descriptor: it cannot follow commands that run
+    /// in a container or on an SSH host, so it is refused at start rather than on every call.
+    fn refuse_persist_elsewhere(&self) -> anyhow::Result<()> {
+        let persist = self.index("tool-bash").and_then(|i| self.rows[i].config.get("persist"));
+        if persist.is_none_or(|p| p.as_str() == Some("none")) {
+            return Ok(());
+        }
+        for (executor, kind) in [(catalog::CONTAINER_EXECUTOR, "container"), (catalog::SSH_EXECUTOR, "ssh")] {
+            if self.index(executor).is_some() {
+                bail!(
+                    "--persist keeps the shell's state in a file on this host; with --executor {kind} commands run elsewhere, where it cannot follow them: drop --persist (or [tool-bash] persist)"
+                );
+            }
+        }
         Ok(())
     }
 
@@ -317,6 +341,15 @@ impl Plan {
         }
         if let Some(host) = &args.ssh_host {
             self.set(catalog::SSH_EXECUTOR, "host", Value::String(host.clone()))?;
+        }
+        if let Some(cwd) = &args.ssh_cwd {
+            if self.index(catalog::SSH_EXECUTOR).is_none() {
+                bail!("--ssh-cwd configures the SSH executor: add --executor ssh");
+            }
+            let Some(text) = cwd.to_str().filter(|_| cwd.is_absolute()) else {
+                bail!("--ssh-cwd {}: not an absolute UTF-8 path (a directory on the host)", cwd.display());
+            };
+            self.set(catalog::SSH_EXECUTOR, "cwd", Value::String(text.to_owned()))?;
         }
         for (option, key, path) in [
             ("--ssh-identity", "identity", &args.ssh_identity),

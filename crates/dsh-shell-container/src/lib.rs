@@ -16,6 +16,6 @@ mod plugin;
 mod transport;
 
 pub use config::{ContainerExecutorConfig, parse_memory};
-pub use labels::{HARNESS_LABEL, SESSION_LABEL};
+pub use labels::{HARNESS_LABEL, HOST_LABEL, SESSION_LABEL};
 pub use plugin::ShellContainerPlugin;
 pub use transport::{ContainerSettings, ContainerTransport};

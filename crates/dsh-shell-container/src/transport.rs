@@ -11,10 +11,12 @@ use bollard::query_parameters::{CreateContainerOptions, ListContainersOptions, R
 use bytes::Bytes;
 use dsh_shell_remote::{RemoteChild, RemoteError, RemoteExecSpec, RemoteExit, RemoteTransport};
 use futures::StreamExt;
+use std::sync::Arc;
+
 use tokio::sync::{Mutex, OnceCell, mpsc, oneshot};
 use tokio_util::io::StreamReader;
 
-use crate::labels::{HARNESS_LABEL, SESSION_LABEL, harness_id, harness_is_gone};
+use crate::labels::{HARNESS_LABEL, HOST_LABEL, SESSION_LABEL, harness_id, host_id, ours_and_gone};
 
 /// Where and how the transport runs programs.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -61,7 +63,7 @@ pub struct ContainerTransport {
     settings: ContainerSettings,
     session: String,
     docker: OnceCell<Docker>,
-    readiness: Mutex<Readiness>,
+    readiness: Arc<Mutex<Readiness>>,
 }
 
 fn unavailable(what: &str, error: impl std::fmt::Display) -> RemoteError {
@@ -72,7 +74,7 @@ impl ContainerTransport {
     /// A transport for one session (`session` names its container `dsh-<session>` and
     /// labels it). Connects lazily.
     pub fn new(settings: ContainerSettings, session: String) -> Self {
-        Self { settings, session, docker: OnceCell::new(), readiness: Mutex::new(Readiness::Idle) }
+        Self { settings, session, docker: OnceCell::new(), readiness: Arc::new(Mutex::new(Readiness::Idle)) }
     }
 
     /// The settings the transport runs with.
@@ -132,10 +134,13 @@ impl ContainerTransport {
         };
         let mut binds = vec![same_path(&self.settings.workspace, "rw")];
         binds.extend(self.settings.read_only.iter().map(|p| same_path(p, "ro")));
-        let labels = HashMap::from([
+        let mut labels = HashMap::from([
             (HARNESS_LABEL.to_owned(), harness_id()),
             (SESSION_LABEL.to_owned(), self.session.clone()),
         ]);
+        if let Some(host) = host_id() {
+            labels.insert(HOST_LABEL.to_owned(), host);
+        }
         let host = HostConfig {
             binds: Some(binds),
             memory: self.settings.memory,
@@ -171,11 +176,36 @@ impl ContainerTransport {
     }
 }
 
+/// Whether container `id` is gone or stopped (it died, or someone removed it); if so, and it
+/// is still the one programs run in, forgets it (removing what is left of a container the
+/// transport created) so the next `exec` readies a new one.
+async fn forget_if_gone(docker: &Docker, readiness: &Mutex<Readiness>, id: &str) -> bool {
+    let running = match docker.inspect_container(id, None).await {
+        Ok(inspected) => inspected.state.and_then(|s| s.running).unwrap_or(false),
+        Err(bollard::errors::Error::DockerResponseServerError { status_code: 404, .. }) => false,
+        Err(_) => return false,
+    };
+    if running {
+        return false;
+    }
+    let mut readiness = readiness.lock().await;
+    if let Readiness::Ready { id: current, owned } = &*readiness
+        && current == id
+    {
+        if *owned {
+            let _ = docker.remove_container(id, Some(force())).await;
+        }
+        *readiness = Readiness::Idle;
+    }
+    true
+}
+
 fn force() -> RemoveContainerOptions {
     RemoveContainerOptions { force: true, v: true, ..RemoveContainerOptions::default() }
 }
 
-/// Removes the containers of harnesses that are gone (best effort: a failure is logged).
+/// Removes the containers of this host's harnesses that are gone (best effort: a failure is
+/// logged); containers of other hosts sharing the engine are left alone.
 async fn remove_leftovers(docker: &Docker) {
     let filters = HashMap::from([("label".to_owned(), vec![HARNESS_LABEL.to_owned()])]);
     let options =
@@ -188,9 +218,10 @@ async fn remove_leftovers(docker: &Docker) {
         }
     };
     for container in containers {
-        let harness =
-            container.labels.as_ref().and_then(|l| l.get(HARNESS_LABEL)).cloned().unwrap_or_default();
-        let Some(id) = container.id.filter(|_| harness_is_gone(&harness)) else { continue };
+        let label = |name: &str| container.labels.as_ref().and_then(|l| l.get(name)).cloned();
+        let harness = label(HARNESS_LABEL).unwrap_or_default();
+        let host = label(HOST_LABEL);
+        let Some(id) = container.id.filter(|_| ours_and_gone(host.as_deref(), &harness)) else { continue };
         match docker.remove_container(&id, Some(force())).await {
             Ok(()) => tracing::info!(container = %id, "removed a container left by a harness that is gone"),
             Err(e) => tracing::warn!(container = %id, error = %e, "cannot remove a leftover container"),
@@ -242,7 +273,19 @@ impl RemoteTransport for ContainerTransport {
             ..CreateExecOptions::default()
         };
         let failed = |e: bollard::errors::Error| RemoteError::Failed(format!("container {container}: {e}"));
-        let exec = docker.create_exec(&container, options).await.map_err(failed)?;
+        let (container, exec) = match docker.create_exec(&container, options.clone()).await {
+            Ok(exec) => (container, exec),
+            // It went away since the last call: a new one, once.
+            Err(e) if forget_if_gone(&docker, &self.readiness, &container).await => {
+                let fresh = self.container().await?;
+                match docker.create_exec(&fresh, options).await {
+                    Ok(exec) => (fresh, exec),
+                    Err(_) => return Err(failed(e)),
+                }
+            }
+            Err(e) => return Err(failed(e)),
+        };
+        let failed = |e: bollard::errors::Error| RemoteError::Failed(format!("container {container}: {e}"));
         let StartExecResults::Attached { mut output, input } =
             docker.start_exec(&exec.id, None).await.map_err(failed)?
         else {
@@ -306,6 +349,22 @@ impl RemoteTransport for ContainerTransport {
             version.version.as_deref().unwrap_or("?"),
             version.api_version.as_deref().unwrap_or("?")
         ))
+    }
+
+    async fn gone(&self) -> bool {
+        let id = match &*self.readiness.lock().await {
+            Readiness::Ready { id, .. } => id.clone(),
+            Readiness::Idle | Readiness::Closed => return false,
+        };
+        let Ok(docker) = self.docker().await else { return false };
+        // The engine may still be stopping it: a moment to tell.
+        for _ in 0..20 {
+            if forget_if_gone(docker, &self.readiness, &id).await {
+                return true;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+        false
     }
 
     async fn shutdown(&self) -> Result<(), RemoteError> {

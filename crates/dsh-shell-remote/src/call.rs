@@ -17,8 +17,19 @@ use crate::transport::{RemoteError, RemoteExecSpec, RemoteExit, RemoteTransport}
 
 /// The call script (see `scripts/call.sh`).
 const CALL_SCRIPT: &str = include_str!("scripts/call.sh");
-/// The kill script (see `scripts/kill.sh`).
-const KILL_SCRIPT: &str = include_str!("scripts/kill.sh");
+
+/// How often the harness tells the call script it is still there.
+const HEARTBEAT: Duration = Duration::from_secs(2);
+
+/// How long the call script waits for word from the harness before it takes the harness
+/// for gone and ends the call (its lease).
+const LEASE_SECS: u64 = 20;
+
+/// What the harness sends a running call on its control stream (see `scripts/call.sh`).
+enum Control {
+    /// Send this signal to the call's processes (`TERM` escalates after the grace, in ms).
+    Signal(&'static str, u64),
+}
 
 /// How a call ended, in the seam's terms.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -40,13 +51,11 @@ pub(crate) enum CallEnd {
 
 /// A started call: its collected streams, its stdin (when kept), and its end.
 pub(crate) struct Call {
-    /// The marker its processes carry (`DSH_CALL=<id>`).
-    pub(crate) id: String,
     pub(crate) stdout: Arc<OutputCollector>,
     pub(crate) stderr: Arc<OutputCollector>,
     end: watch::Receiver<Option<CallEnd>>,
-    /// True once the call script runs on the far side (or the call is over).
-    started: watch::Receiver<bool>,
+    /// The call's control stream (kills), written by its writer task.
+    control: mpsc::UnboundedSender<Control>,
 }
 
 /// How many chunks of input may wait for a command that does not read them.
@@ -55,7 +64,9 @@ pub(crate) const INPUT_QUEUE: usize = 64;
 impl Call {
     /// Starts `spec`'s command through `transport`, collecting into `stdout` and `stderr`;
     /// with `input`, the command's stdin stays open and takes what arrives there (until the
-    /// sender is dropped). Fails only when the transport cannot start the call script.
+    /// sender is dropped). The call script's own stdin carries the command's input, kills
+    /// and the harness's heartbeat (its lease). Fails only when the transport cannot start
+    /// the call script.
     pub(crate) async fn start(
         transport: &Arc<dyn RemoteTransport>,
         spec: &ShellExecSpec,
@@ -74,28 +85,26 @@ impl Call {
                 id.clone(),
                 spec.workdir.to_string_lossy().into_owned(),
                 spec.command.clone(),
+                u8::from(spec.stdin.is_some() || input.is_some()).to_string(),
+                grace.as_millis().max(1).to_string(),
+                LEASE_SECS.to_string(),
             ],
             cwd: None,
             env: call_env(spec, &id),
-            stdin: spec.stdin.is_some() || input.is_some(),
+            stdin: true,
         };
         let child = transport.exec(exec).await?;
         let (end_tx, end) = watch::channel(None);
-        match (child.stdin, &spec.stdin, input) {
-            (Some(mut writer), Some(bytes), _) => {
-                let bytes = bytes.clone();
-                tokio::spawn(async move {
-                    // A command that exits without reading its input is not an error.
-                    let _ = writer.write_all(&bytes).await;
-                    let _ = writer.shutdown().await;
-                });
-            }
-            (Some(writer), None, Some(input)) => input_writer(writer, input),
-            _ => {}
+        let (control, control_rx) = mpsc::unbounded_channel();
+        if let Some(writer) = child.stdin {
+            let stdin = spec.stdin.clone();
+            tokio::spawn(control_writer(writer, stdin, input, control_rx, end.clone()));
         }
         let workdir = spec.workdir.clone();
+        let far_side = transport.describe();
+        let transport = Arc::clone(transport);
         let (out, err) = (Arc::clone(&stdout), Arc::clone(&stderr));
-        let (started_tx, started) = watch::channel(false);
+        let (started_tx, _) = watch::channel(false);
         tokio::spawn(async move {
             // Once the status frame came, the command is over: a process detached from the
             // call that still holds its streams holds them for at most the grace.
@@ -105,31 +114,30 @@ impl Call {
                 pump_framed(child.stderr, &err, &seen, grace, &started_tx)
             );
             started_tx.send_replace(true);
-            out.finish();
-            err.finish();
             let exit = match frame {
                 Some(_) => tokio::time::timeout(grace, child.exit)
                     .await
                     .unwrap_or(Ok(RemoteExit { code: None, out_of_memory: false })),
                 None => child.exit.await,
             };
+            if frame.is_none() && transport.gone().await {
+                err.push(format!("[{far_side} went away during the call]\n").as_bytes());
+            }
+            out.finish();
+            err.finish();
             end_tx.send_replace(Some(call_end(frame, exit, &workdir)));
         });
-        Ok(Arc::new(Call { id, stdout, stderr, end, started }))
+        Ok(Arc::new(Call { stdout, stderr, end, control }))
     }
 
-    /// Sends `signal` to every process of the call (see [`signal_call`]) once the call
-    /// script runs on the far side: a kill sent before it started could find nothing there
-    /// and leave the command to start after it.
-    pub(crate) async fn signal(
-        &self,
-        transport: &Arc<dyn RemoteTransport>,
-        signal: &str,
-        grace_ms: u64,
-    ) -> Result<(), RemoteError> {
-        let mut started = self.started.clone();
-        let _ = started.wait_for(|started| *started).await;
-        signal_call(transport, &self.id, signal, grace_ms).await
+    /// Sends `signal` (`TERM` escalating to `KILL` after `grace_ms`, or `INT`) to every
+    /// process of the call, on the call's own control stream: no new channel or exec is
+    /// needed, however many are in use. The call script acts on it once the command has
+    /// started. Fails only when the call is over.
+    pub(crate) fn signal(&self, signal: &'static str, grace_ms: u64) -> Result<(), RemoteError> {
+        self.control
+            .send(Control::Signal(signal, grace_ms))
+            .map_err(|_| RemoteError::Failed("the call is over".to_owned()))
     }
 
     /// Resolves with how the call ended (its streams are complete by then).
@@ -159,16 +167,53 @@ fn call_env(spec: &ShellExecSpec, id: &str) -> BTreeMap<String, String> {
     overrides.chain(requested).chain(std::iter::once(script)).collect()
 }
 
-/// A task writing queued input to the command's stdin; dropping the sender closes it.
-fn input_writer(mut writer: Box<dyn AsyncWrite + Send + Unpin>, mut input: mpsc::Receiver<Vec<u8>>) {
-    tokio::spawn(async move {
-        while let Some(chunk) = input.recv().await {
-            if writer.write_all(&chunk).await.is_err() || writer.flush().await.is_err() {
-                return;
-            }
+/// The task writing the call's control stream: `stdin` (then its end), or what arrives on
+/// `input` (its end once the sender is dropped), the signals sent to the call, and a
+/// heartbeat every [`HEARTBEAT`], until the call ended or the stream broke. A command that
+/// exits without reading its input is not an error.
+async fn control_writer(
+    mut writer: Box<dyn AsyncWrite + Send + Unpin>,
+    stdin: Option<Vec<u8>>,
+    mut input: Option<mpsc::Receiver<Vec<u8>>>,
+    mut control: mpsc::UnboundedReceiver<Control>,
+    mut end: watch::Receiver<Option<CallEnd>>,
+) {
+    async fn send(writer: &mut (dyn AsyncWrite + Send + Unpin), bytes: &[u8]) -> bool {
+        writer.write_all(bytes).await.is_ok() && writer.flush().await.is_ok()
+    }
+    fn data(bytes: &[u8]) -> Vec<u8> {
+        let mut frame = format!("d {}\n", bytes.len()).into_bytes();
+        frame.extend_from_slice(bytes);
+        frame
+    }
+    if let Some(bytes) = stdin
+        && (!send(&mut *writer, &data(&bytes)).await || !send(&mut *writer, b"e\n").await)
+    {
+        return;
+    }
+    let mut heartbeat = tokio::time::interval_at(tokio::time::Instant::now() + HEARTBEAT, HEARTBEAT);
+    loop {
+        let frame = tokio::select! {
+            biased;
+            message = control.recv() => match message {
+                Some(Control::Signal(signal, grace_ms)) => format!("k {signal} {grace_ms}\n").into_bytes(),
+                None => return,
+            },
+            chunk = async { input.as_mut()?.recv().await.map(Some) }, if input.is_some() => match chunk {
+                Some(Some(chunk)) => data(&chunk),
+                _ => {
+                    input = None;
+                    b"e\n".to_vec()
+                }
+            },
+            _ = heartbeat.tick() => b"h\n".to_vec(),
+            _ = end.wait_for(Option::is_some) => break,
+        };
+        if !send(&mut *writer, &frame).await {
+            return;
         }
-        let _ = writer.shutdown().await;
-    });
+    }
+    let _ = writer.shutdown().await;
 }
 
 /// Copies `stream` into `collector` until end of file, or until `grace` after the status
@@ -266,37 +311,6 @@ fn errno_named(name: &str) -> Errno {
         "EACCES" => Errno::EACCES,
         _ => Errno::UnknownErrno,
     }
-}
-
-/// Sends `signal` (`TERM` escalating to `KILL` after `grace_ms`, or `INT`) to every process
-/// of the call `id` on the far side; resolves once the kill script is done.
-async fn signal_call(
-    transport: &Arc<dyn RemoteTransport>,
-    id: &str,
-    signal: &str,
-    grace_ms: u64,
-) -> Result<(), RemoteError> {
-    let exec = RemoteExecSpec {
-        argv: vec![
-            "bash".to_owned(),
-            "-c".to_owned(),
-            KILL_SCRIPT.to_owned(),
-            "dsh-kill".to_owned(),
-            id.to_owned(),
-            signal.to_owned(),
-            grace_ms.to_string(),
-        ],
-        cwd: None,
-        env: BTreeMap::new(),
-        stdin: false,
-    };
-    let child = transport.exec(exec).await?;
-    let drain = |mut stream: Box<dyn AsyncRead + Send + Unpin>| async move {
-        let mut sink = Vec::new();
-        let _ = stream.read_to_end(&mut sink).await;
-    };
-    let (_, _, exit) = tokio::join!(drain(child.stdout), drain(child.stderr), child.exit);
-    exit.map(|_| ())
 }
 
 /// A collector's final state in the seam's terms.

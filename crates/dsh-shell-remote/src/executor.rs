@@ -34,7 +34,6 @@ pub struct RemoteExecutor {
 /// A foreground run whose future is dropped (its caller went away) must not leave the
 /// command running on the far side: the guard ends it unless the run finished.
 struct EndUnlessFinished {
-    transport: Arc<dyn RemoteTransport>,
     call: Arc<Call>,
     grace_ms: u64,
     finished: bool,
@@ -45,13 +44,8 @@ impl Drop for EndUnlessFinished {
         if self.finished {
             return;
         }
-        let (transport, call, grace) = (Arc::clone(&self.transport), Arc::clone(&self.call), self.grace_ms);
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(async move {
-                if let Err(e) = call.signal(&transport, "TERM", grace).await {
-                    tracing::warn!(error = %e, "could not end an abandoned remote call");
-                }
-            });
+        if let Err(e) = self.call.signal("TERM", self.grace_ms) {
+            tracing::warn!(error = %e, "could not end an abandoned remote call");
         }
     }
 }
@@ -119,6 +113,24 @@ impl RemoteExecutor {
     }
 }
 
+/// Why a call was lost, followed by what it printed before (its streams' tails), so output
+/// received before the far side went away is not lost with it.
+fn lost_with_output(message: &str, call: &Call) -> String {
+    let (stdout, stderr) = (collected(&call.stdout), collected(&call.stderr));
+    if stdout.text.is_empty() && stderr.text.is_empty() {
+        return message.to_owned();
+    }
+    let mut said = format!("{message}; its output until then:\n{}", stdout.text);
+    if !stderr.text.is_empty() {
+        if !said.ends_with('\n') {
+            said.push('\n');
+        }
+        said.push_str("[stderr]\n");
+        said.push_str(&stderr.text);
+    }
+    said.trim_end_matches('\n').to_owned()
+}
+
 #[async_trait::async_trait]
 impl ShellExecutor for RemoteExecutor {
     fn sandbox_mode(&self) -> Option<SandboxMode> {
@@ -140,12 +152,8 @@ impl ShellExecutor for RemoteExecutor {
         let call = Call::start(&self.transport, &spec, stdout, stderr, None, self.grace())
             .await
             .map_err(|e| self.unavailable(e))?;
-        let mut guard = EndUnlessFinished {
-            transport: Arc::clone(&self.transport),
-            call: Arc::clone(&call),
-            grace_ms: self.grace_ms(),
-            finished: false,
-        };
+        let mut guard =
+            EndUnlessFinished { call: Arc::clone(&call), grace_ms: self.grace_ms(), finished: false };
         let _probe = spec.output_probe.as_ref().map(|slot| {
             let observed = Arc::clone(&call);
             slot.install(Arc::new(move || observed.latest_line()))
@@ -155,7 +163,7 @@ impl ShellExecutor for RemoteExecutor {
                 tokio::select! {
                     end = call.ended() => end,
                     () = deadline.signal().aborted() => {
-                        if let Err(e) = call.signal(&self.transport, "TERM", self.grace_ms()).await {
+                        if let Err(e) = call.signal("TERM", self.grace_ms()) {
                             tracing::warn!(error = %e, "could not end a remote call");
                         }
                         call.ended().await
@@ -180,7 +188,7 @@ impl ShellExecutor for RemoteExecutor {
                 out_of_memory,
             }),
             CallEnd::Spawn(error) => Err(shell_spawn_error(&error)),
-            CallEnd::Lost(message) => Err(self.unavailable(message)),
+            CallEnd::Lost(message) => Err(self.unavailable(lost_with_output(&message, &call))),
         }
     }
 

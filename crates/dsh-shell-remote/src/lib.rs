@@ -7,11 +7,14 @@
 //! TERM→KILL of the whole remote tree, no survivors, exit facts, background processes) is
 //! built once, here, over any transport: [`RemoteExecutor`].
 //!
-//! The far side needs `bash` (4.4 or later), `sleep` and a `/proc` file system; nothing is
+//! The far side needs `bash` (4.4 or later), `sleep`, `head`, `cat` and a `/proc` file system
+//! (`grep`, when there, makes finding a call's processes among many fast; `mktemp`, when it
+//! can, holds a job's input in a temporary directory until the job reads it); nothing is
 //! installed there. Each call runs a small script (`scripts/call.sh`) that starts the
 //! command, reads its wait status, kills what it left behind and reports the status in a
-//! frame at the end of stderr; a second script (`scripts/kill.sh`) ends a call on timeout,
-//! abort or kill.
+//! frame at the end of stderr. The script's stdin is the harness's control stream: the
+//! command's input, kills (timeout, abort, `job_kill`: no further channel or exec needed) and
+//! a heartbeat; when it ends or falls silent, the harness is gone and the call ends itself.
 
 #![deny(missing_docs)]
 

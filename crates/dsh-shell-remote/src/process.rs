@@ -117,14 +117,11 @@ impl RemoteShellProcess {
         }
     }
 
-    /// Sends `signal` to the call's processes, in a task (the caller does not wait).
+    /// Sends `signal` to the call's processes (the caller does not wait for them to end).
     fn end_call(&self, call: &Arc<Call>, signal: &'static str) {
-        let (transport, call, grace) = (Arc::clone(&self.transport), Arc::clone(call), self.grace_ms);
-        tokio::spawn(async move {
-            if let Err(e) = call.signal(&transport, signal, grace).await {
-                tracing::warn!(error = %e, "could not signal a remote job");
-            }
-        });
+        if let Err(e) = call.signal(signal, self.grace_ms) {
+            tracing::warn!(error = %e, "could not signal a remote job");
+        }
     }
 
     fn settle(&self, end: CallEnd, signal: Option<&AbortSignal>) {

@@ -73,6 +73,12 @@ pub trait RemoteTransport: Send + Sync + 'static {
     /// Whether the far side answers, and what it is (the engine's version, the host's
     /// `uname`), for `doctor`; readies nothing that `exec` would not.
     async fn probe(&self) -> Result<String, RemoteError>;
+    /// Asked when a program ended without its call's status: whether the far side itself
+    /// went away meanwhile (its container stopped or was removed). When it did, the
+    /// transport readies a new one for the next `exec`. By default a transport cannot tell.
+    async fn gone(&self) -> bool {
+        false
+    }
     /// Releases the far side (removes the session's container, closes the connection).
     /// Idempotent; an `exec` afterwards fails.
     async fn shutdown(&self) -> Result<(), RemoteError>;

@@ -7,6 +7,8 @@
 //! (a version manager's shims, for one) would otherwise be part of every test. The working
 //! directory is still the user's home directory from the password database.
 //!
+//! `MaxSessions` is sshd's default (10 channels per connection), as on most hosts.
+//!
 //! Needs `/usr/sbin/sshd`, `ssh-keygen` and, for logins as another user than the one running
 //! it, root. [`LoopbackSshd::start_or_skip`] fails the test under `CI=true` when the daemon
 //! cannot start, and otherwise prints why it skips.
@@ -93,7 +95,7 @@ impl LoopbackSshd {
              PermitRootLogin prohibit-password\nPubkeyAuthentication yes\nPasswordAuthentication no\n\
              PermitUserEnvironment HOME\n\
              KbdInteractiveAuthentication no\nStrictModes no\nUsePAM no\nPidFile {pid}\n\
-             MaxSessions 64\nMaxStartups 64\nPrintMotd no\nLogLevel ERROR\n",
+             MaxStartups 64\nPrintMotd no\nLogLevel ERROR\n",
             host_key = path("host_ed25519"),
             authorized = path("authorized_keys"),
             pid = path("sshd.pid"),
@@ -185,6 +187,27 @@ impl LoopbackSshd {
         let pids: Vec<String> = tree.iter().map(u32::to_string).collect();
         let _ = Command::new("kill").arg("-KILL").args(&pids).stderr(Stdio::null()).status();
         let _ = daemon.wait();
+    }
+}
+
+impl LoopbackSshd {
+    /// Kills the `sshd` processes serving connections (not the listener, not the commands they
+    /// run): to the client, its connection dropped; to the commands, their channel's streams
+    /// ended. Returns how many it killed.
+    pub fn drop_connections(&self) -> usize {
+        let Some(daemon) = &self.daemon else { return 0 };
+        let serving: Vec<String> = descendants(daemon.id())
+            .into_iter()
+            .filter(|pid| {
+                let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+                comm.trim_end().starts_with("sshd")
+            })
+            .map(|pid| pid.to_string())
+            .collect();
+        if !serving.is_empty() {
+            let _ = Command::new("kill").arg("-KILL").args(&serving).stderr(Stdio::null()).status();
+        }
+        serving.len()
     }
 }
 

@@ -36,7 +36,7 @@
 //! host) over any transport. The remote account's login shell must be a POSIX shell, and the
 //! host needs `bash` and `/proc`. Each command is one session channel of the connection: the
 //! host's `sshd` `MaxSessions` (10 by default) bounds the calls and background jobs running at
-//! once.
+//! once; kills travel on the command's own channel, so they work with every channel in use.
 
 mod command_line;
 #[cfg(feature = "fixture")]

@@ -288,7 +288,8 @@ async fn one_master_carries_concurrent_calls_and_shutdown_ends_it() {
     let Some(sshd) = LoopbackSshd::start_or_skip() else { return };
     let transport = SshTransport::new(sshd.config());
     assert_eq!(transport.control_socket().await, None, "nothing opens before the first exec");
-    let calls = (0..12).map(|i| run(&transport, argv(&["sh", "-c", &format!("sleep 0.2; echo {i}")]), None));
+    // As many as sshd's default MaxSessions lets one connection carry.
+    let calls = (0..10).map(|i| run(&transport, argv(&["sh", "-c", &format!("sleep 0.2; echo {i}")]), None));
     for (i, ran) in futures::future::join_all(calls).await.into_iter().enumerate() {
         assert_eq!((ran.stdout, ran.exit), (format!("{i}\n"), code(0)));
     }

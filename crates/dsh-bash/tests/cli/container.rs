@@ -302,8 +302,9 @@ fn containers_left_by_a_harness_that_is_gone_are_removed_on_start() {
     let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").expect("boot id");
     // A pid that cannot be alive: above the kernel's limit.
     let label = format!("dev.dsh-bash.harness={}/4194305", boot.trim());
+    let host = format!("dev.dsh-bash.host={}", this_host());
     let created = Command::new("docker")
-        .args(["run", "-d", "--label", &label, IMAGE, "sleep", "300"])
+        .args(["create", "--label", &label, "--label", &host, IMAGE, "sleep", "300"])
         .output()
         .expect("docker run");
     assert!(created.status.success(), "{created:?}");
@@ -313,6 +314,88 @@ fn containers_left_by_a_harness_that_is_gone_are_removed_on_start() {
     assert_eq!(out.stdout, "ok\n", "{out:?}");
     let inspect = Command::new("docker").args(["inspect", &leftover]).output().expect("docker inspect");
     assert!(!inspect.status.success(), "the leftover container {leftover} is still there");
+}
+
+#[test]
+fn a_container_that_dies_mid_call_is_said_and_the_next_call_gets_a_new_one() {
+    if !engine() {
+        return;
+    }
+    let sandbox = Sandbox::new();
+    let requests = [bash(1, "echo before; touch started; sleep 30"), bash(2, "echo again")];
+    let input: String = requests.iter().map(|r| format!("{r}\n")).collect();
+    let mut args = container_args(&[]);
+    args.push("batch");
+    let mut child = sandbox
+        .command(&args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    {
+        use std::io::Write;
+        let mut stdin = child.stdin.take().expect("stdin");
+        stdin.write_all(input.as_bytes()).expect("requests");
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !sandbox.path().join("started").exists() {
+        assert!(Instant::now() < deadline, "the command never started");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let ours = containers_of(child.id());
+    assert_eq!(ours.len(), 1, "{ours:?}");
+    let killed = Command::new("docker").args(["kill", &ours[0]]).output().expect("docker kill");
+    assert!(killed.status.success(), "{killed:?}");
+    let out = child.wait_with_output().expect("wait");
+    let lines: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("json"))
+        .collect();
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    let first = lines.iter().find(|l| l["id"] == json!(1)).expect("first");
+    let second = lines.iter().find(|l| l["id"] == json!(2)).expect("second");
+    assert!(text(first).starts_with("before\n"), "{}", text(first));
+    assert!(text(first).contains(" went away during the call]\n"), "{}", text(first));
+    assert_eq!(text(second), "again\n");
+}
+
+/// This host as the host label spells it: `<machine id>/<host name>`.
+fn this_host() -> String {
+    let machine = std::fs::read_to_string("/etc/machine-id").expect("machine id");
+    let name = std::fs::read_to_string("/proc/sys/kernel/hostname").expect("host name");
+    format!("{}/{}", machine.trim(), name.trim())
+}
+
+#[test]
+fn containers_of_another_host_sharing_the_engine_are_left_alone() {
+    if !engine() {
+        return;
+    }
+    // Another host's harness: its boot id is not ours, its pid may be anything (here, one
+    // not running on this host); once without a host label, once with another host's.
+    let label = "dev.dsh-bash.harness=00000000-0000-4000-8000-000000000000/4194305";
+    let mut others = Vec::new();
+    for host in [None, Some("dev.dsh-bash.host=another-machine/another-host")] {
+        let mut args = vec!["run", "-d", "--label", label];
+        args.extend(host.map(|h| ["--label", h]).into_iter().flatten());
+        args.extend([IMAGE, "sleep", "300"]);
+        let created = Command::new("docker").args(&args).output().expect("docker run");
+        assert!(created.status.success(), "{created:?}");
+        others.push(String::from_utf8_lossy(&created.stdout).trim().to_owned());
+    }
+    let out = Sandbox::new()
+        .run(&container_args(&["call", "bash", r#"{"command":"echo ok","description":"d"}"#]), "");
+    let survived: Vec<bool> = others
+        .iter()
+        .map(|id| {
+            Command::new("docker").args(["inspect", id]).output().expect("docker inspect").status.success()
+        })
+        .collect();
+    for id in &others {
+        let _ = Command::new("docker").args(["rm", "-f", id]).output();
+    }
+    assert_eq!(out.stdout, "ok\n", "{out:?}");
+    assert_eq!(survived, [true, true], "the sweep removed another host's container");
 }
 
 #[test]
@@ -391,4 +474,56 @@ fn nothing_of_the_harness_environment_reaches_the_container_and_input_reaches_a_
     let shown = format!("{}{}", text(&lines[2]), text(&lines[3]));
     assert_eq!(shown.matches("got yes\n").count(), 1, "{shown}");
     assert!(text(&lines[3]).ends_with("[status: completed, exit code: 0]"), "{shown}");
+}
+
+#[test]
+fn a_killed_harness_leaves_no_command_running_in_its_container() {
+    if !engine() {
+        return;
+    }
+    let sandbox = Sandbox::new();
+    let marker = format!("6007.{}", std::process::id());
+    let requests = [
+        json!({"tool": "bash", "id": 1, "args": {"command": format!("sleep {marker}"), "description": "d", "run_in_background": true}}),
+        bash(2, &format!("touch started; sleep {marker}")),
+    ];
+    let input: String = requests.iter().map(|r| format!("{r}\n")).collect();
+    let mut args = container_args(&[]);
+    args.push("batch");
+    let mut child = sandbox
+        .command(&args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn");
+    let mut stdin = child.stdin.take().expect("stdin");
+    {
+        use std::io::Write;
+        stdin.write_all(input.as_bytes()).expect("requests");
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !sandbox.path().join("started").exists() {
+        assert!(Instant::now() < deadline, "the command never started");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let ours = containers_of(child.id());
+    assert_eq!(ours.len(), 1, "{ours:?}");
+    child.kill().expect("SIGKILL the harness");
+    let _ = child.wait();
+    drop(stdin);
+    // The container outlives a killed harness (the next one's sweep removes it); the
+    // commands in it do not.
+    let pattern = format!("^sleep {marker}$");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let left = loop {
+        let out =
+            Command::new("docker").args(["exec", &ours[0], "pgrep", "-f", &pattern]).output().expect("exec");
+        let left = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+        if left.is_empty() || Instant::now() > deadline {
+            break left;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let _ = Command::new("docker").args(["rm", "-f", &ours[0]]).output();
+    assert_eq!(left, "", "a command outlived the harness in its container");
 }

@@ -335,3 +335,256 @@ fn ssh_options_are_refused_where_they_cannot_apply() {
         assert_ne!(out.code, Some(0), "{out:?}");
     }
 }
+
+/// The `sleep <marker>` commands still running once those ending settled (up to 10 s).
+fn sleeps_left(marker: &str) -> Vec<String> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let left: Vec<String> = processes_with(&format!("sleep {marker}"))
+            .into_iter()
+            .filter(|c| c.starts_with("sleep "))
+            .collect();
+        if left.is_empty() || std::time::Instant::now() > deadline {
+            return left;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+/// `count` idle `sleep` processes on this machine, killed on drop.
+struct IdleProcesses(Vec<std::process::Child>);
+
+impl IdleProcesses {
+    fn spawn(count: usize) -> Self {
+        let children = (0..count)
+            .map(|_| {
+                std::process::Command::new("sleep")
+                    .arg("600")
+                    .stdin(std::process::Stdio::null())
+                    .spawn()
+                    .expect("spawn an idle sleep")
+            })
+            .collect();
+        Self(children)
+    }
+}
+
+impl Drop for IdleProcesses {
+    fn drop(&mut self) {
+        for child in &mut self.0 {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+#[test]
+fn the_kill_grace_is_time_and_does_not_grow_with_unrelated_processes() {
+    let Some(sshd) = LoopbackSshd::start_or_skip() else { return };
+    let sandbox = Sandbox::new();
+    let idle = IdleProcesses::spawn(1000);
+    let config = sandbox.write("grace.toml", "[shell-ssh]\ngraceMs = 2000\n").display().to_string();
+    let started = std::time::Instant::now();
+    let lines = batch(
+        &sandbox,
+        &sshd,
+        &["--config", &config],
+        &[
+            json!({"tool": "bash", "args": {"command": "trap '' TERM; echo armed; sleep 60", "description": "d", "timeoutMs": 1000}}),
+        ],
+    );
+    let took = started.elapsed();
+    drop(idle);
+    assert_eq!(text(&lines[0]), "armed\n[timed out after 1000ms]\n[killed by signal: SIGKILL]");
+    // 1 s timeout + 2 s grace; a generous bound (3x) that a per-turn scan of every process
+    // far exceeds.
+    assert!(took < std::time::Duration::from_secs(9), "the timeout and grace took {took:?}");
+}
+
+#[test]
+fn timeouts_and_kills_work_with_every_channel_of_max_sessions_in_use() {
+    let Some(sshd) = LoopbackSshd::start_or_skip() else { return };
+    let sandbox = Sandbox::new();
+    let marker = format!("6003.{}", std::process::id());
+    let background = json!({"tool": "bash", "args": {"command": format!("sleep {marker}"), "description": "d", "run_in_background": true}});
+    let mut requests: Vec<Value> = (0..9).map(|_| background.clone()).collect();
+    // Nine jobs and this call: sshd's ten channels are in use when the timeout comes.
+    let nine = format!(
+        "until [ \"$(pgrep -cf '^sleep {marker}$')\" -ge 9 ]; do sleep 0.05; done; echo nine; sleep 30"
+    );
+    requests.extend([
+        json!({"tool": "bash", "args": {"command": nine, "description": "d", "timeoutMs": 5000}}),
+        json!({"tool": "bash", "args": {"command": format!("touch tenth; sleep {marker}"), "description": "d", "run_in_background": true}}),
+    ]);
+    let (child, mut stdin) = start_batch(&sandbox, &sshd, &requests);
+    // Ten jobs: every channel is in use (a call would find none).
+    wait_for_file(&sandbox.path().join("tenth"));
+    let rest = [
+        json!({"tool": "job_kill", "args": {"job_id": "bash-1"}}),
+        json!({"tool": "job_output", "args": {"job_id": "bash-1", "wait": true}}),
+        bash(&format!("pgrep -cf '^sleep {marker}$'")),
+    ];
+    for (i, request) in rest.iter().enumerate() {
+        let mut request = request.clone();
+        request["id"] = json!(requests.len() + i + 1);
+        use std::io::Write;
+        writeln!(stdin, "{request}").expect("request");
+    }
+    drop(stdin);
+    let out = child.wait_with_output().expect("wait");
+    let mut lines: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("json"))
+        .collect();
+    lines.sort_by_key(|l| l["id"].as_u64());
+    assert_eq!(lines.len(), 14, "{lines:?}");
+    assert_eq!(text(&lines[9]), "nine\n[timed out after 5000ms]\n[killed by signal: SIGTERM]");
+    assert_eq!(text(&lines[11]), "requested cancellation of job bash-1");
+    assert_eq!(text(&lines[12]), "(no new output)\n[status: killed, signal: SIGTERM]");
+    assert_eq!(text(&lines[13]), "9\n");
+    // Teardown ends the other nine, over their own channels or by the end of them.
+    assert_eq!(sleeps_left(&marker), Vec::<String>::new(), "a job outlived the harness");
+    assert_no_master_left(&sshd);
+}
+
+#[test]
+fn what_cannot_follow_commands_to_the_host_is_refused_at_start_and_ssh_cwd_sets_the_directory() {
+    let sandbox = Sandbox::new();
+    let call = ["call", "bash", r#"{"command":"true","description":"d"}"#];
+    let refused = |args: &[&str], said: &str| {
+        let mut all = args.to_vec();
+        all.extend(call);
+        let out = sandbox.run(&all, "");
+        assert_ne!(out.code, Some(0), "{out:?}");
+        // One line, which ends with what is refused (after the file's name, when a file set it).
+        assert!(out.stderr.starts_with("dsh-bash: ") && out.stderr.trim_end().ends_with(said), "{out:?}");
+        assert_eq!(out.stderr.trim_end().lines().count(), 1, "{out:?}");
+    };
+    let persist = "--persist keeps the shell's state in a file on this host; with --executor ssh commands run elsewhere, where it cannot follow them: drop --persist (or [tool-bash] persist)";
+    refused(&["--executor", "ssh", "--ssh-host", "h", "--persist", "cwd"], persist);
+    let table = sandbox.write("persist.toml", "[tool-bash]\npersist = \"env\"\n").display().to_string();
+    refused(&["--executor", "ssh", "--ssh-host", "h", "--config", &table], persist);
+    refused(
+        &["--executor", "container", "--image", "i", "--persist", "env"],
+        &persist.replace("--executor ssh", "--executor container"),
+    );
+    refused(
+        &["--executor", "ssh", "--ssh-host", "h", "--workspace-root", "/tmp"],
+        "--workspace-root names a directory on this host; with --executor ssh commands run on the host: give its directory with --ssh-cwd",
+    );
+    refused(&["--ssh-cwd", "/tmp"], "--ssh-cwd configures the SSH executor: add --executor ssh");
+    refused(
+        &["--executor", "ssh", "--ssh-host", "h", "--ssh-cwd", "relative"],
+        "--ssh-cwd relative: not an absolute UTF-8 path (a directory on the host)",
+    );
+    let Some(sshd) = LoopbackSshd::start_or_skip() else { return };
+    let there = sshd.dir().display().to_string();
+    let lines = batch(&sandbox, &sshd, &["--ssh-cwd", &there], &[bash("pwd")]);
+    assert_eq!(text(&lines[0]), format!("{there}\n"));
+}
+
+/// `dsh-bash <ssh options> batch` started with `requests` (ids 1, 2, …) on its stdin, which
+/// stays open until the returned writer is dropped.
+fn start_batch(
+    sandbox: &Sandbox,
+    sshd: &LoopbackSshd,
+    requests: &[Value],
+) -> (std::process::Child, std::process::ChildStdin) {
+    let mut args: Vec<String> = ssh_options(sshd);
+    args.push("batch".into());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut child = sandbox
+        .command(&args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let mut stdin = child.stdin.take().expect("stdin");
+    for (i, request) in requests.iter().enumerate() {
+        let mut request = request.clone();
+        request["id"] = json!(i + 1);
+        use std::io::Write;
+        writeln!(stdin, "{request}").expect("request");
+    }
+    (child, stdin)
+}
+
+/// Waits (up to 30 s) for `path` to exist.
+fn wait_for_file(path: &Path) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !path.exists() {
+        assert!(std::time::Instant::now() < deadline, "{} never appeared", path.display());
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn a_dropped_connection_ends_the_remote_commands_and_keeps_the_output_received() {
+    let Some(sshd) = LoopbackSshd::start_or_skip() else { return };
+    let sandbox = Sandbox::new();
+    let marker = format!("6004.{}", std::process::id());
+    let job = json!({"tool": "bash", "args": {"command": format!("trap '' TERM; sleep {marker}"), "description": "d", "run_in_background": true}});
+    let foreground = bash(&format!("echo partial; touch started; sleep {marker}"));
+    let (child, stdin) = start_batch(&sandbox, &sshd, &[job, foreground]);
+    wait_for_file(&sandbox.path().join("started"));
+    assert!(sshd.drop_connections() > 0, "no connection to drop");
+    drop(stdin);
+    let out = child.wait_with_output().expect("wait");
+    let lines: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("json"))
+        .collect();
+    let lost = lines.iter().find(|l| l["id"] == json!(2)).expect("the foreground result");
+    assert_eq!(lost["isError"], json!(true), "{lost}");
+    assert!(text(lost).contains("lost the connection to the host"), "{}", text(lost));
+    assert!(text(lost).ends_with("; its output until then:\npartial"), "{}", text(lost));
+    // The far side ended both commands (the job ignores TERM: KILL after the grace).
+    assert_eq!(sleeps_left(&marker), Vec::<String>::new(), "a command outlived its connection");
+}
+
+#[test]
+fn a_killed_harness_leaves_no_command_running_on_the_host() {
+    let Some(sshd) = LoopbackSshd::start_or_skip() else { return };
+    let sandbox = Sandbox::new();
+    let marker = format!("6005.{}", std::process::id());
+    let job = json!({"tool": "bash", "args": {"command": format!("sleep {marker}"), "description": "d", "run_in_background": true}});
+    let foreground = bash(&format!("touch started; sleep {marker}"));
+    let (mut child, stdin) = start_batch(&sandbox, &sshd, &[job, foreground]);
+    wait_for_file(&sandbox.path().join("started"));
+    child.kill().expect("SIGKILL the harness");
+    let _ = child.wait();
+    drop(stdin);
+    assert_eq!(sleeps_left(&marker), Vec::<String>::new(), "a command outlived the harness");
+}
+
+#[test]
+fn input_a_job_does_not_read_holds_up_neither_its_kill_nor_its_later_reads() {
+    let Some(sshd) = LoopbackSshd::start_or_skip() else { return };
+    let sandbox = Sandbox::new();
+    let marker = format!("6006.{}", std::process::id());
+    // More than a pipe holds, to a job that does not read it yet, then to one that does.
+    let chunk: String = "x".repeat(16 * 1024) + "\n";
+    let input = |job: &str| json!({"tool": "job_input", "args": {"job_id": job, "text": chunk}});
+    let mut requests = vec![
+        json!({"tool": "bash", "args": {"command": format!("sleep {marker}"), "description": "d", "run_in_background": true}}),
+        json!({"tool": "bash", "args": {"command": "sleep 1; wc -c", "description": "d", "run_in_background": true}}),
+    ];
+    for _ in 0..8 {
+        requests.extend([input("bash-1"), input("bash-2")]);
+    }
+    requests.extend([
+        json!({"tool": "job_kill", "args": {"job_id": "bash-1"}}),
+        json!({"tool": "job_output", "args": {"job_id": "bash-1", "wait": true}}),
+        json!({"tool": "job_input", "args": {"job_id": "bash-2", "close_stdin": true}}),
+        json!({"tool": "job_output", "args": {"job_id": "bash-2", "wait": true}}),
+    ]);
+    let lines = batch(&sandbox, &sshd, &["--interactive"], &requests);
+    let n = requests.len();
+    assert_eq!(text(&lines[n - 3]), "(no new output)\n[status: killed, signal: SIGTERM]");
+    assert_eq!(text(&lines[n - 4]), "requested cancellation of job bash-1");
+    // `job_input` shows what the job printed since; all of it reached the reading job.
+    let shown: String = lines.iter().map(text).collect();
+    assert!(shown.contains(&format!("{}\n", 8 * (16 * 1024 + 1))), "{shown}");
+    assert!(text(&lines[n - 1]).ends_with("[status: completed, exit code: 0]"), "{}", text(&lines[n - 1]));
+    assert_eq!(sleeps_left(&marker), Vec::<String>::new(), "the killed job survived");
+}
