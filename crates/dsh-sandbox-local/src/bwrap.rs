@@ -344,8 +344,11 @@ fn run_warden(warden: &Warden, parent: libc::pid_t) -> ! {
         unsafe { libc::_exit(0) }
     };
     let info = warden.info_read.as_raw_fd();
-    // SAFETY: prctl and getppid with integer arguments; close_range on this process's fds.
+    // SAFETY: setsid, prctl and getppid with integer arguments; close_range on this process's
+    // fds. A session (and process group) of its own: the harness waits for the call's group to
+    // empty, and the warden, which outlives bubblewrap by a moment, is no part of the command.
     unsafe {
+        libc::setsid();
         libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
         if libc::getppid() != parent {
             quit();
@@ -416,7 +419,7 @@ fn run_warden(warden: &Warden, parent: libc::pid_t) -> ! {
     let plan = &warden.plan;
     let events = world::watch(plan);
     let mut spares = world::Spares::new(plan);
-    let mut recover = || world::recover(plan, &mut spares);
+    let mut recover = || world::recover(plan, &mut spares, &[bubblewrap]);
     recover();
     loop {
         // A negative descriptor is ignored by poll.

@@ -373,7 +373,7 @@ pub(crate) fn run_template_init(alive: RawFd, release: RawFd, ready: RawFd, worl
         if let (Some(world), Some(spares), true) =
             (world, spares.as_mut(), fds[2].revents != 0 || fds[3].revents != 0)
         {
-            world::recover(world, spares);
+            world::recover(world, spares, &[alive, release]);
         }
     }
 }

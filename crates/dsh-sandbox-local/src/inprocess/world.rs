@@ -219,14 +219,23 @@ pub(crate) fn build(plan: &WorldPlan) -> Result<(), StepError> {
 /// new file at the path: a pass that runs in between finds the old file there, which can no
 /// longer be mounted on. So passes repeat, a millisecond apart, until one finds every path
 /// covered (or gone), for at most about a fifth of a second per change.
-pub(crate) fn recover(plan: &WorldPlan, spares: &mut Spares) {
+///
+/// Between passes it waits on `stop` (descriptors that become readable when the watcher is to
+/// end: the harness or bubblewrap gone) and returns at once when one is.
+pub(crate) fn recover(plan: &WorldPlan, spares: &mut Spares, stop: &[RawFd]) {
     for _ in 0..200 {
         if recover_once(plan, spares) {
             return;
         }
-        let pause = libc::timespec { tv_sec: 0, tv_nsec: 1_000_000 };
-        // SAFETY: sleeping on a stack timespec.
-        unsafe { libc::nanosleep(&pause, std::ptr::null_mut()) };
+        let mut fds = [libc::pollfd { fd: -1, events: libc::POLLIN, revents: 0 }; 2];
+        for (slot, fd) in fds.iter_mut().zip(stop) {
+            slot.fd = *fd;
+        }
+        // SAFETY: polling a stack array of two pollfds (a negative descriptor is ignored) for
+        // a millisecond.
+        if unsafe { libc::poll(fds.as_mut_ptr(), 2, 1) } > 0 {
+            return;
+        }
     }
 }
 
