@@ -125,7 +125,8 @@ fn the_readme_commands_work_as_shown() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let readme = std::fs::read_to_string(root.join("README.md")).expect("README.md");
     let ci = std::fs::read_to_string(root.join(".ci/run")).expect(".ci/run");
-    let setup = "```sh\ncargo run --release --bin dsh-bash -- mcp\ncargo test --workspace --no-fail-fast\n```";
+    let setup =
+        "```sh\ncargo run --release --bin dsh-bash -- mcp\ncargo test --workspace --no-fail-fast\n```";
     assert!(readme.contains(setup), "the README's set-up block changed");
     assert!(
         ci.lines().any(|l| l.trim() == "cargo test --workspace --no-fail-fast"),
