@@ -139,10 +139,17 @@ impl SessionWorlds {
             .filter(|(owner, _)| owner.as_ref().is_some_and(|id| *id != policy.session_id));
         spellings
             .extend(others.chain(foreign.map(|(_, path)| path)).filter(|p| !shares.contains(p)).cloned());
-        let protected = protected_paths(&writable, &config.protected_paths);
-        let masks = denied_paths(&spellings, &hidden);
-        let identities = protected.iter().chain(masks.iter().map(|(p, _)| p)).map(|p| identity(p)).collect();
+        let (protected, protected_ids) = protected_paths(&writable, &config.protected_paths);
+        let (masks, mask_ids) = denied_paths(&spellings, &hidden);
+        let identities = protected_ids.into_iter().chain(mask_ids).collect();
         let pinned = pinned_dirs(&writable, protected.iter().chain(masks.iter().map(|(p, _)| p)));
+        // Every spelling resolved as far as it exists, once, for the late covers and the
+        // Landlock rules; those below the private `/tmp` or a hidden directory are out of reach.
+        let reachable: Vec<PathBuf> = spellings
+            .iter()
+            .filter_map(|p| resolve_missing(p))
+            .filter(|p| !p.starts_with(PRIVATE_TMP) && !hidden.iter().any(|h| p.starts_with(h)))
+            .collect();
         let spec = WorldSpec {
             tmp: session.join("tmp"),
             shm: session.join("shm"),
@@ -152,8 +159,8 @@ impl SessionWorlds {
             masks,
             empty_file: base.join("empty"),
             empty_dir: base.join("empty.d"),
-            late: late_paths(&spellings, &hidden),
-            reads: read_denial(&spellings, &hidden, &writable),
+            late: late_paths(&reachable),
+            reads: read_denial(&reachable, &writable),
             identities,
             hidden,
             shares,
@@ -181,24 +188,29 @@ impl SessionWorlds {
     }
 }
 
+/// A file's device and inode.
+type Identity = (u64, u64);
+
 /// The covers to mount: each existing path of `spellings`, canonical, with whether it is a
 /// directory. Skipped: missing paths (nothing to read), paths below the private `/tmp` or a
 /// hidden directory (the host's are out of reach there anyway), and paths inside another
-/// cover (unreachable through it; its mount point would not exist in the empty cover).
-fn denied_paths(spellings: &[PathBuf], hidden: &[PathBuf]) -> Vec<(PathBuf, bool)> {
-    let mut found: Vec<(PathBuf, bool)> = Vec::new();
+/// cover (unreachable through it; its mount point would not exist in the empty cover). With
+/// each cover, in the same order, the identity of what it covers (for the world's key).
+fn denied_paths(spellings: &[PathBuf], hidden: &[PathBuf]) -> (Vec<(PathBuf, bool)>, Vec<Identity>) {
+    use std::os::unix::fs::MetadataExt;
+    let mut found: Vec<(PathBuf, bool, Identity)> = Vec::new();
     for path in spellings.iter().filter_map(|p| std::fs::canonicalize(p).ok()) {
         if path.starts_with(PRIVATE_TMP) || hidden.iter().any(|h| path.starts_with(h)) {
             continue;
         }
         let Ok(meta) = std::fs::metadata(&path) else { continue };
-        if found.iter().any(|(other, _)| path.starts_with(other)) {
+        if found.iter().any(|(other, ..)| path.starts_with(other)) {
             continue;
         }
-        found.retain(|(other, _)| !other.starts_with(&path));
-        found.push((path, meta.is_dir()));
+        found.retain(|(other, ..)| !other.starts_with(&path));
+        found.push((path, meta.is_dir(), (meta.dev(), meta.ino())));
     }
-    found
+    found.into_iter().map(|(path, dir, id)| ((path, dir), id)).unzip()
 }
 
 /// The directories strictly inside a writable root on the way to each of `covered`, shallowest
@@ -218,39 +230,22 @@ fn pinned_dirs<'a>(roots: &[PathBuf], covered: impl Iterator<Item = &'a PathBuf>
     pinned
 }
 
-/// The device and inode at `path` (not following a last link), if something is there.
-fn identity(path: &Path) -> Option<(u64, u64)> {
-    use std::os::unix::fs::MetadataExt;
-    std::fs::symlink_metadata(path).ok().map(|m| (m.dev(), m.ino()))
-}
-
-/// The denied reads the Landlock rules keep closed: every spelling, existing or not, resolved
-/// to where it leads (links followed as far as the path exists), except those below the
-/// private `/tmp` or a hidden directory (out of reach anyway) and those inside a writable
-/// root, which the writable root's own rule grants in full (there the cover alone holds, and
-/// is made again when the host replaces the file, see `world::recover`).
-fn read_denial(
-    spellings: &[PathBuf],
-    hidden: &[PathBuf],
-    writable: &[PathBuf],
-) -> crate::inprocess::ReadDenial {
+/// The denied reads the Landlock rules keep closed: every reachable denied path (resolved,
+/// existing or not) except those inside a writable root, which the writable root's own rule
+/// grants in full (there the cover alone holds, and is made again when the host replaces the
+/// file, see `world::recover`).
+fn read_denial(reachable: &[PathBuf], writable: &[PathBuf]) -> crate::inprocess::ReadDenial {
     crate::inprocess::ReadDenial::new(
-        spellings
-            .iter()
-            .filter_map(|p| resolve_missing(p))
-            .filter(|p| !p.starts_with(PRIVATE_TMP) && !hidden.iter().any(|h| p.starts_with(h)))
-            .filter(|p| !writable.iter().any(|w| p.starts_with(w))),
+        reachable.iter().filter(|p| !writable.iter().any(|w| p.starts_with(w))).cloned(),
     )
 }
 
-/// The denied paths that do not exist yet, resolved as far as they do, except those below the
-/// private `/tmp` or a hidden directory.
-fn late_paths(spellings: &[PathBuf], hidden: &[PathBuf]) -> Vec<PathBuf> {
+/// The reachable denied paths that do not exist yet.
+fn late_paths(reachable: &[PathBuf]) -> Vec<PathBuf> {
     let mut late: Vec<PathBuf> = Vec::new();
-    for path in spellings.iter().filter_map(|p| resolve_missing(p)) {
-        let out_of_reach = path.starts_with(PRIVATE_TMP) || hidden.iter().any(|h| path.starts_with(h));
-        if !out_of_reach && std::fs::symlink_metadata(&path).is_err() && !late.contains(&path) {
-            late.push(path);
+    for path in reachable {
+        if std::fs::symlink_metadata(path).is_err() && !late.contains(path) {
+            late.push(path.clone());
         }
     }
     late
@@ -318,27 +313,33 @@ fn ensure_dir(path: &Path) -> Result<(), String> {
 }
 
 /// The protected paths that exist inside each writable root (a symlink counts by its target,
-/// when that is inside the root too).
-fn protected_paths(roots: &[PathBuf], relative: &[String]) -> Vec<PathBuf> {
-    let mut found = Vec::new();
+/// when that is inside the root too), and in the same order the identity of each.
+fn protected_paths(roots: &[PathBuf], relative: &[String]) -> (Vec<PathBuf>, Vec<Identity>) {
+    use std::os::unix::fs::MetadataExt;
+    let mut found: Vec<PathBuf> = Vec::new();
+    let mut ids = Vec::new();
     for root in roots {
         for rel in relative {
             let path = root.join(rel);
             let Ok(meta) = std::fs::symlink_metadata(&path) else { continue };
-            let path = if meta.file_type().is_symlink() {
+            let (path, meta) = if meta.file_type().is_symlink() {
                 match std::fs::canonicalize(&path) {
-                    Ok(target) if target.starts_with(root) => target,
+                    Ok(target) if target.starts_with(root) => match std::fs::symlink_metadata(&target) {
+                        Ok(meta) => (target, meta),
+                        Err(_) => continue,
+                    },
                     _ => continue,
                 }
             } else {
-                path
+                (path, meta)
             };
             if !found.contains(&path) {
                 found.push(path);
+                ids.push((meta.dev(), meta.ino()));
             }
         }
     }
-    found
+    (found, ids)
 }
 
 /// `/run` and the user's runtime directory, unless a writable root lives there.
@@ -390,7 +391,7 @@ mod tests {
             PathBuf::from("/tmp"),
         ];
         assert_eq!(
-            denied_paths(&spellings, &[d.join("run")]),
+            denied_paths(&spellings, &[d.join("run")]).0,
             [(d.join("netrc"), false), (d.join("config"), true)]
         );
     }

@@ -59,6 +59,33 @@ fn batch(sandbox: &Sandbox, extra: &[&str], requests: &[Value]) -> Vec<Value> {
     lines
 }
 
+/// `batch` through the container executor, started with `requests` written; its stdin is
+/// returned open (dropping it ends the batch once the requests are answered).
+fn start_batch(
+    sandbox: &Sandbox,
+    requests: &[Value],
+    stdout: std::process::Stdio,
+) -> (std::process::Child, std::process::ChildStdin) {
+    use std::io::Write;
+    let input: String = requests.iter().map(|r| format!("{r}\n")).collect();
+    let mut args = container_args(&[]);
+    args.push("batch");
+    let mut child =
+        sandbox.command(&args).stdin(std::process::Stdio::piped()).stdout(stdout).spawn().expect("spawn");
+    let mut stdin = child.stdin.take().expect("stdin");
+    stdin.write_all(input.as_bytes()).expect("requests");
+    (child, stdin)
+}
+
+/// Waits (at most `limit`) until the running command has made `started` in the workspace.
+fn wait_until_started(sandbox: &Sandbox, limit: Duration) {
+    let deadline = Instant::now() + limit;
+    while !sandbox.path().join("started").exists() {
+        assert!(Instant::now() < deadline, "the command never started");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 fn bash(id: u32, command: &str) -> Value {
     json!({"tool": "bash", "id": id, "args": {"command": command, "description": "d"}})
 }
@@ -283,11 +310,7 @@ fn the_container_lives_while_the_harness_runs_and_teardown_removes_it() {
         .spawn();
     let child = child.expect("spawn");
     let pid = child.id();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !sandbox.path().join("started").exists() {
-        assert!(Instant::now() < deadline, "the command never started");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_until_started(&sandbox, Duration::from_secs(20));
     assert_eq!(containers_of(pid).len(), 1, "one labelled container while the harness runs");
     let out = child.wait_with_output().expect("wait");
     assert_eq!(String::from_utf8_lossy(&out.stdout), "done\n");
@@ -323,25 +346,9 @@ fn a_container_that_dies_mid_call_is_said_and_the_next_call_gets_a_new_one() {
     }
     let sandbox = Sandbox::new();
     let requests = [bash(1, "echo before; touch started; sleep 30"), bash(2, "echo again")];
-    let input: String = requests.iter().map(|r| format!("{r}\n")).collect();
-    let mut args = container_args(&[]);
-    args.push("batch");
-    let mut child = sandbox
-        .command(&args)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .expect("spawn");
-    {
-        use std::io::Write;
-        let mut stdin = child.stdin.take().expect("stdin");
-        stdin.write_all(input.as_bytes()).expect("requests");
-    }
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !sandbox.path().join("started").exists() {
-        assert!(Instant::now() < deadline, "the command never started");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let (child, stdin) = start_batch(&sandbox, &requests, std::process::Stdio::piped());
+    drop(stdin);
+    wait_until_started(&sandbox, Duration::from_secs(30));
     let ours = containers_of(child.id());
     assert_eq!(ours.len(), 1, "{ours:?}");
     let killed = Command::new("docker").args(["kill", &ours[0]]).output().expect("docker kill");
@@ -487,25 +494,8 @@ fn a_killed_harness_leaves_no_command_running_in_its_container() {
         json!({"tool": "bash", "id": 1, "args": {"command": format!("sleep {marker}"), "description": "d", "run_in_background": true}}),
         bash(2, &format!("touch started; sleep {marker}")),
     ];
-    let input: String = requests.iter().map(|r| format!("{r}\n")).collect();
-    let mut args = container_args(&[]);
-    args.push("batch");
-    let mut child = sandbox
-        .command(&args)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .expect("spawn");
-    let mut stdin = child.stdin.take().expect("stdin");
-    {
-        use std::io::Write;
-        stdin.write_all(input.as_bytes()).expect("requests");
-    }
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !sandbox.path().join("started").exists() {
-        assert!(Instant::now() < deadline, "the command never started");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let (mut child, stdin) = start_batch(&sandbox, &requests, std::process::Stdio::null());
+    wait_until_started(&sandbox, Duration::from_secs(30));
     let ours = containers_of(child.id());
     assert_eq!(ours.len(), 1, "{ours:?}");
     child.kill().expect("SIGKILL the harness");

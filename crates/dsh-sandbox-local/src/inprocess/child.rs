@@ -488,31 +488,11 @@ fn mount_proc() -> libc::c_int {
     if ret < 0 {
         return ret;
     }
-    let read_only = MountAttr {
-        attr_set: MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
-        attr_clr: 0,
-        propagation: 0,
-        userns_fd: 0,
-    };
     for path in PROC_COVERS {
-        // SAFETY: a bind of a constant NUL-terminated path onto itself.
-        let bound = unsafe {
-            libc::mount(
-                path.as_ptr(),
-                path.as_ptr(),
-                std::ptr::null(),
-                libc::MS_BIND | libc::MS_REC,
-                std::ptr::null(),
-            )
-        };
-        if bound < 0 {
-            if errno() == libc::ENOENT {
-                continue;
-            }
-            return -1;
-        }
-        if mount_setattr(path, AT_RECURSIVE, &read_only) < 0 {
-            return -1;
+        // A cover this kernel has no entry for is skipped; any other failure leaves errno set.
+        match world::bind_read_only(path, path, 0) {
+            Ok(()) | Err((_, _, libc::ENOENT)) => {}
+            Err(_) => return -1,
         }
     }
     0

@@ -64,7 +64,7 @@ pub(crate) struct WorldSpec {
     /// The device and inode of each protected path and mask as the spec was made: a file the
     /// host replaced since (a rename over it drops the cover made on the old one) is another
     /// world, built afresh.
-    pub identities: Vec<Option<(u64, u64)>>,
+    pub identities: Vec<(u64, u64)>,
 }
 
 /// Where the command's private `/tmp` is mounted.

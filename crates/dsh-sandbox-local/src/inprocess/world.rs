@@ -99,7 +99,7 @@ fn bind_private(source: &CStr, target: &CStr, writable: bool, index: usize) -> R
     check(set_attr(target, 0, set, clear), index)
 }
 
-fn bind_read_only(source: &CStr, target: &CStr, index: usize) -> Result<(), StepError> {
+pub(crate) fn bind_read_only(source: &CStr, target: &CStr, index: usize) -> Result<(), StepError> {
     check(mount(source, target, None, libc::MS_BIND | libc::MS_REC, None), index)?;
     check(set_attr(target, AT_RECURSIVE, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, 0), index)
 }
