@@ -371,8 +371,7 @@ fn run_warden(warden: &Warden, parent: libc::pid_t) -> ! {
     unsafe { libc::close(info) };
     let mut path = [0u8; 64];
     let mut proc_open = |tail: &[u8], flags: libc::c_int| -> libc::c_int {
-        let len = proc_path(&mut path, pid, tail);
-        let _ = len;
+        proc_path(&mut path, pid, tail);
         // SAFETY: `path` is NUL-terminated by `proc_path`.
         unsafe { libc::open(path.as_ptr().cast(), flags | libc::O_CLOEXEC) }
     };
