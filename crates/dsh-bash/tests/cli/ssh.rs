@@ -146,7 +146,7 @@ fn bf_timeouts_kill_the_remote_process_tree() {
         (&json!(true), &json!("SIGTERM"))
     );
     assert_eq!(text(&lines[1]), "armed\n[timed out after 3000ms]\n[killed by signal: SIGTERM]");
-    assert_eq!(processes_with(&format!("sleep {marker}")), Vec::<String>::new(), "a remote process survived");
+    assert_eq!(sleeps_left(&marker), Vec::<String>::new(), "a remote process survived");
     assert_eq!(text(&lines[2]), "armed\n[timed out after 1500ms]\n[killed by signal: SIGKILL]");
     assert_eq!(text(&lines[3]), "(no output)\n[timed out after 1ms]\n[killed by signal: SIGTERM]");
     assert_no_master_left(&sshd);
@@ -240,7 +240,7 @@ fn jb_background_jobs_run_on_the_host() {
     assert_eq!(text(&lines[1]), "bg-ok\n[status: completed, exit code: 0]");
     assert_eq!(text(&lines[4]), "requested cancellation of job bash-2");
     assert_eq!(text(&lines[5]), "(no new output)\n[status: killed, signal: SIGTERM]");
-    assert_eq!(processes_with(&format!("sleep {marker}")), Vec::<String>::new(), "the killed job survived");
+    assert_eq!(sleeps_left(&marker), Vec::<String>::new(), "the killed job survived");
     assert!(text(&lines[7]).ends_with("[status: killed, signal: SIGTERM]"), "{}", text(&lines[7]));
     assert_eq!(text(&lines[9]), "x\n[status: completed, exit code: 3]");
     assert_eq!(text(&lines[10]), "(no new output)\n[status: completed, exit code: 3]");
@@ -336,7 +336,9 @@ fn ssh_options_are_refused_where_they_cannot_apply() {
     }
 }
 
-/// The `sleep <marker>` commands still running once those ending settled (up to 10 s).
+/// The `sleep <marker>` commands still running once those ending settled (up to 10 s). Only
+/// the `sleep`s count: the call script on the far side, whose command line also holds the
+/// command, sends its status frame just before it exits.
 fn sleeps_left(marker: &str) -> Vec<String> {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     loop {
