@@ -17,7 +17,9 @@ pub fn js_number(n: f64) -> Value {
 }
 
 /// `n` in its shortest JS text form (`100`, not `100.0`; `0.5`; `1e+21`; `0.000001`), as
-/// ECMAScript's `Number::toString` writes it.
+/// ECMAScript's `Number::toString` writes it: the shortest digits that read back as `n`, and
+/// of two such equally close to `n`, the even one (`ryu-js`; the standard library's shortest
+/// form rounds such a tie up).
 pub fn js_number_text(n: f64) -> String {
     if n.is_nan() {
         return "NaN".to_owned();
@@ -28,37 +30,17 @@ pub fn js_number_text(n: f64) -> String {
     if n == 0.0 {
         return "0".to_owned();
     }
-    if n < 0.0 {
-        return format!("-{}", js_number_text(-n));
-    }
-    // `{:e}` prints the shortest round-tripping digits as `d[.ddd]e<exponent>`; JavaScript
-    // places the same digits by the decimal exponent.
-    let sci = format!("{n:e}");
-    let Some((mantissa, exponent)) = sci.split_once('e') else { return sci };
-    let Ok(exponent) = exponent.parse::<i32>() else { return sci };
-    let digits: String = mantissa.chars().filter(|c| *c != '.').collect();
-    let k = digits.len() as i32;
-    let point = exponent + 1;
-    if k <= point && point <= 21 {
-        format!("{digits}{}", "0".repeat((point - k) as usize))
-    } else if 0 < point && point <= 21 {
-        let (int, frac) = digits.split_at(point as usize);
-        format!("{int}.{frac}")
-    } else if -6 < point && point <= 0 {
-        format!("0.{}{digits}", "0".repeat(point.unsigned_abs() as usize))
-    } else {
-        let sign = if exponent >= 0 { '+' } else { '-' };
-        let (first, rest) = digits.split_at(1);
-        let mantissa = if rest.is_empty() { first.to_owned() } else { format!("{first}.{rest}") };
-        format!("{mantissa}e{sign}{}", exponent.unsigned_abs())
-    }
+    ryu_js::Buffer::new().format_finite(n).to_owned()
 }
 
-/// A JSON value's text as `JSON.stringify` would print it (numbers in JS form).
+/// A JSON value's text as `JSON.stringify(JSON.parse(text))` would print it: numbers in JS
+/// form, and an integer beyond 2^53 as the double JavaScript parses it to
+/// (`-9007199254740993` prints `-9007199254740992`).
 pub fn js_json_text(value: &Value) -> String {
     match value {
         Value::Number(n) => match n.as_f64() {
             Some(f) if !n.is_i64() && !n.is_u64() => js_number_text(f),
+            Some(f) if f.abs() > MAX_SAFE_INTEGER => js_number_text(f),
             _ => n.to_string(),
         },
         other => other.to_string(),
@@ -133,10 +115,23 @@ mod tests {
             (2.5, "2.5"),
             (f64::MAX, "1.7976931348623157e+308"),
             (5e-324, "5e-324"),
+            // Exact ties between two shortest forms go to the even digit, as in JavaScript.
+            (-1_240_794_154_815_960.2, "-1240794154815960.2"),
+            (-87_060_156_657_960.12, "-87060156657960.12"),
         ];
         for (n, text) in cases {
             assert_eq!(js_number_text(n), text, "{n:e}");
         }
+    }
+
+    #[test]
+    fn json_texts_are_those_of_the_number_javascript_parses() {
+        let text = |t: &str| js_json_text(&serde_json::from_str(t).expect(t));
+        assert_eq!(text("-904201.7709435733"), "-904201.7709435733");
+        assert_eq!(text("-9007199254740993"), "-9007199254740992");
+        assert_eq!(text("18446744073709551615"), "18446744073709552000");
+        assert_eq!(text("9007199254740991"), "9007199254740991");
+        assert_eq!(text("1.0"), "1");
     }
 
     #[test]

@@ -48,11 +48,14 @@ pub fn js_number_text(n: f64) -> String {
     }
 }
 
-/// A JSON value's text as error messages quote it: integers as written, other numbers in
-/// their JavaScript form, everything else as JSON.
+/// A JSON value's text as error messages quote it: numbers in their JavaScript form (an
+/// integer beyond 2^53 as the double JavaScript parses it to), everything else as JSON.
 pub fn js_json_text(value: &Value) -> String {
     match value {
         Value::Number(n) if !n.is_i64() && !n.is_u64() => js_number_text(n.as_f64().expect("finite")),
+        Value::Number(n) if n.as_f64().is_some_and(|f| f.abs() > 9_007_199_254_740_991.0) => {
+            js_number_text(n.as_f64().expect("finite"))
+        }
         other => other.to_string(),
     }
 }

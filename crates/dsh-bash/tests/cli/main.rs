@@ -18,6 +18,7 @@ mod killed_harness;
 mod mcp;
 mod messages;
 mod no_terminal;
+mod numbers;
 mod persist;
 mod progress;
 mod redaction;
