@@ -6,6 +6,7 @@ mod batch;
 mod call;
 mod composition;
 mod container;
+mod docs_examples;
 mod escalation_hint;
 mod faults;
 mod first_hour;
