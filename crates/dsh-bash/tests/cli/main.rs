@@ -15,6 +15,7 @@ mod harness_writes_fds;
 mod harness_writes_session_log;
 mod harness_writes_support;
 mod harness_writes_workspace;
+mod help;
 mod killed_harness;
 mod mcp;
 mod messages;
