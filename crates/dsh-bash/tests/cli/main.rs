@@ -7,6 +7,7 @@ mod call;
 mod composition;
 mod container;
 mod docs_examples;
+mod doctor;
 mod escalation_hint;
 mod faults;
 mod first_hour;
