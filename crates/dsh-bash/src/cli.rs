@@ -90,7 +90,7 @@ Exit status: 0 ok, 3 degraded, 1 unusable, 2 usage or start-up failure.";
 const MCP_HELP: &str = "\
 Protocol: MCP, newline-delimited JSON-RPC on stdin/stdout; with --http, streamable HTTP at
 http://ADDR/mcp (every request with Authorization: Bearer <token>). Logs go to stderr,
-filtered by RUST_LOG (default warn). The server ends when stdin closes, or on SIGINT/SIGTERM.";
+filtered by RUST_LOG (default: warnings, without\na warning for each request answered with an error). The server ends when stdin closes, or on SIGINT/SIGTERM.";
 
 /// How a composition is put together (shared by every subcommand).
 #[derive(Clone, Debug, Default, Args)]
