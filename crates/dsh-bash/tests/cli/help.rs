@@ -1,5 +1,5 @@
-//! `--help` of each subcommand shows its own options before the composition options every
-//! subcommand shares, and says what it reads and prints; a command line clap refuses is one
+//! `--help` of each subcommand says what it reads and prints, then shows its own options
+//! before the composition options every subcommand shares; a command line clap refuses is one
 //! line on stderr with the `--help` to read.
 
 use super::harness::run;
@@ -45,6 +45,9 @@ fn batch_help_describes_its_input_and_output_lines() {
     );
     assert!(text.contains("Output (stdout): one JSON line per request"), "{text}");
     assert!(text.contains(r#""id":1,"notices":[]}"#), "{text}");
+    // Before the options, where a reader starts.
+    let formats_at = text.lines().position(|l| l.starts_with("Input (stdin)")).expect("the input format");
+    assert!(formats_at < heading_at(text, "Options:"), "{text}");
 }
 
 #[test]
