@@ -134,9 +134,12 @@ pub async fn run(composition: &CompositionArgs) -> anyhow::Result<u8> {
         None => findings
             .degraded
             .push("no sandbox runner is usable: --sandbox would refuse to run commands".to_owned()),
-        Some(runner) if runner.enforcement == Some(dsh_sandbox::SandboxEnforcement::Partial) => findings
-            .degraded
-            .push(format!("the selected sandbox runner {} confines only partly", runner.name)),
+        // Only a composition that confines gets less than it asks for from a partial runner.
+        Some(runner) if confining && runner.enforcement == Some(dsh_sandbox::SandboxEnforcement::Partial) => {
+            findings
+                .degraded
+                .push(format!("the selected sandbox runner {} confines only partly", runner.name))
+        }
         Some(_) => {}
     }
 
