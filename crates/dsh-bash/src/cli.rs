@@ -20,21 +20,93 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Make one tool call through a fresh composition and print the model-facing text.
+    #[command(long_about = CALL_HELP)]
     Call(CallArgs),
     /// Run JSON Lines tool calls from stdin in one composition, one JSON line out per request.
+    #[command(long_about = BATCH_HELP)]
     Batch,
     /// Print the tool schemas the model sees.
+    #[command(long_about = SCHEMA_HELP)]
     Schema(SchemaArgs),
     /// Print the assembled system prompt sections.
+    #[command(long_about = PROMPT_HELP)]
     Prompt,
-    /// Report host facts: bash, spill directory, sandbox runners, plugin states.
+    /// Report host facts: bash, spill directory, sandbox runners, plugin states, and a verdict.
+    #[command(long_about = DOCTOR_HELP)]
     Doctor,
     /// Serve the tools over the Model Context Protocol (stdio, or streamable HTTP).
+    #[command(long_about = MCP_HELP)]
     Mcp(McpArgs),
 }
 
+/// The heading of the options every subcommand shares, shown after a subcommand's own.
+pub const COMPOSITION_HEADING: &str = "Composition options (any subcommand, before or after it)";
+
+/// `call --help` (the long help, before the options): what it reads and prints.
+const CALL_HELP: &str = "\
+Make one tool call through a fresh composition and print the model-facing text.
+
+Input: TOOL and ARGS_JSON, one JSON value (the tool's arguments), e.g.
+  dsh-bash call bash '{\"command\":\"ls\",\"description\":\"List files\"}'
+Output: the model-facing text, byte for byte (a newline added only on a terminal); with
+--json one line {\"content\":[...],\"isError\":bool,\"structured\":...,\"presentCall\":...,
+\"presentResult\":...}.
+Exit status: 0, 1 when the result is an error (isError), 2 for a usage or start-up failure;
+with --exit-status the command's own. run_in_background is refused: use batch or mcp.";
+
+/// `batch --help`: the JSON Lines formats.
+const BATCH_HELP: &str = "\
+Run JSON Lines tool calls from stdin in one composition, one JSON line out per request.
+
+Input (stdin): JSON Lines, one request per line, run in order in one composition (sessions
+and background jobs persist from line to line):
+  {\"tool\":\"bash\",\"args\":{\"command\":\"pwd\",\"description\":\"Show cwd\"},\"session\":\"s1\",\"cwd\":\"/srv/p\",\"id\":1}
+  args defaults to {}; session, cwd (only with session; fixed at the session's first line)
+  and id are optional. Blank lines are skipped.
+Output (stdout): one JSON line per request, the `call --json` object plus \"id\" (echoed, null
+when absent) and \"notices\" (messages for that session since its previous response, each
+{\"text\",\"source\",\"delivery\"}):
+  {\"content\":[{\"type\":\"text\",\"text\":\"...\"}],\"isError\":false,\"structured\":{...},\"presentCall\":{...},\"presentResult\":{...},\"id\":1,\"notices\":[]}
+A malformed line gets {\"isError\":true, one \"Error: ...\" text} and the batch goes on.
+Exit status: 0 at end of input.";
+
+/// `schema --help`: the output shapes.
+const SCHEMA_HELP: &str = "\
+Print the tool schemas the model sees.
+
+Output: pretty JSON, a list of the tools:
+  mcp        [{\"name\",\"description\",\"inputSchema\"}]
+  openai     [{\"type\":\"function\",\"function\":{\"name\",\"description\",\"parameters\"}}]
+  anthropic  [{\"name\",\"description\",\"input_schema\"}]";
+
+/// `prompt --help`: the output.
+const PROMPT_HELP: &str = "\
+Print the assembled system prompt sections.
+
+Output: every non-empty prompt section in order, separated by blank lines (no trailing newline).";
+
+/// `doctor --help`: the report and the verdict.
+const DOCTOR_HELP: &str = "\
+Report host facts: bash, spill directory, sandbox runners, plugin states, and a verdict.
+
+Output: one fact per line (bash, executor, spill directory, writable roots by sandbox mode,
+network, sandbox runners, plugins), then the verdict as the last line:
+  ok                 everything the composition needs is there
+  degraded: <why>    commands run, with less than the composition asks for
+  unusable: <why>    commands cannot run as composed
+Exit status: 0 ok, 3 degraded, 1 unusable, 2 usage or start-up failure.";
+
+/// `mcp --help`: transports and logs.
+const MCP_HELP: &str = "\
+Serve the tools over the Model Context Protocol (stdio, or streamable HTTP).
+
+Protocol: MCP, newline-delimited JSON-RPC on stdin/stdout; with --http, streamable HTTP at
+http://ADDR/mcp (every request with Authorization: Bearer <token>). Logs go to stderr,
+filtered by RUST_LOG (default: warnings, without\na warning for each request answered with an error). The server ends when stdin closes, or on SIGINT/SIGTERM.";
+
 /// How a composition is put together (shared by every subcommand).
 #[derive(Clone, Debug, Default, Args)]
+#[command(next_help_heading = COMPOSITION_HEADING)]
 pub struct CompositionArgs {
     /// TOML composition file: `[<plugin>]` tables set plugin configs; `plugins = [...]` replaces
     /// the default plugin set.

@@ -2,15 +2,25 @@
 //!
 //! Reports the `bash` the executor will find, where commands run (a remote executor's far
 //! side is probed), where spill files go, which sandbox runners the
-//! host offers, and the composition with each plugin's state. Exit 0 when bash was found, a
-//! remote executor's far side answers and every plugin applied, 1 otherwise.
+//! host offers, and the composition with each plugin's state, then one verdict line: `ok`,
+//! `degraded: <why>` (commands run, with less than the composition asks for) or
+//! `unusable: <why>` (commands cannot run as composed). Exit 0 for `ok`, 3 for `degraded`,
+//! 1 for `unusable`.
+//!
+//! Every check is bounded: a host check (finding and asking `bash`, resolving the writable
+//! roots, the kernel's namespaces) that takes longer than [`CHECK_BOUND`] is reported as not
+//! answering (a hung mount never hangs `doctor`), a sandbox runner's probe by the provider's
+//! probe timeout, and a remote executor's probe by [`REMOTE_PROBE_BOUND`].
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context as _;
-use dsh_sandbox::{SANDBOX, SANDBOX_POLICY, SandboxExecutionPolicy, SandboxMode, SandboxProvider};
+use dsh_sandbox::{
+    ProviderReport, SANDBOX, SANDBOX_POLICY, SandboxExecutionPolicy, SandboxMode, SandboxProvider,
+};
 #[cfg(target_os = "linux")]
 use dsh_sandbox_local::{LocalSandboxConfig, LocalSandboxProvider};
 use dsh_subprocess::SUBPROCESS;
@@ -19,17 +29,69 @@ use crate::catalog::Catalog;
 use crate::cli::CompositionArgs;
 use crate::composition::{Composition, Pending};
 
+/// How long one host check may take before it is reported as not answering.
+const CHECK_BOUND: Duration = Duration::from_secs(2);
+
+/// How long a remote executor's far side may take to answer `doctor`'s probe (an SSH login
+/// or a container engine under load takes longer than a local check).
+const REMOTE_PROBE_BOUND: Duration = Duration::from_secs(10);
+
+/// Exit status of a `degraded` verdict.
+const EXIT_DEGRADED: u8 = 3;
+
+/// Exit status of an `unusable` verdict.
+const EXIT_UNUSABLE: u8 = 1;
+
+/// Runs `check` on a thread of its own and waits at most [`CHECK_BOUND`] for it: `None` when
+/// it did not finish in time (it is left to finish or hang on its own; the process does not
+/// wait for it).
+fn bounded<T: Send + 'static>(check: impl FnOnce() -> T + Send + 'static) -> Option<T> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::Builder::new()
+        .name("doctor-check".to_owned())
+        .spawn(move || {
+            let _ = tx.send(check());
+        })
+        .ok()?;
+    rx.recv_timeout(CHECK_BOUND).ok()
+}
+
 /// `executor: local`, or the remote executor's kind, where it runs, and whether its far
-/// side answers (the engine's version) or why not.
+/// side answers (the engine's version) or why not; `false` when commands cannot run there.
 async fn executor_line(ctx: &dsh_core::Context) -> (String, bool) {
     let Some(transport) = ctx.get(dsh_shell_remote::REMOTE_TRANSPORT) else {
         return ("executor: local".to_owned(), true);
     };
-    let (answer, answers) = match transport.probe().await {
-        Ok(facts) => (facts, true),
-        Err(e) => (format!("does not answer: {e}"), false),
+    let (answer, answers) = match tokio::time::timeout(REMOTE_PROBE_BOUND, transport.probe()).await {
+        Ok(Ok(facts)) => (facts, true),
+        Ok(Err(dsh_shell_remote::RemoteError::Failed(e))) => {
+            (format!("answers, but cannot run commands: {e}"), false)
+        }
+        Ok(Err(e)) => (format!("does not answer: {e}"), false),
+        Err(_) => (format!("does not answer within {} s", REMOTE_PROBE_BOUND.as_secs()), false),
     };
     (format!("executor: {} ({}); {answer}", transport.kind(), transport.describe()), answers)
+}
+
+/// What makes the verdict: problems that leave commands unable to run, and ones that leave
+/// them running with less than asked for.
+#[derive(Default)]
+struct Findings {
+    unusable: Vec<String>,
+    degraded: Vec<String>,
+}
+
+impl Findings {
+    /// The verdict line and the exit status that says the same.
+    fn verdict(&self) -> (String, u8) {
+        if !self.unusable.is_empty() {
+            (format!("unusable: {}", self.unusable.join("; ")), EXIT_UNUSABLE)
+        } else if !self.degraded.is_empty() {
+            (format!("degraded: {}", self.degraded.join("; ")), EXIT_DEGRADED)
+        } else {
+            ("ok".to_owned(), 0)
+        }
+    }
 }
 
 pub async fn run(composition: &CompositionArgs) -> anyhow::Result<u8> {
@@ -55,19 +117,55 @@ pub async fn run(composition: &CompositionArgs) -> anyhow::Result<u8> {
             None => "ssh known hosts: ssh's default (an unknown host key is refused, never added)".to_owned(),
         });
     comp.dispose().await;
-    // Probing runs runner programs synchronously.
+    let confining = composition.sandbox.as_deref().is_some_and(|mode| mode != "danger-full-access");
+    let mut findings = Findings::default();
+    // Probing runs runner programs synchronously (each bounded by the probe timeout).
     let runners = tokio::task::spawn_blocking(move || sandbox_runners(provider))
         .await
-        .unwrap_or_else(|e| format!("sandbox runners: report failed: {e}"));
+        .unwrap_or_else(|e| Err(format!("sandbox runners: report failed: {e}")));
+    let selected = runners.as_ref().ok().and_then(|report| {
+        let name = report.selected.as_ref()?;
+        report.runners.iter().find(|r| &r.name == name).cloned()
+    });
+    match &selected {
+        None if confining => {
+            findings.unusable.push("no sandbox runner is usable: confined commands refuse to run".to_owned())
+        }
+        None => findings
+            .degraded
+            .push("no sandbox runner is usable: --sandbox would refuse to run commands".to_owned()),
+        // Only a composition that confines gets less than it asks for from a partial runner.
+        Some(runner) if confining && runner.enforcement == Some(dsh_sandbox::SandboxEnforcement::Partial) => {
+            findings
+                .degraded
+                .push(format!("the selected sandbox runner {} confines only partly", runner.name))
+        }
+        Some(_) => {}
+    }
 
     let mut report = Vec::new();
     report.push(format!("dsh-bash {}", env!("CARGO_PKG_VERSION")));
-    let bash = find_on_path("bash");
+    let bash = bounded(|| {
+        find_on_path("bash").map(|path| {
+            let version = bash_version(&path);
+            (path, version)
+        })
+    });
     match &bash {
-        Some(path) => report.push(format!("bash: {} ({})", path.display(), bash_version(path))),
-        None => report.push("bash: not found on PATH".to_owned()),
+        Some(Some((path, version))) => report.push(format!("bash: {} ({version})", path.display())),
+        Some(None) => {
+            report.push("bash: not found on PATH".to_owned());
+            findings.unusable.push("bash is not on PATH".to_owned());
+        }
+        None => {
+            report.push(format!("bash: did not answer within {} s", CHECK_BOUND.as_secs()));
+            findings.unusable.push("bash did not answer".to_owned());
+        }
     }
     report.push(executor);
+    if !executor_answers {
+        findings.unusable.push("the executor cannot run commands (see the executor line)".to_owned());
+    }
     report.extend(known_hosts);
     report.push(format!("spill directory: {}", spill_directory(spill_dir.as_deref())));
     report.push(format!("containment: {}", containment.as_deref().unwrap_or("none (no subprocess service)")));
@@ -77,10 +175,44 @@ pub async fn run(composition: &CompositionArgs) -> anyhow::Result<u8> {
          unconfined command; nothing outlives a confined one: its PID namespace ends with the harness)"
             .to_owned(),
     );
-    report.extend(writable_roots(composition, extra_roots));
+    let runner_name = selected.as_ref().map(|r| r.name.clone());
+    let workspace_root = composition.workspace_root.clone();
+    match bounded(move || writable_roots(workspace_root, extra_roots, runner_name.as_deref())) {
+        Some((lines, root_refused)) => {
+            report.extend(lines);
+            if root_refused {
+                findings.degraded.push(
+                    "the workspace root is / and workspace-write commands may not write it: start in a project \
+                     directory or give --workspace-root"
+                        .to_owned(),
+                );
+            }
+        }
+        None => {
+            report.push(format!(
+                "writable roots: not resolved within {} s (a slow mount?)",
+                CHECK_BOUND.as_secs()
+            ));
+            findings.degraded.push("the writable roots could not be resolved".to_owned());
+        }
+    }
     report.push(network_line(network.as_ref()));
-    report.extend(runners.lines().map(str::to_owned));
-    report.extend(kernel_namespaces_line());
+    match &runners {
+        Ok(provider) => report.extend(provider.to_string().lines().map(str::to_owned)),
+        Err(e) => report.push(e.clone()),
+    }
+    match bounded(kernel_namespaces) {
+        Some(Some((line, complete))) => {
+            report.push(line);
+            if !complete && confining {
+                findings.unusable.push("the kernel lacks the namespaces confined commands need".to_owned());
+            } else if !complete {
+                findings.degraded.push("the kernel lacks the namespaces confined commands need".to_owned());
+            }
+        }
+        Some(None) => {}
+        None => report.push(format!("kernel namespaces: not answered within {} s", CHECK_BOUND.as_secs())),
+    }
     report.push("available plugins:".to_owned());
     for factory in Catalog::builtin().entries() {
         report.push(format!("  {} ({})", factory.short_name(), factory.name()));
@@ -91,31 +223,49 @@ pub async fn run(composition: &CompositionArgs) -> anyhow::Result<u8> {
             "applied".to_owned()
         } else {
             let missing = plugin.missing.iter().map(|k| format!("\"{k}\"")).collect::<Vec<_>>().join(", ");
+            findings.unusable.push(format!("plugin {} is pending", plugin.short_name));
             format!("pending (missing {missing})")
         };
         report.push(format!("  {} ({}): {state}", plugin.short_name, plugin.name));
     }
+    let (verdict, code) = findings.verdict();
+    report.push(verdict);
     let mut stdout = std::io::stdout().lock();
     for line in &report {
         writeln!(stdout, "{line}").context("writing stdout")?;
     }
     stdout.flush().context("writing stdout")?;
-    let healthy = bash.is_some() && executor_answers && plugins.iter().all(|p| p.applied);
-    Ok(if healthy { 0 } else { 1 })
+    Ok(code)
 }
 
 /// Where each sandbox mode lets commands write, for the workspace root calls get when their
-/// session names no cwd (a session's cwd takes its place).
-fn writable_roots(composition: &CompositionArgs, extra_roots: Vec<PathBuf>) -> Vec<String> {
-    let (workspace, source) = match &composition.workspace_root {
+/// session names no cwd (a session's cwd takes its place), and whether that root is `/`,
+/// which the in-process runner (`runner`, the selected one) never lets a command write: it is
+/// then not listed, and the second value is `true`.
+fn writable_roots(
+    workspace_root: Option<PathBuf>,
+    extra_roots: Vec<PathBuf>,
+    runner: Option<&str>,
+) -> (Vec<String>, bool) {
+    let (workspace, source) = match &workspace_root {
         Some(root) => (dsh_core::home::absolutize(root), "--workspace-root"),
         None => (std::env::current_dir().unwrap_or_else(|_| PathBuf::from(".")), "the current directory"),
     };
     let mut policy = SandboxExecutionPolicy::new(SandboxMode::WorkspaceWrite, workspace.clone(), None);
     policy.extra_roots = extra_roots;
-    let roots: Vec<String> =
-        dsh_sandbox::writable_roots(&policy).iter().map(|r| r.display().to_string()).collect();
-    vec![
+    let slash = Path::new("/");
+    let root_refused =
+        runner == Some("landlock") && std::fs::canonicalize(&workspace).is_ok_and(|w| w == slash);
+    let roots: Vec<String> = dsh_sandbox::writable_roots(&policy)
+        .iter()
+        .filter(|r| !(root_refused && r.as_path() == slash))
+        .map(|r| r.display().to_string())
+        .collect();
+    let refused_note = root_refused.then(|| {
+        "    / is not writable: the landlock runner keeps the root directory read-only, whatever the workspace root"
+            .to_owned()
+    });
+    let lines = vec![
         format!("workspace root: {} ({source}; a session's cwd takes its place)", workspace.display()),
         "writable roots by sandbox mode:".to_owned(),
         "  read-only: none".to_owned(),
@@ -125,7 +275,12 @@ fn writable_roots(composition: &CompositionArgs, extra_roots: Vec<PathBuf>) -> V
          .envrc, .bashrc, … by default); auto-run files a confined command changes are quarantined"
             .to_owned(),
         "  danger-full-access: not confined (wherever the user may write)".to_owned(),
-    ]
+    ];
+    let mut lines = lines;
+    if let Some(note) = refused_note {
+        lines.insert(4, note);
+    }
+    (lines, root_refused)
 }
 
 /// The network policy of confined commands.
@@ -186,42 +341,48 @@ fn spill_directory(configured: Option<&Path>) -> String {
 }
 
 /// Whether this kernel gives confined commands the UTS and IPC namespaces both local runners
-/// make for them (without one, every confined command fails closed). `None` off Linux.
-fn kernel_namespaces_line() -> Option<String> {
+/// make for them (without one, every confined command fails closed): the line, and whether
+/// both are there. `None` off Linux.
+fn kernel_namespaces() -> Option<(String, bool)> {
     if !cfg!(target_os = "linux") {
         return None;
     }
     let missing: Vec<&str> =
         ["uts", "ipc"].into_iter().filter(|kind| !Path::new("/proc/self/ns").join(kind).exists()).collect();
-    Some(match missing.as_slice() {
-        [] => "kernel namespaces: UTS and IPC available (confined commands get their own hostname, \
+    let complete = missing.is_empty();
+    Some((
+        match missing.as_slice() {
+            [] => "kernel namespaces: UTS and IPC available (confined commands get their own hostname, \
                SysV IPC objects and POSIX message queues)"
-            .to_owned(),
-        missing => format!(
-            "kernel namespaces: {} missing on this kernel (the local runners need them: confined commands \
+                .to_owned(),
+            missing => format!(
+                "kernel namespaces: {} missing on this kernel (the local runners need them: confined commands \
              cannot start)",
-            missing.iter().map(|k| k.to_uppercase()).collect::<Vec<_>>().join(" and ")
-        ),
-    })
+                missing.iter().map(|k| k.to_uppercase()).collect::<Vec<_>>().join(" and ")
+            ),
+        },
+        complete,
+    ))
 }
 
-/// The composed sandbox provider's report, else the default local provider's.
+/// The composed sandbox provider's report, else the default local provider's; the line to
+/// show when there is none.
 #[cfg(target_os = "linux")]
-fn sandbox_runners(composed: Option<Arc<dyn SandboxProvider>>) -> String {
+fn sandbox_runners(composed: Option<Arc<dyn SandboxProvider>>) -> Result<ProviderReport, String> {
     let provider: Arc<dyn SandboxProvider> = match composed {
         Some(provider) => provider,
         None => match LocalSandboxProvider::new(LocalSandboxConfig::default()) {
             Ok(provider) => Arc::new(provider),
-            Err(e) => return format!("sandbox provider: {e}"),
+            Err(e) => return Err(format!("sandbox provider: {e}")),
         },
     };
-    provider.describe().to_string()
+    Ok(provider.describe())
 }
 
 #[cfg(not(target_os = "linux"))]
-fn sandbox_runners(composed: Option<Arc<dyn SandboxProvider>>) -> String {
+fn sandbox_runners(composed: Option<Arc<dyn SandboxProvider>>) -> Result<ProviderReport, String> {
     match composed {
-        Some(provider) => provider.describe().to_string(),
-        None => "sandbox provider: none (the local provider supports Linux only)".to_owned(),
+        Some(provider) => Ok(provider.describe()),
+        None => Err("sandbox provider: none (the local provider supports Linux only)".to_owned()),
     }
 }

@@ -32,7 +32,7 @@ use dsh_bash::{catalog, cli, composition, request, sessions};
 use std::process::ExitCode;
 use std::time::Duration;
 
-use clap::Parser;
+use clap::Parser as _;
 
 use crate::cli::{Cli, Command};
 
@@ -65,7 +65,10 @@ fn main() -> ExitCode {
             std::env::var_os(dsh_askpass::SOCKET_VARIABLE),
         ));
     }
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return usage_error(&e),
+    };
     return_large_buffers_at_once();
     // SAFETY: single-threaded here: nothing has started a thread yet (the runtime starts below).
     let env_token = unsafe { hardening::take_env_var(mcp::TOKEN_VAR) };
@@ -110,6 +113,49 @@ async fn dispatch(cli: Cli, env_token: Option<std::ffi::OsString>) -> anyhow::Re
         Command::Doctor => doctor::run(&composition).await,
         Command::Mcp(args) => mcp::run(&composition, args, env_token).await,
     }
+}
+
+/// A command line clap refused: help and version are printed as asked (exit 0); a usage
+/// error is one line on stderr, `dsh-bash: <what is wrong> (<hint>)`, exit 2.
+fn usage_error(error: &clap::Error) -> ExitCode {
+    use clap::error::ErrorKind;
+    if matches!(
+        error.kind(),
+        ErrorKind::DisplayHelp
+            | ErrorKind::DisplayVersion
+            | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+    ) {
+        let _ = error.print();
+        let code = if error.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand { 2 } else { 0 };
+        return ExitCode::from(code);
+    }
+    let args: Vec<String> = std::env::args_os().skip(1).map(|a| a.to_string_lossy().into_owned()).collect();
+    eprintln!("dsh-bash: {}", usage_error_line(&error.render().to_string(), &args));
+    ExitCode::from(2)
+}
+
+/// The subcommands, as `--help` hints name them.
+const SUBCOMMANDS: [&str; 6] = ["call", "batch", "schema", "prompt", "doctor", "mcp"];
+
+/// clap's rendered error (`error: …` with its continuation lines, tips, a usage block and a
+/// pointer to `--help`) as one line: the error, its tips, and the `--help` of the subcommand
+/// named in `args` (else the command's own).
+fn usage_error_line(rendered: &str, args: &[String]) -> String {
+    let mut paragraphs = rendered.split("\n\n").map(str::trim).filter(|p| !p.is_empty());
+    let first = paragraphs.next().unwrap_or("error: invalid command line");
+    let first = first.strip_prefix("error: ").unwrap_or(first);
+    let mut line = first.lines().map(str::trim).collect::<Vec<_>>().join(" ");
+    for paragraph in paragraphs {
+        if let Some(tip) = paragraph.strip_prefix("tip: ") {
+            line.push_str("; ");
+            line.push_str(&tip.lines().map(str::trim).collect::<Vec<_>>().join(" "));
+        }
+    }
+    let help = match args.iter().find(|a| SUBCOMMANDS.contains(&a.as_str())) {
+        Some(subcommand) => format!("dsh-bash {subcommand} --help"),
+        None => "dsh-bash --help".to_owned(),
+    };
+    format!("{line} (see `{help}`)")
 }
 
 /// One line on stderr, exit 2.

@@ -252,9 +252,16 @@ fn release_freed_memory() {
     }
 }
 
+/// The log filter without `RUST_LOG`: warnings, but not the MCP library's warning for each
+/// request it answers with an error or cannot answer. Those are the client's to see, in the
+/// answer it gets, and a client's ordinary steps make them: the Python SDK first asks in a
+/// protocol version this server does not speak, and falls back on the error, on every
+/// connection. `RUST_LOG=warn` shows them.
+const DEFAULT_LOG_FILTER: &str = "warn,rmcp::service=error";
+
 /// Logs on stderr, filtered by `RUST_LOG` (`tracing-subscriber` directives: a level such as
-/// `info`, or per target, `warn,dsh_mcp=debug`); `warn` when it is unset or unparseable.
-/// The MCP library's per-message trace events are never logged: a client's answer to a
+/// `info`, or per target, `warn,dsh_mcp=debug`); when it is unset or unparseable,
+/// [`DEFAULT_LOG_FILTER`]. The MCP library's per-message trace events are never logged: a client's answer to a
 /// secret question (askpass) would be in them.
 ///
 /// Both filters are global, so a span or event they turn away is never made: each callsite is
@@ -262,7 +269,7 @@ fn release_freed_memory() {
 /// serve loop was made anyway and entered and left on every poll, on every message.)
 fn init_logging() {
     use tracing_subscriber::{EnvFilter, filter::filter_fn, layer::SubscriberExt as _};
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn"));
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(DEFAULT_LOG_FILTER));
     // A cap, not a directive: a directive `rmcp::service=debug` would turn the library's
     // per-message debug events (every request and result, formatted whole) on by default.
     let no_message_trace =

@@ -344,6 +344,30 @@ impl RemoteTransport for ContainerTransport {
             .and_then(|c| c.first())
             .map(|c| c.name.clone())
             .unwrap_or_else(|| "engine".to_owned());
+        // The engine answering is not enough: the container to run in, or the image to
+        // create it from, must be there too.
+        match (&self.settings.container, &self.settings.image) {
+            (Some(container), _) => {
+                let inspected = docker.inspect_container(container, None).await.map_err(|e| {
+                    RemoteError::Failed(format!("container {container} is not on the engine: {e}"))
+                })?;
+                if !inspected.state.and_then(|s| s.running).unwrap_or(false) {
+                    return Err(RemoteError::Failed(format!("container {container} is not running")));
+                }
+            }
+            (None, Some(image)) => {
+                docker.inspect_image(image).await.map_err(|e| {
+                    RemoteError::Failed(format!(
+                        "image {image} is not on the engine (pull or build it first): {e}"
+                    ))
+                })?;
+            }
+            (None, None) => {
+                return Err(RemoteError::Failed(
+                    "no image to create the container from (--image)".to_owned(),
+                ));
+            }
+        }
         Ok(format!(
             "{name} {} (API {}) answers",
             version.version.as_deref().unwrap_or("?"),

@@ -123,7 +123,9 @@ fn doctor_reports_host_facts_and_the_default_composition() {
     assert!(lines[1].starts_with("bash: /") && lines[1].contains("GNU bash"), "{}", out.stdout);
     assert!(out.stdout.contains("\nsandbox provider: sandbox-local\nselected runner: "), "{}", out.stdout);
     let composition = out.stdout.split("\ncomposition:\n").nth(1).expect("composition section");
-    let names: Vec<&str> = composition.lines().map(|l| l.trim().split(' ').next().expect("name")).collect();
+    // The plugin lines, indented; the verdict line follows them.
+    let plugins: Vec<&str> = composition.lines().take_while(|l| l.starts_with("  ")).collect();
+    let names: Vec<&str> = plugins.iter().map(|l| l.trim().split(' ').next().expect("name")).collect();
     assert_eq!(
         names,
         [
@@ -139,7 +141,8 @@ fn doctor_reports_host_facts_and_the_default_composition() {
             "tool-bash"
         ]
     );
-    assert!(composition.lines().all(|l| l.ends_with("): applied")), "{composition}");
+    assert!(plugins.iter().all(|l| l.ends_with("): applied")), "{composition}");
+    assert_eq!(out.stdout.lines().last(), Some("ok"), "{}", out.stdout);
 }
 
 #[test]

@@ -426,6 +426,32 @@ fn doctor_reports_the_executor_and_whether_the_engine_answers() {
     );
 }
 
+/// An image the engine does not have is not reported as an executor that answers: the
+/// verdict is `unusable` and the exit status 1; so is a named container that is not there.
+#[test]
+fn doctor_reports_a_missing_image_or_container_as_unusable() {
+    if !engine() {
+        return;
+    }
+    let image = "dsh-bash-test:no-such-image";
+    let out = Sandbox::new().run(&["--executor", "container", "--image", image, "doctor"], "");
+    assert_eq!(out.code, Some(1), "{out:?}");
+    let line = out.stdout.lines().find(|l| l.starts_with("executor: ")).expect("executor line");
+    assert!(
+        line.contains(&format!("; answers, but cannot run commands: image {image} is not on the engine")),
+        "{line}"
+    );
+    assert!(!line.ends_with(" answers"), "{line}");
+    assert!(out.stdout.lines().last().is_some_and(|l| l.starts_with("unusable: ")), "{out:?}");
+    let out = Sandbox::new()
+        .run(&["--executor", "container", "--container", "dsh-no-such-container", "doctor"], "");
+    assert_eq!(out.code, Some(1), "{out:?}");
+    assert!(
+        out.stdout.contains("cannot run commands: container dsh-no-such-container is not on the engine"),
+        "{out:?}"
+    );
+}
+
 #[test]
 fn the_local_executor_is_the_default_and_container_options_need_the_container_executor() {
     let out = Sandbox::new().run(&["doctor"], "");

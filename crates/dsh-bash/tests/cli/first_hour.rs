@@ -188,12 +188,12 @@ fn a_later_call_of_a_session_runs_in_the_cwd_it_was_created_with() {
     assert!(line.contains("session \"s1\" already has cwd"), "{line}");
 }
 
-/// The README's Rust example is the library's first doctest, line for line (the doctest is
-/// what runs it).
+/// The Rust example of `docs/library.md` is the library's first doctest, line for line (the
+/// doctest is what runs it).
 #[test]
-fn the_readme_rust_example_is_the_harness_doctest() {
+fn the_docs_rust_example_is_the_harness_doctest() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let readme = std::fs::read_to_string(root.join("../../README.md")).expect("README.md");
+    let readme = std::fs::read_to_string(root.join("../../docs/library.md")).expect("docs/library.md");
     let doc = std::fs::read_to_string(root.join("src/harness.rs")).expect("harness.rs");
     let section = readme.split("## Use it from Rust").nth(1).expect("a Rust section");
     let example =

@@ -369,3 +369,25 @@ fn mcp_over_http_refuses_bad_tokens_and_remote_addresses() {
     let out = sandbox.run(&["mcp", "--idle-timeout", "60"], "");
     assert_eq!(out.code, Some(2), "--idle-timeout needs --http");
 }
+
+/// `prompts/list`, `resources/list` and `resources/templates/list`, which clients such as
+/// the Python SDK send whatever the capabilities say, are answered with empty lists, and
+/// nothing is logged for them.
+#[test]
+fn prompt_and_resource_lists_are_empty_answers_not_logged_errors() {
+    let sandbox = Sandbox::new();
+    let mut server = StdioServer::start_with(&sandbox, &[], None);
+    let lists = [
+        ("prompts/list", "prompts"),
+        ("resources/list", "resources"),
+        ("resources/templates/list", "resourceTemplates"),
+    ];
+    for (id, (method, key)) in (2..).zip(lists) {
+        server.send(&json!({"jsonrpc": "2.0", "id": id, "method": method}));
+        let answer = server.response(id).expect("answered");
+        assert_eq!(answer["result"][key], json!([]), "{method}: {answer}");
+    }
+    let (code, stderr) = server.finish();
+    assert_eq!(code, Some(0));
+    assert_eq!(stderr, "", "nothing is logged for the lists");
+}

@@ -40,17 +40,26 @@ ACCEPT = "application/json, text/event-stream"
 class HttpServer:
     """The server under test, serving HTTP on a free loopback port."""
 
-    def __init__(self) -> None:
+    def __init__(self, capture_stderr: bool = False) -> None:
         if not SERVER:
             raise Skip("DSH_MCP_SERVER is not set")
+        self.capture_stderr = capture_stderr
         self.port = free_port()
         self.token = secrets.token_hex(16)
         self.url = f"http://127.0.0.1:{self.port}/mcp"
         self.process: asyncio.subprocess.Process | None = None
 
     async def __aenter__(self) -> "HttpServer":
+        env = {**os.environ, "DSH_MCP_TOKEN": self.token}
+        if self.capture_stderr:
+            # The server's own default log filter, as a user starts it.
+            env.pop("RUST_LOG", None)
         self.process = await asyncio.create_subprocess_exec(
-            *SERVER, "--http", f"127.0.0.1:{self.port}", env={**os.environ, "DSH_MCP_TOKEN": self.token}
+            *SERVER,
+            "--http",
+            f"127.0.0.1:{self.port}",
+            env=env,
+            stderr=asyncio.subprocess.PIPE if self.capture_stderr else None,
         )
         deadline = time.monotonic() + 30
         while True:
@@ -201,6 +210,24 @@ async def test_http_sigterm_tears_the_composition_down() -> None:
             assert not process_alive(job), "the job died with the server"
 
 
+async def test_http_client_sessions_leave_no_warning_in_the_log() -> None:
+    """Sessions of this client, with the prompt and resource lists it asks for whatever the
+    server's capabilities say, leave no warning or error in the server's log: the lists are
+    answered empty, and a connection that comes and goes is not worth a line."""
+    server = HttpServer(capture_stderr=True)
+    async with server:
+        for _ in range(2):
+            async with server.client() as client:
+                await client.list_tools()
+                assert (await client.list_prompts()).prompts == []
+                assert (await client.list_resources()).resources == []
+                assert (await client.list_resource_templates()).resource_templates == []
+                assert text(await client.call_tool("bash", bash("echo hi"))) == "hi\n"
+    assert server.process is not None and server.process.stderr is not None
+    log = (await server.process.stderr.read()).decode(errors="replace")
+    assert "WARN" not in log and "ERROR" not in log, log
+
+
 if __name__ == "__main__":
     sys.exit(
         run(
@@ -210,6 +237,7 @@ if __name__ == "__main__":
                 test_http_malformed_requests_leave_the_server_serving,
                 test_http_closing_a_session_ends_its_jobs_only,
                 test_http_sigterm_tears_the_composition_down,
+                test_http_client_sessions_leave_no_warning_in_the_log,
             ]
         )
     )
