@@ -31,8 +31,8 @@ pub use escalation::{
 };
 pub use mode::{SandboxEnforcement, SandboxExecutionPolicy, SandboxMode, SandboxUnavailableError};
 pub use network::{
-    HostAdmission, HostMatch, HostPattern, NetworkApproval, NetworkApprovalFuture, NetworkApprover,
-    NetworkFacts, NetworkMode, NetworkPolicy, host_port, is_private_destination, network_denied_line,
+    CredentialBinding, Credentials, HostAdmission, HostMatch, HostPattern, NetworkApproval, NetworkApprovalFuture, NetworkApprover,
+    NetworkFacts, NetworkMode, NetworkPolicy, credential_added_line, host_port, is_private_destination, network_denied_line,
     network_reason, normalize_host,
 };
 pub use policy::{
