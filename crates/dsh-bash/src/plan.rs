@@ -309,7 +309,52 @@ impl Plan {
             self.set("sandbox-policy", "network", Value::String(network.clone()))?;
         }
         self.append_names("sandbox-policy", "allowHosts", &args.allow_host)?;
+        self.apply_credentials(args)?;
         self.refuse_persist_elsewhere()
+    }
+
+    /// `--credential` and `--credential-upstream-ca` join the file's `credentials`; the file
+    /// each binding reads its value from, if any, is hidden from confined commands.
+    fn apply_credentials(&mut self, args: &CompositionArgs) -> anyhow::Result<()> {
+        let flags = !args.credential.is_empty() || args.credential_upstream_ca.is_some();
+        if flags && self.index("sandbox-policy").is_none() {
+            bail!(
+                "--credential binds secrets to hosts at the proxy of confined commands: it needs a sandbox and --network deny or ask"
+            );
+        }
+        let mut bindings = Vec::with_capacity(args.credential.len());
+        for flag in &args.credential {
+            bindings.push(parse_credential_flag(flag)?);
+        }
+        if !bindings.is_empty() {
+            let Some(i) = self.index("sandbox-policy") else { return Ok(()) };
+            let config = &mut self.rows[i].config;
+            if config.is_null() {
+                *config = Value::Object(Map::new());
+            }
+            let Some(object) = config.as_object_mut() else { bail!("[sandbox-policy] must be a table") };
+            let list = object.entry("credentials").or_insert_with(|| Value::Array(Vec::new()));
+            let Some(list) = list.as_array_mut() else {
+                bail!("[sandbox-policy] credentials must be an array of tables");
+            };
+            list.extend(bindings);
+        }
+        if let Some(file) = &args.credential_upstream_ca {
+            let Some(text) = dsh_core::home::absolutize(file).to_str().map(str::to_owned) else {
+                bail!("--credential-upstream-ca {}: not valid UTF-8", file.display());
+            };
+            self.set("sandbox-policy", "credentialsUpstreamCa", Value::String(text))?;
+        }
+        let files: Vec<PathBuf> = self
+            .index("sandbox-policy")
+            .and_then(|i| self.rows[i].config.get("credentials"))
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|b| b.get("file").and_then(Value::as_str))
+            .map(|f| dsh_core::home::absolutize(Path::new(f)))
+            .collect();
+        self.mask_paths(&files)
     }
 
     /// `persist` (`--persist` or `[tool-bash] persist`) keeps the shell's state in a file on
@@ -535,6 +580,37 @@ fn workspace_root(root: &Path) -> anyhow::Result<String> {
         .to_str()
         .map(str::to_owned)
         .ok_or_else(|| anyhow::anyhow!("--workspace-root {}: not valid UTF-8", root.display()))
+}
+
+/// One `--credential NAME=HOST,HOST[;header=NAME][;file=PATH]` as a `credentials` entry.
+fn parse_credential_flag(flag: &str) -> anyhow::Result<Value> {
+    let mut parts = flag.split(';');
+    let binding = parts.next().unwrap_or_default();
+    let Some((name, hosts)) = binding.split_once('=') else {
+        bail!("--credential {flag:?}: expected NAME=HOST[,HOST...] (the value comes from $NAME or ;file=PATH, never the command line)");
+    };
+    let hosts: Vec<Value> =
+        hosts.split(',').map(str::trim).filter(|h| !h.is_empty()).map(|h| Value::String(h.to_owned())).collect();
+    let mut entry = Map::new();
+    entry.insert("name".into(), Value::String(name.trim().to_owned()));
+    entry.insert("hosts".into(), Value::Array(hosts));
+    let mut headers = Vec::new();
+    for option in parts {
+        match option.split_once('=') {
+            Some(("header", header)) => headers.push(Value::String(header.trim().to_owned())),
+            Some(("file", file)) => {
+                let Some(path) = dsh_core::home::absolutize(Path::new(file)).to_str().map(str::to_owned) else {
+                    bail!("--credential {name}: the file is not valid UTF-8");
+                };
+                entry.insert("file".into(), Value::String(path));
+            }
+            _ => bail!("--credential {name}: unknown option {option:?} (expected header=NAME or file=PATH)"),
+        }
+    }
+    if !headers.is_empty() {
+        entry.insert("headers".into(), Value::Array(headers));
+    }
+    Ok(Value::Object(entry))
 }
 
 #[cfg(test)]

@@ -283,6 +283,9 @@ pub struct NetworkFacts {
     pub policy: NetworkMode,
     /// Each `host:port` refused during the call, in first-refusal order.
     pub denied: Vec<String>,
+    /// Each bound credential the proxy added to a request (`NAME added for host:port`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub credentials: Vec<String>,
 }
 
 /// A secret bound to the hosts it is for: confined commands hold a placeholder in its place,
