@@ -587,10 +587,16 @@ fn parse_credential_flag(flag: &str) -> anyhow::Result<Value> {
     let mut parts = flag.split(';');
     let binding = parts.next().unwrap_or_default();
     let Some((name, hosts)) = binding.split_once('=') else {
-        bail!("--credential {flag:?}: expected NAME=HOST[,HOST...] (the value comes from $NAME or ;file=PATH, never the command line)");
+        bail!(
+            "--credential {flag:?}: expected NAME=HOST[,HOST...] (the value comes from $NAME or ;file=PATH, never the command line)"
+        );
     };
-    let hosts: Vec<Value> =
-        hosts.split(',').map(str::trim).filter(|h| !h.is_empty()).map(|h| Value::String(h.to_owned())).collect();
+    let hosts: Vec<Value> = hosts
+        .split(',')
+        .map(str::trim)
+        .filter(|h| !h.is_empty())
+        .map(|h| Value::String(h.to_owned()))
+        .collect();
     let mut entry = Map::new();
     entry.insert("name".into(), Value::String(name.trim().to_owned()));
     entry.insert("hosts".into(), Value::Array(hosts));
@@ -599,7 +605,8 @@ fn parse_credential_flag(flag: &str) -> anyhow::Result<Value> {
         match option.split_once('=') {
             Some(("header", header)) => headers.push(Value::String(header.trim().to_owned())),
             Some(("file", file)) => {
-                let Some(path) = dsh_core::home::absolutize(Path::new(file)).to_str().map(str::to_owned) else {
+                let Some(path) = dsh_core::home::absolutize(Path::new(file)).to_str().map(str::to_owned)
+                else {
                     bail!("--credential {name}: the file is not valid UTF-8");
                 };
                 entry.insert("file".into(), Value::String(path));

@@ -91,7 +91,9 @@ fn upstream_roots(credentials: &Credentials) -> Result<Vec<CertificateDer<'stati
     if let Some(file) = &credentials.upstream_ca {
         let certs = CertificateDer::pem_file_iter(file)
             .and_then(|iter| iter.collect::<Result<Vec<_>, _>>())
-            .map_err(|e| format!("cannot read the upstream certificate authorities {}: {e}", file.display()))?;
+            .map_err(|e| {
+                format!("cannot read the upstream certificate authorities {}: {e}", file.display())
+            })?;
         if certs.is_empty() {
             return Err(format!("{} holds no PEM certificate", file.display()));
         }
@@ -123,13 +125,15 @@ impl CredentialVault {
             .with_no_client_auth();
         upstream.alpn_protocols = vec![b"http/1.1".to_vec()];
 
-        let ca_key = rcgen::KeyPair::generate().map_err(|e| format!("cannot make the session's CA key: {e}"))?;
+        let ca_key =
+            rcgen::KeyPair::generate().map_err(|e| format!("cannot make the session's CA key: {e}"))?;
         let mut params = rcgen::CertificateParams::new(Vec::<String>::new())
             .map_err(|e| format!("cannot make the session's CA: {e}"))?;
         params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Constrained(0));
         params.distinguished_name.push(rcgen::DnType::CommonName, "dsh-bash session credential proxy");
         params.key_usages = vec![rcgen::KeyUsagePurpose::KeyCertSign, rcgen::KeyUsagePurpose::CrlSign];
-        let ca_cert = params.self_signed(&ca_key).map_err(|e| format!("cannot sign the session's CA: {e}"))?;
+        let ca_cert =
+            params.self_signed(&ca_key).map_err(|e| format!("cannot sign the session's CA: {e}"))?;
 
         let mut trust_bundle = String::new();
         for cert in &roots {
@@ -262,7 +266,12 @@ impl CredentialVault {
 
     /// An `Authorization: Basic` value for URL userinfo that carries a bound placeholder
     /// (`user:placeholder@host`), with the value in its place.
-    pub(crate) fn userinfo_authorization(&self, userinfo: &str, host: &str, port: u16) -> Option<(String, Vec<String>)> {
+    pub(crate) fn userinfo_authorization(
+        &self,
+        userinfo: &str,
+        host: &str,
+        port: u16,
+    ) -> Option<(String, Vec<String>)> {
         let mut text = userinfo.as_bytes().to_vec();
         let mut injected = Vec::new();
         for b in self.bound.iter().filter(|b| b.binding.binds(host, port)) {
@@ -281,7 +290,10 @@ fn percent_decode(text: &[u8]) -> Vec<u8> {
     let mut i = 0;
     while i < text.len() {
         if text[i] == b'%'
-            && let Some(byte) = text.get(i + 1..i + 3).and_then(|h| std::str::from_utf8(h).ok()).and_then(|h| u8::from_str_radix(h, 16).ok())
+            && let Some(byte) = text
+                .get(i + 1..i + 3)
+                .and_then(|h| std::str::from_utf8(h).ok())
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
         {
             out.push(byte);
             i += 3;
@@ -361,7 +373,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Peer<S> {
             if !self.fill().await? {
                 return match self.buf.is_empty() {
                     true => Ok(None),
-                    false => Err(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "a message head was cut off")),
+                    false => Err(std::io::Error::new(
+                        std::io::ErrorKind::UnexpectedEof,
+                        "a message head was cut off",
+                    )),
                 };
             }
         }
@@ -378,7 +393,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Peer<S> {
                 return Err(std::io::Error::other("a chunk line is too long"));
             }
             if !self.fill().await? {
-                return Err(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "a chunked body was cut off"));
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    "a chunked body was cut off",
+                ));
             }
         }
     }
@@ -430,7 +448,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Peer<S> {
     }
 
     /// Copies a body framed as `framing`.
-    async fn copy_body<W: AsyncWrite + Unpin>(&mut self, framing: Framing, to: &mut W) -> std::io::Result<()> {
+    async fn copy_body<W: AsyncWrite + Unpin>(
+        &mut self,
+        framing: Framing,
+        to: &mut W,
+    ) -> std::io::Result<()> {
         match framing {
             Framing::None => Ok(()),
             Framing::Length(n) => self.copy_exact(n, to).await,
@@ -466,7 +488,11 @@ fn header_facts(headers: &[httparse::Header<'_>], version: u8) -> (Option<Framin
     for h in headers {
         let value = String::from_utf8_lossy(h.value).to_ascii_lowercase();
         if h.name.eq_ignore_ascii_case("transfer-encoding") {
-            framing = Some(if value.trim_end().ends_with("chunked") { Framing::Chunked } else { Framing::UntilClose });
+            framing = Some(if value.trim_end().ends_with("chunked") {
+                Framing::Chunked
+            } else {
+                Framing::UntilClose
+            });
         } else if h.name.eq_ignore_ascii_case("content-length") && framing.is_none() {
             framing = value.trim().parse::<u64>().ok().map(Framing::Length);
         } else if h.name.eq_ignore_ascii_case("connection") {
@@ -492,11 +518,19 @@ fn parse_request(head: &[u8]) -> Result<Head, String> {
     }
     let (framing, close, expect_continue) = header_facts(request.headers, request.version.unwrap_or(1));
     let framing = match framing {
-        Some(Framing::UntilClose) => return Err("a request body in a transfer coding other than chunked".to_owned()),
+        Some(Framing::UntilClose) => {
+            return Err("a request body in a transfer coding other than chunked".to_owned());
+        }
         Some(f) => f,
         None => Framing::None,
     };
-    Ok(Head { method: request.method.unwrap_or_default().to_owned(), status: 0, framing, close, expect_continue })
+    Ok(Head {
+        method: request.method.unwrap_or_default().to_owned(),
+        status: 0,
+        framing,
+        close,
+        expect_continue,
+    })
 }
 
 fn parse_response(head: &[u8], method: &str) -> Result<Head, String> {
@@ -509,7 +543,11 @@ fn parse_response(head: &[u8], method: &str) -> Result<Head, String> {
     }
     let status = response.code.unwrap_or_default();
     let (framing, close, _) = header_facts(response.headers, response.version.unwrap_or(1));
-    let framing = if method.eq_ignore_ascii_case("HEAD") || (100..200).contains(&status) || status == 204 || status == 304 {
+    let framing = if method.eq_ignore_ascii_case("HEAD")
+        || (100..200).contains(&status)
+        || status == 204
+        || status == 304
+    {
         Framing::None
     } else {
         framing.unwrap_or(Framing::UntilClose)
@@ -552,9 +590,11 @@ async fn connect_upstream(
     let tcp = crate::connect(addrs).await.map_err(|e| format!("cannot connect: {e}"))?;
     let _ = tcp.set_nodelay(true);
     let name = dsh_sandbox::normalize_host(host);
-    let server_name = ServerName::try_from(name.clone()).map_err(|e| format!("{name} is not a TLS server name: {e}"))?;
+    let server_name =
+        ServerName::try_from(name.clone()).map_err(|e| format!("{name} is not a TLS server name: {e}"))?;
     let connector = tokio_rustls::TlsConnector::from(Arc::clone(&vault.upstream));
-    let tls = connector.connect(server_name, tcp).await.map_err(|e| format!("TLS with {name} failed: {e}"))?;
+    let tls =
+        connector.connect(server_name, tcp).await.map_err(|e| format!("TLS with {name} failed: {e}"))?;
     Ok(Peer::new(tls, Vec::new()))
 }
 
@@ -610,7 +650,10 @@ pub(crate) async fn intercept(
         server.io.flush().await?;
         let response = loop {
             let Some(head) = server.head().await? else {
-                client.io.write_all(&made_up("502 Bad Gateway", &format!("{hp} closed the connection"))).await?;
+                client
+                    .io
+                    .write_all(&made_up("502 Bad Gateway", &format!("{hp} closed the connection")))
+                    .await?;
                 return client.io.shutdown().await;
             };
             let response = parse_response(&head, &request.method).map_err(std::io::Error::other)?;
@@ -665,7 +708,10 @@ mod tests {
         );
         let vault = CredentialVault::new(&Credentials { bindings: vec![binding], upstream_ca: Some(file) })
             .expect("a vault");
-        assert!(vault.trust_bundle().contains(&cert.pem()) && vault.trust_bundle().ends_with(&vault.ca_certificate()));
+        assert!(
+            vault.trust_bundle().contains(&cert.pem())
+                && vault.trust_bundle().ends_with(&vault.ca_certificate())
+        );
         vault
     }
 
@@ -674,7 +720,10 @@ mod tests {
         let v = vault();
         let (name, ph) = v.placeholders().next().map(|(n, p)| (n.to_owned(), p.to_owned())).unwrap();
         assert_eq!(name, "API_TOKEN");
-        assert!(ph.starts_with("dsh-cred-api-token-") && ph.len() == "dsh-cred-api-token-".len() + 32, "{ph}");
+        assert!(
+            ph.starts_with("dsh-cred-api-token-") && ph.len() == "dsh-cred-api-token-".len() + 32,
+            "{ph}"
+        );
         let basic = BASE64.encode(format!("user:{ph}"));
         let head = format!(
             "GET / HTTP/1.1\r\nHost: api.example.com\r\nAuthorization: Bearer {ph}\r\nx-api-key: {ph}\r\nX-Other: {ph}\r\n\r\n"
@@ -684,7 +733,10 @@ mod tests {
         assert_eq!(injected, vec!["API_TOKEN".to_owned()]);
         assert!(out.contains("Authorization: Bearer s3cret-value\r\n"), "{out}");
         assert!(out.contains("x-api-key: s3cret-value\r\n"), "{out}");
-        assert!(out.contains(&format!("X-Other: {ph}\r\n")), "an unnamed header keeps the placeholder: {out}");
+        assert!(
+            out.contains(&format!("X-Other: {ph}\r\n")),
+            "an unnamed header keeps the placeholder: {out}"
+        );
         let head = format!("GET / HTTP/1.1\r\nAuthorization: Basic {basic}\r\n\r\n");
         let (out, _) = v.rewrite_request(head.as_bytes(), "api.example.com", 443);
         let expected = BASE64.encode("user:s3cret-value");
@@ -700,14 +752,19 @@ mod tests {
 
     #[test]
     fn framing_follows_the_heads() {
-        let r = parse_request(b"POST / HTTP/1.1\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\n").unwrap();
+        let r =
+            parse_request(b"POST / HTTP/1.1\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\n").unwrap();
         assert_eq!((r.framing, r.close, r.expect_continue), (Framing::Length(5), false, true));
-        let r = parse_request(b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n").unwrap();
+        let r = parse_request(b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n")
+            .unwrap();
         assert_eq!((r.framing, r.close), (Framing::Chunked, true));
         let r = parse_response(b"HTTP/1.1 200 OK\r\n\r\n", "GET").unwrap();
         assert_eq!((r.framing, r.close), (Framing::UntilClose, true));
         let r = parse_response(b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\n", "HEAD").unwrap();
         assert_eq!(r.framing, Framing::None);
-        assert_eq!(without_expect(b"POST / HTTP/1.1\r\nExpect: 100-continue\r\nA: b\r\n\r\n"), b"POST / HTTP/1.1\r\nA: b\r\n\r\n");
+        assert_eq!(
+            without_expect(b"POST / HTTP/1.1\r\nExpect: 100-continue\r\nA: b\r\n\r\n"),
+            b"POST / HTTP/1.1\r\nA: b\r\n\r\n"
+        );
     }
 }

@@ -558,8 +558,9 @@ fn forward_with_credentials(
             continue;
         }
         if line == b"\r\n" {
-            if let Some((auth, names)) =
-                userinfo.filter(|_| !has_authorization).and_then(|u| vault.userinfo_authorization(u, host, port))
+            if let Some((auth, names)) = userinfo
+                .filter(|_| !has_authorization)
+                .and_then(|u| vault.userinfo_authorization(u, host, port))
             {
                 out.extend_from_slice(format!("Authorization: {auth}\r\n").as_bytes());
                 injected.extend(names);

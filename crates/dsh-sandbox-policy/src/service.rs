@@ -8,8 +8,8 @@ use dsh_core::home::absolutize;
 use dsh_core::services::SystemPrompt;
 use dsh_core::{Agent, ConfigError, Handles, Plugin, PluginError, PluginScope, Session};
 use dsh_sandbox::{
-    CredentialBinding, Credentials, HostPattern, NetworkMode, NetworkPolicy, SANDBOX_POLICY, SandboxExecutionPolicy, SandboxMode,
-    SandboxPolicyService, StandingPolicy,
+    CredentialBinding, Credentials, HostPattern, NetworkMode, NetworkPolicy, SANDBOX_POLICY,
+    SandboxExecutionPolicy, SandboxMode, SandboxPolicyService, StandingPolicy,
 };
 use schemars::JsonSchema;
 use serde::Deserialize;
@@ -82,17 +82,19 @@ impl CredentialConfig {
             .map(|p| HostPattern::parse(p).map_err(|e| format!("sandbox-policy: credentials: {name}: {e}")))
             .collect::<Result<Vec<_>, _>>()?;
         for header in &self.headers {
-            if header.is_empty() || !header.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
+            if header.is_empty() || !header.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+            {
                 return Err(format!("sandbox-policy: credentials: {name}: {header:?} is not a header name"));
             }
         }
-        let mut value = match &self.file {
-            Some(file) => std::fs::read(file)
-                .map_err(|e| format!("sandbox-policy: credentials: {name}: cannot read {file}: {e}"))?,
-            None => std::env::var_os(name)
-                .map(std::os::unix::ffi::OsStringExt::into_vec)
-                .ok_or_else(|| format!("sandbox-policy: credentials: the harness's environment has no {name}"))?,
-        };
+        let mut value =
+            match &self.file {
+                Some(file) => std::fs::read(file)
+                    .map_err(|e| format!("sandbox-policy: credentials: {name}: cannot read {file}: {e}"))?,
+                None => std::env::var_os(name).map(std::os::unix::ffi::OsStringExt::into_vec).ok_or_else(
+                    || format!("sandbox-policy: credentials: the harness's environment has no {name}"),
+                )?,
+            };
         if value.ends_with(b"\n") {
             value.pop();
             if value.ends_with(b"\r") {
@@ -103,7 +105,9 @@ impl CredentialConfig {
             return Err(format!("sandbox-policy: credentials: {name} is empty"));
         }
         if value.iter().any(|b| b.is_ascii_control()) {
-            return Err(format!("sandbox-policy: credentials: {name} holds a control character (it goes into request headers)"));
+            return Err(format!(
+                "sandbox-policy: credentials: {name} holds a control character (it goes into request headers)"
+            ));
         }
         Ok(CredentialBinding::new(name.clone(), value, hosts, self.headers.clone()))
     }

@@ -100,7 +100,12 @@ fn stream_schema() -> Schema {
 /// with `out_of_memory` (an executor that reports it), `outOfMemory`; with `quarantine` (a
 /// sandboxing executor), `quarantined`. With `credentials` (secrets bound to hosts), `network`
 /// may also carry `credentials`.
-pub(crate) fn output_schema(network: bool, out_of_memory: bool, quarantine: bool, credentials: bool) -> Schema {
+pub(crate) fn output_schema(
+    network: bool,
+    out_of_memory: bool,
+    quarantine: bool,
+    credentials: bool,
+) -> Schema {
     let modes: Vec<Value> = SandboxMode::ALL.iter().map(|m| json!(m.as_str())).collect();
     let background = Schema::object(
         vec![

@@ -63,8 +63,8 @@ impl TlsServer {
         ca_params.key_usages = vec![rcgen::KeyUsagePurpose::KeyCertSign];
         let ca = ca_params.self_signed(&ca_key).expect("the test CA");
         let key = rcgen::KeyPair::generate().expect("a server key");
-        let mut params =
-            rcgen::CertificateParams::new(vec!["localhost".to_owned(), "127.0.0.1".to_owned()]).expect("params");
+        let mut params = rcgen::CertificateParams::new(vec!["localhost".to_owned(), "127.0.0.1".to_owned()])
+            .expect("params");
         params.distinguished_name.push(rcgen::DnType::CommonName, "localhost");
         let cert = params.signed_by(&key, &ca, &ca_key).expect("the server certificate");
         let write = |name: &str, text: &str| {
@@ -154,7 +154,8 @@ true"#
         let mut args = flags.to_vec();
         args.extend(world.call_args(Mode::WorkspaceWrite, None, &command));
         let output = world.dsh(&args).env("WORLD_TOKEN", &secret).output().expect("spawn dsh-bash");
-        let whole = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+        let whole =
+            format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
         let out = Outcome::parse(&output);
         let requests = server.requests();
 
@@ -168,10 +169,17 @@ true"#
         assert!(placeholder.starts_with("dsh-cred-world-token-") && placeholder.len() > 40, "{out:#?}");
         assert!(out.stdout.contains(&format!("PROC=WORLD_TOKEN={placeholder}\n")), "{out:#?}");
         for line in out.stdout.lines().filter(|l| l.starts_with("ANY=")) {
-            assert_eq!(line, format!("ANY=WORLD_TOKEN={placeholder}"), "a process env the command reads: {out:#?}");
+            assert_eq!(
+                line,
+                format!("ANY=WORLD_TOKEN={placeholder}"),
+                "a process env the command reads: {out:#?}"
+            );
         }
         assert!(!whole.contains(&secret), "the value reached the command's result: {whole}");
-        assert!(!whole.contains("[redacted:WORLD_TOKEN]"), "the value reached the command (redacted): {whole}");
+        assert!(
+            !whole.contains("[redacted:WORLD_TOKEN]"),
+            "the value reached the command (redacted): {whole}"
+        );
         assert!(out.stdout.contains("URLLIB ok"), "{out:#?}");
         assert!(out.stdout.contains("GIT-DONE"), "{out:#?}");
         assert!(
@@ -186,13 +194,22 @@ true"#
         for line in [curl[0], again[0]] {
             assert!(line.ends_with(&format!(" auth=Bearer {secret} key={secret}")), "{requests:#?}");
         }
-        assert_eq!(curl[0].split(' ').next(), again[0].split(' ').next(), "one kept-alive connection: {requests:#?}");
-        assert_eq!(seen(&requests, "/urllib"), vec![format!("{} /urllib auth=token {secret} key=None", urllib_port(&requests))]);
+        assert_eq!(
+            curl[0].split(' ').next(),
+            again[0].split(' ').next(),
+            "one kept-alive connection: {requests:#?}"
+        );
+        assert_eq!(
+            seen(&requests, "/urllib"),
+            vec![format!("{} /urllib auth=token {secret} key=None", urllib_port(&requests))]
+        );
         // git asked its credential helper after the challenge; the proxy put the value into
         // the Basic pair.
         let basic = basic_pair(&format!("x-access-token:{secret}"));
         assert!(
-            requests.iter().any(|l| l.contains("/repo.git/info/refs") && l.contains(&format!("auth=Basic {basic} "))),
+            requests
+                .iter()
+                .any(|l| l.contains("/repo.git/info/refs") && l.contains(&format!("auth=Basic {basic} "))),
             "git's request carried the value: {requests:#?}"
         );
         // The same server under a name the secret is not bound to saw the placeholder only.
@@ -240,7 +257,10 @@ fn basic_pair(pair: &str) -> String {
 fn credentials_need_an_isolating_network_and_never_take_a_value_on_the_command_line() {
     use crate::harness::run;
     let out = run(&["--credential", "T=example.com", "schema"]);
-    assert!(out.code != Some(0) && out.stderr.contains("needs a sandbox and --network deny or ask"), "{out:?}");
+    assert!(
+        out.code != Some(0) && out.stderr.contains("needs a sandbox and --network deny or ask"),
+        "{out:?}"
+    );
     let out = run(&["--sandbox", "workspace-write", "--credential", "T=example.com", "schema"]);
     assert!(out.code != Some(0) && out.stderr.contains("credentials need network"), "{out:?}");
 }
