@@ -627,9 +627,6 @@ pub(crate) async fn intercept(
             }
         };
         let (mut head, injected) = vault.rewrite_request(&head, host, port);
-        for name in &injected {
-            gate.record_credential(name, &hp);
-        }
         if request.expect_continue {
             head = without_expect(&head);
             client.io.write_all(b"HTTP/1.1 100 Continue\r\n\r\n").await?;
@@ -646,6 +643,10 @@ pub(crate) async fn intercept(
         }
         let Some(server) = upstream.as_mut() else { break };
         server.io.write_all(&head).await?;
+        // Reported once the request carrying it went to the verified host.
+        for name in &injected {
+            gate.record_credential(name, &hp);
+        }
         client.copy_body(request.framing, &mut server.io).await?;
         server.io.flush().await?;
         let response = loop {

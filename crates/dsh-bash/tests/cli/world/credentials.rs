@@ -14,15 +14,31 @@ use super::matrix::{Skip, over_matrix};
 
 /// The server: answers `401` with a `Basic` challenge to a request without `Authorization`
 /// (as a git host does), else `200 ok`; never echoes a header. Each request is one log line:
-/// `<client port> <path> auth=<Authorization> key=<X-Api-Key>`.
+/// `<client port> <path> auth=<Authorization> key=<X-Api-Key>`, and for a `POST`, ` body=<bytes
+/// read>` (a `Content-Length` or chunked body). With a fourth argument `plain` it serves plain
+/// HTTP.
 const SERVER: &str = r#"
 import http.server, ssl, sys
 log = open(sys.argv[3], "a", buffering=1)
 class Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
-    def do_GET(self):
+    def do_POST(self):
+        if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+            size = 0
+            while True:
+                n = int(self.rfile.readline().split(b";")[0], 16)
+                if n == 0:
+                    while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                        pass
+                    break
+                size += len(self.rfile.read(n))
+                self.rfile.readline()
+        else:
+            size = len(self.rfile.read(int(self.headers.get("Content-Length", "0"))))
+        self.do_GET(" body=%d" % size)
+    def do_GET(self, extra=""):
         auth = self.headers.get("Authorization")
-        log.write("%d %s auth=%s key=%s\n" % (self.client_address[1], self.path, auth, self.headers.get("X-Api-Key")))
+        log.write("%d %s auth=%s key=%s%s\n" % (self.client_address[1], self.path, auth, self.headers.get("X-Api-Key"), extra))
         if auth is None:
             self.send_response(401)
             self.send_header("WWW-Authenticate", 'Basic realm="test"')
@@ -38,7 +54,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
 server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
 context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
 context.load_cert_chain(sys.argv[1], sys.argv[2])
-server.socket = context.wrap_socket(server.socket, server_side=True)
+if sys.argv[4:] != ["plain"]:
+    server.socket = context.wrap_socket(server.socket, server_side=True)
 print(server.server_address[1], flush=True)
 server.serve_forever()
 "#;
@@ -56,6 +73,14 @@ impl TlsServer {
     /// Starts the server with a certificate for `localhost` and `127.0.0.1` signed by a
     /// fresh test authority; its files are in `dir`.
     fn start(world: &World, dir: &Path) -> TlsServer {
+        Self::start_as(world, dir, false)
+    }
+
+    /// [`TlsServer::start`], serving plain HTTP when `plain` (its files in a directory of
+    /// their own under `dir`).
+    fn start_as(world: &World, dir: &Path, plain: bool) -> TlsServer {
+        let dir = &dir.join(if plain { "plain" } else { "tls" });
+        std::fs::create_dir_all(dir).expect("a server directory");
         let ca_key = rcgen::KeyPair::generate().expect("a CA key");
         let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("CA params");
         ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
@@ -84,6 +109,7 @@ impl TlsServer {
             .arg(&cert_file)
             .arg(&key_file)
             .arg(&log)
+            .args(plain.then_some("plain"))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -126,6 +152,8 @@ fn a_bound_credential_reaches_its_host_and_never_the_command() {
         require_tools(world)?;
         let server = TlsServer::start(world, &world.outside);
         let port = server.port;
+        let plain = TlsServer::start_as(world, &world.outside, true);
+        let plain_port = plain.port;
         let secret = host::unique("world-secret-value");
         // Bound to `localhost:PORT` only: `127.0.0.1:PORT` is the same server under a name
         // the secret is not bound to.
@@ -136,8 +164,10 @@ fn a_bound_credential_reaches_its_host_and_never_the_command() {
             format!("localhost:{port}"),
             "--allow-host".to_owned(),
             format!("127.0.0.1:{port}"),
+            "--allow-host".to_owned(),
+            format!("localhost:{plain_port}"),
             "--credential".to_owned(),
-            format!("WORLD_TOKEN=localhost:{port};header=X-Api-Key"),
+            format!("WORLD_TOKEN=localhost:{port},localhost:{plain_port};header=X-Api-Key"),
             "--credential-upstream-ca".to_owned(),
             server.ca.display().to_string(),
         ];
@@ -149,6 +179,11 @@ curl -sS -m 20 -H "Authorization: Bearer $WORLD_TOKEN" -H "X-Api-Key: $WORLD_TOK
 python3 -c 'import os, urllib.request as u; print("URLLIB", u.urlopen(u.Request("https://localhost:{port}/urllib", headers={{"Authorization": "token " + os.environ["WORLD_TOKEN"]}}), timeout=20).read().decode().strip())'
 git -c http.lowSpeedTime=20 ls-remote https://localhost:{port}/repo.git >/dev/null 2>&1; echo GIT-DONE
 curl -sS -m 20 -H "Authorization: Bearer $WORLD_TOKEN" https://127.0.0.1:{port}/unbound
+head -c 300000 /dev/zero > body.bin
+curl -sS -m 20 -H "Authorization: Bearer $WORLD_TOKEN" -H 'Expect: 100-continue' --data-binary @body.bin https://localhost:{port}/post-length
+curl -sS -m 20 -H "Authorization: Bearer $WORLD_TOKEN" -H 'Transfer-Encoding: chunked' --data-binary @body.bin https://localhost:{port}/post-chunked
+curl -sS -m 20 -H "Authorization: Bearer $WORLD_TOKEN" http://localhost:{plain_port}/plain
+curl -sS -m 20 "http://x-access-token:$WORLD_TOKEN@localhost:{plain_port}/userinfo"
 true"#
         );
         let mut args = flags.to_vec();
@@ -218,6 +253,23 @@ true"#
         assert!(unbound[0].ends_with(&format!(" auth=Bearer {placeholder} key=None")), "{requests:#?}");
         assert!(!unbound[0].contains(&secret));
 
+        // Bodies go through whole, by length (after the proxy's `100 Continue`) and chunked.
+        for path in ["/post-length", "/post-chunked"] {
+            let lines = seen(&requests, path);
+            assert_eq!(lines.len(), 1, "{path}: {requests:#?}");
+            assert!(
+                lines[0].ends_with(&format!(" auth=Bearer {secret} key=None body=300000")),
+                "{requests:#?}"
+            );
+        }
+        // Plain HTTP to a bound host: the header, and the URL's userinfo as Basic credentials.
+        let plain_requests = plain.requests();
+        assert_eq!(seen(&plain_requests, "/plain").len(), 1, "{plain_requests:#?}");
+        assert!(seen(&plain_requests, "/plain")[0].ends_with(&format!(" auth=Bearer {secret} key=None")));
+        let userinfo = seen(&plain_requests, "/userinfo");
+        assert_eq!(userinfo.len(), 1, "{plain_requests:#?}");
+        assert!(userinfo[0].ends_with(&format!(" auth=Basic {basic} key=None")), "{plain_requests:#?}");
+
         // Nothing the harness wrote (session logs, spill files) holds the value.
         let found = world.host_sh(&format!(
             "grep -rlF -- {} {} /tmp/dsh-credentials-* 2>/dev/null || true",
@@ -263,4 +315,39 @@ fn credentials_need_an_isolating_network_and_never_take_a_value_on_the_command_l
     );
     let out = run(&["--sandbox", "workspace-write", "--credential", "T=example.com", "schema"]);
     assert!(out.code != Some(0) && out.stderr.contains("credentials need network"), "{out:?}");
+}
+
+#[test]
+fn a_bound_host_that_fails_verification_gets_nothing() {
+    over_matrix("a_bound_host_that_fails_verification_gets_nothing", |world| {
+        require_tools(world)?;
+        let server = TlsServer::start(world, &world.outside);
+        let port = server.port;
+        let secret = host::unique("world-secret-value");
+        // No --credential-upstream-ca: the test's authority is in no trust store the proxy
+        // uses, so the server cannot prove it is `localhost`.
+        let flags = [
+            "--network".to_owned(),
+            "deny".to_owned(),
+            "--allow-host".to_owned(),
+            format!("localhost:{port}"),
+            "--credential".to_owned(),
+            format!("WORLD_TOKEN=localhost:{port}"),
+        ];
+        let command = format!(
+            r#"curl -sS -m 20 -H "Authorization: Bearer $WORLD_TOKEN" https://localhost:{port}/bound; true"#
+        );
+        let mut args = flags.to_vec();
+        args.extend(world.call_args(Mode::WorkspaceWrite, None, &command));
+        let output = world.dsh(&args).env("WORLD_TOKEN", &secret).output().expect("spawn dsh-bash");
+        let out = Outcome::parse(&output);
+        assert!(
+            out.stdout
+                .contains(&format!("dsh-bash network proxy: localhost:{port}: TLS with localhost failed")),
+            "the command is told why: {out:#?}"
+        );
+        assert!(server.requests().is_empty(), "an unverified host got a request: {:#?}", server.requests());
+        assert!(!out.text.contains("[network: credential"), "{out:#?}");
+        Ok(())
+    });
 }
