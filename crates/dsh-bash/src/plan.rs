@@ -749,6 +749,46 @@ graceMs = 200
     }
 
     #[test]
+    fn credential_flags_join_the_files_credentials_and_hide_their_files() {
+        let args = CompositionArgs {
+            sandbox: Some("workspace-write".into()),
+            network: Some("deny".into()),
+            credential: vec!["GH=api.github.com,github.com;header=X-Api-Key;file=/srv/gh-token".into()],
+            credential_upstream_ca: Some(PathBuf::from("/etc/ca.pem")),
+            ..Default::default()
+        };
+        let file = "[[sandbox-policy.credentials]]\nname = \"NPM\"\nhosts = [\"registry.npmjs.org\"]\nfile = \"/srv/npm\"\n";
+        let plan = build(file, args).expect("plan");
+        let config_of =
+            |name: &str| plan.rows.iter().find(|r| r.factory.short_name() == name).map(|r| r.config.clone());
+        let policy = config_of("sandbox-policy").expect("sandbox-policy");
+        assert_eq!(
+            policy["credentials"],
+            json!([
+                {"name": "NPM", "hosts": ["registry.npmjs.org"], "file": "/srv/npm"},
+                {"name": "GH", "hosts": ["api.github.com", "github.com"], "file": "/srv/gh-token", "headers": ["X-Api-Key"]}
+            ])
+        );
+        assert_eq!(policy["credentialsUpstreamCa"], json!("/etc/ca.pem"));
+        let masked = config_of("sandbox-local").expect("sandbox-local")["maskedPaths"].clone();
+        assert_eq!(masked, json!(["/srv/npm", "/srv/gh-token"]));
+        let bad = CompositionArgs {
+            sandbox: Some("workspace-write".into()),
+            credential: vec!["GH=api.github.com;color=blue".into()],
+            ..Default::default()
+        };
+        assert!(build("", bad).err().expect("refused").to_string().contains("unknown option \"color=blue\""));
+        let no_hosts = CompositionArgs {
+            sandbox: Some("workspace-write".into()),
+            credential: vec!["GH".into()],
+            ..Default::default()
+        };
+        assert!(build("", no_hosts).err().expect("refused").to_string().contains("expected NAME=HOST"));
+        let unconfined = CompositionArgs { credential: vec!["GH=github.com".into()], ..Default::default() };
+        assert!(build("", unconfined).err().expect("refused").to_string().contains("needs a sandbox"));
+    }
+
+    #[test]
     fn host_masked_paths_join_the_files_own() {
         let args = CompositionArgs { sandbox: Some("workspace-write".into()), ..Default::default() };
         let mut plan = build("[sandbox-local]\nmaskedPaths = [\"/etc/mine\"]\n", args.clone()).expect("plan");

@@ -399,6 +399,23 @@ pub fn network_context_text(network: &NetworkPolicy) -> Option<String> {
     }
 }
 
+/// What the `sandbox:network` context says of bound credentials (names and hosts, never a
+/// value): the variables hold placeholders, used as the secrets themselves.
+pub fn credentials_context_text(credentials: &Credentials) -> String {
+    let each: Vec<String> = credentials
+        .bindings
+        .iter()
+        .map(|b| {
+            let hosts: Vec<String> = b.hosts.iter().map(ToString::to_string).collect();
+            format!("{} ({})", b.name, hosts.join(", "))
+        })
+        .collect();
+    format!(
+        "Bound credentials: {}. In sandboxed commands each of these variables holds a placeholder, not the secret; use it as the secret (an Authorization header, a git password): the proxy replaces it with the real value in requests to those hosts only, and reports each as [network: credential NAME added for host:port].",
+        each.join("; ")
+    )
+}
+
 /// Loads the policy service and its `sandbox:policy` runtime context (order 110).
 pub struct SandboxPolicyPlugin;
 
@@ -431,7 +448,11 @@ impl Plugin for SandboxPolicyPlugin {
             }),
         )?;
         scope.add(context);
-        if let Some(text) = network_context_text(&settings.network) {
+        if let Some(mut text) = network_context_text(&settings.network) {
+            if let Some(credentials) = &settings.credentials {
+                text.push(' ');
+                text.push_str(&credentials_context_text(credentials));
+            }
             let context = prompt.register_context(
                 "sandbox:network",
                 111.0,
@@ -670,5 +691,65 @@ mod tests {
         let ask = network_context_text(&NetworkPolicy { mode: NetworkMode::Ask, allow: vec![] })
             .expect("a context");
         assert!(ask.contains("no host is listed") && ask.contains("asks the user once per call"), "{ask}");
+    }
+
+    #[test]
+    fn credentials_are_checked_read_and_described_by_name_only() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("token");
+        std::fs::write(&file, "file-secret\n").expect("write the token");
+        let binding = |name: &str, hosts: &[&str], file: Option<&Path>| CredentialConfig {
+            name: name.to_owned(),
+            hosts: hosts.iter().map(|h| (*h).to_owned()).collect(),
+            headers: vec!["X-Api-Key".to_owned()],
+            file: file.map(|f| f.display().to_string()),
+        };
+        let config = |network: &str, credentials: Vec<CredentialConfig>| SandboxPolicyConfig {
+            network: Some(network.to_owned()),
+            credentials,
+            ..SandboxPolicyConfig::default()
+        };
+        let allow = config("allow", vec![binding("TOKEN", &["api.example.com"], Some(&file))]);
+        assert!(allow.checked().unwrap_err().contains("credentials need network \"deny\" or \"ask\""));
+        let nameless = config("deny", vec![binding("1BAD", &["a.example"], Some(&file))]);
+        assert_eq!(
+            nameless.checked().unwrap_err(),
+            "sandbox-policy: credentials: \"1BAD\" is not a variable name"
+        );
+        let hostless = config("deny", vec![binding("TOKEN", &[], Some(&file))]);
+        assert_eq!(hostless.checked().unwrap_err(), "sandbox-policy: credentials: TOKEN is bound to no host");
+        let missing = config("deny", vec![binding("DSH_TEST_NO_SUCH_VARIABLE", &["a.example"], None)]);
+        assert_eq!(
+            missing.checked().unwrap_err(),
+            "sandbox-policy: credentials: the harness's environment has no DSH_TEST_NO_SUCH_VARIABLE"
+        );
+        let twice = config(
+            "deny",
+            vec![
+                binding("TOKEN", &["a.example"], Some(&file)),
+                binding("TOKEN", &["b.example"], Some(&file)),
+            ],
+        );
+        assert_eq!(twice.checked().unwrap_err(), "sandbox-policy: credentials: TOKEN is bound twice");
+        let settings =
+            config("ask", vec![binding("TOKEN", &["api.example.com", "*.example.org:8443"], Some(&file))])
+                .checked()
+                .expect("ok");
+        let credentials = settings.credentials.expect("credentials");
+        let bound = &credentials.bindings[0];
+        assert_eq!(bound.expose(), b"file-secret", "the final line ending is not part of the value");
+        assert!(bound.binds("API.example.com", 443) && bound.binds("a.example.org", 8443));
+        assert!(!bound.binds("a.example.org", 443) && !bound.binds("example.com", 443));
+        assert!(!format!("{credentials:?}").contains("file-secret"));
+        let text = credentials_context_text(&credentials);
+        assert!(text.starts_with("Bound credentials: TOKEN (api.example.com, *.example.org:8443). In sandboxed commands each of these variables holds a placeholder"), "{text}");
+        assert!(!text.contains("file-secret"));
+        let service = LocalSandboxPolicy::with_settings(
+            &config("deny", vec![binding("TOKEN", &["a.example"], Some(&file))]).checked().expect("ok"),
+        );
+        assert!(service.credentials().is_some());
+        assert!(
+            LocalSandboxPolicy::new(&SandboxPolicyConfig::default()).expect("ok").credentials().is_none()
+        );
     }
 }
