@@ -176,6 +176,33 @@ fn a_bound_credential_reaches_its_host_and_never_the_command() {
 cat /proc/self/environ | tr '\0' '\n' | grep '^WORLD_TOKEN=' | sed 's/^/PROC=/'
 for p in /proc/[0-9]*; do tr '\0' '\n' < "$p/environ"; done 2>/dev/null | grep '^WORLD_TOKEN=' | sort -u | sed 's/^/ANY=/'
 curl -sS -m 20 -H "Authorization: Bearer $WORLD_TOKEN" -H "X-Api-Key: $WORLD_TOKEN" https://localhost:{port}/curl https://localhost:{port}/curl-again
+python3 - <<'PY'
+import os
+needle = ("world-secret" + "-value").encode()
+found = []
+for pid in os.listdir("/proc"):
+    if not pid.isdigit() or int(pid) == os.getpid():
+        continue
+    try:
+        maps = open("/proc/%s/maps" % pid).read().splitlines()
+        mem = open("/proc/%s/mem" % pid, "rb", 0)
+    except OSError:
+        continue
+    for line in maps:
+        span, perms = line.split()[:2]
+        start, end = (int(x, 16) for x in span.split("-"))
+        if not perms.startswith("r") or end - start > 1 << 28:
+            continue
+        try:
+            mem.seek(start)
+            chunk = mem.read(end - start)
+        except (OSError, ValueError, OverflowError):
+            continue
+        if needle in chunk:
+            found.append(pid)
+            break
+print("MEMSCAN", "found in " + ",".join(found) if found else "clean")
+PY
 python3 -c 'import os, urllib.request as u; print("URLLIB", u.urlopen(u.Request("https://localhost:{port}/urllib", headers={{"Authorization": "token " + os.environ["WORLD_TOKEN"]}}), timeout=20).read().decode().strip())'
 git -c http.lowSpeedTime=20 ls-remote https://localhost:{port}/repo.git >/dev/null 2>&1; echo GIT-DONE
 curl -sS -m 20 -H "Authorization: Bearer $WORLD_TOKEN" https://127.0.0.1:{port}/unbound
@@ -214,6 +241,10 @@ true"#
         assert!(
             !whole.contains("[redacted:WORLD_TOKEN]"),
             "the value reached the command (redacted): {whole}"
+        );
+        assert!(
+            out.stdout.contains("MEMSCAN clean\n"),
+            "the memory of every process the command can see holds no value: {out:#?}"
         );
         assert!(out.stdout.contains("URLLIB ok"), "{out:#?}");
         assert!(out.stdout.contains("GIT-DONE"), "{out:#?}");
