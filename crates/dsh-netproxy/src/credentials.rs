@@ -41,8 +41,8 @@ pub struct CredentialVault {
     bound: Vec<Bound>,
     ca_key: rcgen::KeyPair,
     ca_cert: rcgen::Certificate,
-    /// The PEM bundle confined commands trust: the upstream trust store, then the session's
-    /// authority.
+    /// The PEM bundle confined commands trust: the host's trust store, the user's upstream
+    /// authorities (when named), then the session's authority.
     trust_bundle: String,
     /// The leaf certificate of each bound host seen so far, as a server configuration.
     leaves: Mutex<HashMap<String, Arc<rustls::ServerConfig>>>,
@@ -135,7 +135,14 @@ impl CredentialVault {
         let ca_cert =
             params.self_signed(&ca_key).map_err(|e| format!("cannot sign the session's CA: {e}"))?;
 
+        // The commands' bundle: the host's trust store (so unbound hosts verify as before),
+        // the user's file of upstream authorities when named, and the session's authority.
         let mut trust_bundle = String::new();
+        if credentials.upstream_ca.is_some() {
+            for cert in rustls_native_certs::load_native_certs().certs {
+                trust_bundle.push_str(&pem_certificate(&cert));
+            }
+        }
         for cert in &roots {
             trust_bundle.push_str(&pem_certificate(cert));
         }
@@ -165,8 +172,9 @@ impl CredentialVault {
         self.bound.iter().map(|b| &b.binding)
     }
 
-    /// The PEM bundle a confined command trusts: the upstream trust store and the session's
-    /// authority (so hosts that are not bound still verify).
+    /// The PEM bundle a confined command trusts: the host's trust store, the user's upstream
+    /// authorities (when named) and the session's authority (so hosts that are not bound still
+    /// verify).
     pub fn trust_bundle(&self) -> &str {
         &self.trust_bundle
     }
