@@ -382,3 +382,50 @@ fn a_bound_host_that_fails_verification_gets_nothing() {
         Ok(())
     });
 }
+
+#[test]
+fn credentials_from_the_composition_file_have_one_placeholder_per_session() {
+    over_matrix("credentials_from_the_composition_file_have_one_placeholder_per_session", |world| {
+        require_tools(world)?;
+        let server = TlsServer::start(world, &world.outside);
+        let port = server.port;
+        let secret = host::unique("world-secret-value");
+        let token = world.outside.join("file-token");
+        std::fs::write(&token, format!("{secret}\n")).expect("write the token file");
+        world.give(&token);
+        world.configure(&format!(
+            "[sandbox-policy]\nnetwork = \"deny\"\nallowHosts = [\"localhost:{port}\"]\ncredentialsUpstreamCa = {ca:?}\n\n[[sandbox-policy.credentials]]\nname = \"FILE_TOKEN\"\nhosts = [\"localhost:{port}\"]\nfile = {file:?}\n",
+            ca = server.ca.display().to_string(),
+            file = token.display().to_string(),
+        ));
+        let token_path = host::q(token.display().to_string());
+        let first = format!(
+            r#"echo "P=$FILE_TOKEN"; cat {token_path} 2>/dev/null || echo CANNOT-READ; curl -sS -m 20 -H "Authorization: Bearer $FILE_TOKEN" https://localhost:{port}/s1"#
+        );
+        let outcomes = world.batch(&[
+            ("cred-s1", &first),
+            ("cred-s1", "echo \"P=$FILE_TOKEN\""),
+            ("cred-s2", "echo \"P=$FILE_TOKEN\""),
+        ]);
+        let placeholder = |o: &Outcome| {
+            o.stdout
+                .lines()
+                .find_map(|l| l.strip_prefix("P="))
+                .map(str::to_owned)
+                .unwrap_or_else(|| panic!("no placeholder: {o:#?}"))
+        };
+        let (a, b, c) = (placeholder(&outcomes[0]), placeholder(&outcomes[1]), placeholder(&outcomes[2]));
+        assert!(a.starts_with("dsh-cred-file-token-"), "{outcomes:#?}");
+        assert_eq!(a, b, "one placeholder for the calls of a session: {outcomes:#?}");
+        assert_ne!(a, c, "another session has another placeholder: {outcomes:#?}");
+        assert!(outcomes[0].stdout.contains("CANNOT-READ"), "the token file is hidden: {outcomes:#?}");
+        for o in &outcomes {
+            assert!(!o.text.contains(&secret) && !o.text.contains("[redacted:FILE_TOKEN]"), "{o:#?}");
+        }
+        let requests = server.requests();
+        let s1 = seen(&requests, "/s1");
+        assert_eq!(s1.len(), 1, "{requests:#?}");
+        assert!(s1[0].ends_with(&format!(" auth=Bearer {secret} key=None")), "{requests:#?}");
+        Ok(())
+    });
+}
