@@ -16,6 +16,12 @@
 //!   call left running keeps no way to the host. Connections to listed hosts are unaffected.
 //! * Every refusal answers `403` with one line saying why, and is recorded for the calls
 //!   running at that moment ([`CallGuard::finish`]).
+//! * Secrets bound to hosts ([`CredentialVault`], a gate made with
+//!   [`NetworkGate::with_credentials`]): a `CONNECT` to a bound host has its TLS ended here
+//!   and each request gets the value in place of the session's placeholder before it goes on,
+//!   over verified TLS, to the host; a plain-HTTP request to a bound host is rewritten the same
+//!   way. Every other destination is relayed untouched. Each addition is recorded for the
+//!   calls running at that moment ([`CallGuard::finish_with_credentials`]).
 //!
 //! One namespace (and one gate) serves a session: calls of a session that run at the same
 //! time share it. A refusal is then reported to each of them, an approval is asked through
