@@ -379,4 +379,28 @@ mod tests {
         validate_value(&output_schema(false, false, false, false), &value, "output", &mut out);
         assert!(!out.is_empty(), "a closed schema without network refuses the key");
     }
+
+    #[test]
+    fn credential_additions_are_in_the_value_and_the_schema_only_with_bound_credentials() {
+        let mut r = result();
+        r.network = Some(dsh_sandbox::NetworkFacts {
+            policy: NetworkMode::Deny,
+            denied: Vec::new(),
+            credentials: vec!["TOKEN added for api.example.com:443".into()],
+        });
+        let value = foreground_value(&r);
+        assert_eq!(
+            value["network"],
+            json!({"policy": "deny", "denied": [], "credentials": ["TOKEN added for api.example.com:443"]})
+        );
+        let with = output_schema(true, false, true, true);
+        let mut out = Vec::new();
+        validate_value(&with, &value, "output", &mut out);
+        assert!(out.is_empty(), "{out:?}");
+        let without = output_schema(true, false, true, false);
+        assert!(!without.to_json().to_string().contains("\"credentials\""), "no key without credentials");
+        let mut out = Vec::new();
+        validate_value(&without, &value, "output", &mut out);
+        assert!(!out.is_empty(), "a schema without credentials refuses the key");
+    }
 }
