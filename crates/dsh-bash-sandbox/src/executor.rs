@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Weak};
 
-use dsh_netproxy::{CallGuard, NetworkGate};
+use dsh_netproxy::{CallGuard, CredentialVault, NetworkGate};
 
 use dsh_bash_local::{ExecError, LocalBashExecutor, SettleFacts, bash_argv, shell_spawn_error};
 use dsh_sandbox::{
@@ -34,7 +34,24 @@ pub struct SandboxBashExecutor {
     /// that write there, so a change one of them quarantined is never put back from another's
     /// older pin).
     surfaces: parking_lot::Mutex<HashMap<Vec<PathBuf>, Arc<parking_lot::Mutex<Watch>>>>,
+    /// The bound credentials of each session (by session id; `None`: the calls without one).
+    credentials: parking_lot::Mutex<HashMap<Option<String>, Arc<SessionCredentials>>>,
 }
+
+/// A session's bound credentials: its vault (placeholders, certificate authority) and the
+/// trust bundle its confined commands read.
+struct SessionCredentials {
+    vault: Arc<CredentialVault>,
+    /// `<dir>/trust.pem`: the upstream trust store and the session's authority.
+    bundle: PathBuf,
+    /// The directory of the bundle, removed with the executor.
+    _dir: tempfile::TempDir,
+}
+
+/// The variables of the tools confined commands run that name a file of trusted
+/// certificate authorities (OpenSSL and curl, Python's `requests`, Node, git).
+const TRUST_VARIABLES: [&str; 5] =
+    ["SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "NODE_EXTRA_CA_CERTS", "GIT_SSL_CAINFO", "CURL_CA_BUNDLE"];
 
 /// The auto-run surfaces of a set of writable roots: what was pinned, and how many confined
 /// commands (calls and background jobs, of any session) write there now.
@@ -133,6 +150,7 @@ impl SandboxBashExecutor {
             withhold_agent: agent_socket_withheld(),
             proxies: parking_lot::Mutex::new(Vec::new()),
             surfaces: parking_lot::Mutex::new(HashMap::new()),
+            credentials: parking_lot::Mutex::new(HashMap::new()),
         }
     }
 
@@ -200,11 +218,53 @@ impl SandboxBashExecutor {
         }
     }
 
+    /// The bound credentials of `policy`'s session, made on first sight (before its world is
+    /// built: the trust bundle's directory is shared with that session's commands only). A
+    /// vault that cannot be made runs nothing: the command would otherwise go without its
+    /// placeholders.
+    fn session_credentials(
+        &self,
+        policy: &SandboxExecutionPolicy,
+    ) -> Result<Option<Arc<SessionCredentials>>, ShellError> {
+        if !policy.network.mode.isolates() {
+            return Ok(None);
+        }
+        let Some(credentials) = self.policy.credentials() else { return Ok(None) };
+        let mut all = self.credentials.lock();
+        if let Some(found) = all.get(&policy.session_id) {
+            return Ok(Some(Arc::clone(found)));
+        }
+        let fail = |why: String| ShellError::Other(format!("cannot set up the bound credentials: {why}"));
+        let vault = CredentialVault::new(&credentials).map_err(fail)?;
+        let dir = tempfile::Builder::new()
+            .prefix("dsh-credentials-")
+            .tempdir()
+            .map_err(|e| fail(format!("cannot make a directory for the trust bundle: {e}")))?;
+        let bundle = dir.path().join("trust.pem");
+        std::fs::write(&bundle, vault.trust_bundle())
+            .map_err(|e| fail(format!("cannot write {}: {e}", bundle.display())))?;
+        // Commands of the session read it wherever their world hides the directory.
+        use std::os::unix::fs::PermissionsExt;
+        let _ = std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755));
+        let _ = std::fs::set_permissions(&bundle, std::fs::Permissions::from_mode(0o644));
+        self.provider.share_read_only_with_session(policy.session_id.as_deref(), dir.path());
+        // A bound host that echoes a request back shows the value: redacted like a secret.
+        for binding in vault.bindings() {
+            if let Err(e) = self.local.service().redact_also(&binding.name, binding.expose()) {
+                return Err(fail(format!("cannot redact {}: {e}", binding.name)));
+            }
+        }
+        let session = Arc::new(SessionCredentials { vault: Arc::new(vault), bundle, _dir: dir });
+        all.insert(policy.session_id.clone(), Arc::clone(&session));
+        Ok(Some(session))
+    }
+
     /// The gate of `proxy`'s namespace, serving it on first sight.
     fn gate_for(
         &self,
         proxy: &Arc<ProxyListener>,
         policy: &SandboxExecutionPolicy,
+        credentials: Option<&SessionCredentials>,
     ) -> Option<Arc<NetworkGate>> {
         let mut proxies = self.proxies.lock();
         proxies.retain(|(listener, _)| listener.strong_count() > 0);
@@ -213,7 +273,8 @@ impl SandboxBashExecutor {
         {
             return Some(Arc::clone(gate));
         }
-        let gate = NetworkGate::new(policy.network.clone());
+        let vault = credentials.map(|c| Arc::clone(&c.vault));
+        let gate = NetworkGate::with_credentials(policy.network.clone(), vault);
         if let Err(e) = dsh_netproxy::serve(proxy, Arc::clone(&gate)) {
             tracing::warn!(error = %e, "cannot serve the network proxy; confined commands reach no host");
             return None;
@@ -229,13 +290,17 @@ impl SandboxBashExecutor {
         policy: &SandboxExecutionPolicy,
         spec: &mut ShellExecSpec,
         can_ask: bool,
+        credentials: Option<&SessionCredentials>,
     ) -> Option<CallGuard> {
         if !policy.network.mode.isolates() {
             return None;
         }
         let proxy = confined.proxy.as_ref()?;
-        let gate = self.gate_for(proxy, policy)?;
+        let gate = self.gate_for(proxy, policy, credentials)?;
         let env = spec.dsh_env.get_or_insert_with(Default::default);
+        if let Some(credentials) = credentials {
+            credential_env(env, credentials);
+        }
         for name in PROXY_VARIABLES {
             env.insert(name.to_owned(), proxy.url());
         }
@@ -286,6 +351,41 @@ impl SandboxBashExecutor {
     /// The policy a resolved spec runs under (resolve always fills it).
     fn policy_of(&self, spec: &ShellExecSpec) -> SandboxExecutionPolicy {
         spec.sandbox_policy.clone().unwrap_or_else(|| self.policy.resolve(None, None).policy)
+    }
+}
+
+/// The variables a confined command gets for the session's bound credentials: each secret's
+/// placeholder under its name, the trust bundle under every variable its tools read, and a
+/// git credential helper that answers the placeholder as the password for each bound host
+/// (`GIT_CONFIG_COUNT`/`KEY_n`/`VALUE_n`).
+fn credential_env(env: &mut std::collections::BTreeMap<String, String>, credentials: &SessionCredentials) {
+    let bundle = credentials.bundle.display().to_string();
+    for name in TRUST_VARIABLES {
+        env.insert(name.to_owned(), bundle.clone());
+    }
+    let mut git = Vec::new();
+    for (binding, (name, placeholder)) in credentials.vault.bindings().zip(credentials.vault.placeholders()) {
+        env.insert(name.to_owned(), placeholder.to_owned());
+        let helper = format!(
+            "!f() {{ test \"$1\" = get && printf 'username=x-access-token\\npassword=%s\\n' '{placeholder}'; }}; f"
+        );
+        for host in &binding.hosts {
+            let spelled = match &host.host {
+                dsh_sandbox::HostMatch::Exact(h) if h.contains(':') => format!("[{h}]"),
+                dsh_sandbox::HostMatch::Exact(h) => h.clone(),
+                dsh_sandbox::HostMatch::Suffix(s) => format!("*.{s}"),
+            };
+            let url = match host.port {
+                Some(port) => format!("https://{spelled}:{port}"),
+                None => format!("https://{spelled}"),
+            };
+            git.push((format!("credential.{url}.helper"), helper.clone()));
+        }
+    }
+    env.insert("GIT_CONFIG_COUNT".to_owned(), git.len().to_string());
+    for (i, (key, value)) in git.into_iter().enumerate() {
+        env.insert(format!("GIT_CONFIG_KEY_{i}"), key);
+        env.insert(format!("GIT_CONFIG_VALUE_{i}"), value);
     }
 }
 
@@ -412,14 +512,16 @@ impl ShellExecutor for SandboxBashExecutor {
         }
         let mut spec = spec;
         self.share_spill_dir(&mut spec, &policy);
+        let credentials = self.session_credentials(&policy)?;
         let confined = self.provider.confine(&bash_argv(&spec.command), &policy)?;
         let mut spec = self.confined_spec(spec, mode);
-        let network = self.enter_network(&confined, &policy, &mut spec, true);
+        let network = self.enter_network(&confined, &policy, &mut spec, true, credentials.as_deref());
         let (running, mut quarantined) = self.surfaces_before(&policy);
         let outcome = self.local.run_argv(&spec, confined.argv.clone(), confined.pre_exec_hook()).await;
         quarantined.extend(running.end());
-        let denied_hosts =
-            redact_destinations(self.local.service(), network.map(CallGuard::finish).unwrap_or_default());
+        let (denied, added) = network.map(CallGuard::finish_with_credentials).unwrap_or_default();
+        let denied_hosts = redact_destinations(self.local.service(), denied);
+        let added = redact_destinations(self.local.service(), added);
         let mut result = match outcome {
             Ok(result) => result,
             Err(ExecError::Spawn(error)) => {
@@ -449,8 +551,9 @@ impl ShellExecutor for SandboxBashExecutor {
             network_denied: Vec::new(),
             quarantined,
         });
-        if !denied_hosts.is_empty() {
-            result.network = Some(NetworkFacts { policy: policy.network.mode, denied: denied_hosts });
+        if !denied_hosts.is_empty() || !added.is_empty() {
+            result.network =
+                Some(NetworkFacts { policy: policy.network.mode, denied: denied_hosts, credentials: added });
         }
         Ok(result)
     }
@@ -466,10 +569,11 @@ impl ShellExecutor for SandboxBashExecutor {
         }
         let mut spec = spec;
         self.share_spill_dir(&mut spec, &policy);
+        let credentials = self.session_credentials(&policy)?;
         let confined = self.provider.confine(&bash_argv(&spec.command), &policy)?;
         let mut spec = self.confined_spec(spec, mode);
         // A background job cannot ask: its call has returned by the time it connects.
-        let network = self.enter_network(&confined, &policy, &mut spec, false);
+        let network = self.enter_network(&confined, &policy, &mut spec, false, credentials.as_deref());
         let workdir = spec.workdir.clone();
         let argv = confined.argv.clone();
         let hook = confined.pre_exec_hook();

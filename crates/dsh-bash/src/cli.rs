@@ -169,6 +169,17 @@ pub struct CompositionArgs {
     /// `host:port` or `*.suffix` (sandbox-policy `allowHosts`).
     #[arg(long, global = true, value_name = "PATTERN")]
     pub allow_host: Vec<String>,
+    /// Bind a secret to hosts (repeatable; needs --network deny|ask): `NAME=HOST,HOST...`,
+    /// optionally followed by `;header=NAME` (a header besides Authorization to put it in,
+    /// repeatable) and `;file=PATH` (read it there instead of the harness's $NAME). Confined
+    /// commands see a placeholder in $NAME; the proxy puts the value into requests to those
+    /// hosts only (sandbox-policy `credentials`).
+    #[arg(long, global = true, value_name = "NAME=HOSTS")]
+    pub credential: Vec<String>,
+    /// Verify the hosts credentials are bound to against this PEM file of certificate
+    /// authorities instead of the host's trust store (sandbox-policy `credentialsUpstreamCa`).
+    #[arg(long, global = true, value_name = "FILE")]
+    pub credential_upstream_ca: Option<PathBuf>,
     /// Where commands run: `local` (this host), `container` (one container per harness,
     /// from --image or in --container; plugin shell-container) or `ssh` (on --ssh-host, one
     /// SSH connection per harness; plugin shell-ssh).

@@ -309,7 +309,52 @@ impl Plan {
             self.set("sandbox-policy", "network", Value::String(network.clone()))?;
         }
         self.append_names("sandbox-policy", "allowHosts", &args.allow_host)?;
+        self.apply_credentials(args)?;
         self.refuse_persist_elsewhere()
+    }
+
+    /// `--credential` and `--credential-upstream-ca` join the file's `credentials`; the file
+    /// each binding reads its value from, if any, is hidden from confined commands.
+    fn apply_credentials(&mut self, args: &CompositionArgs) -> anyhow::Result<()> {
+        let flags = !args.credential.is_empty() || args.credential_upstream_ca.is_some();
+        if flags && self.index("sandbox-policy").is_none() {
+            bail!(
+                "--credential binds secrets to hosts at the proxy of confined commands: it needs a sandbox and --network deny or ask"
+            );
+        }
+        let mut bindings = Vec::with_capacity(args.credential.len());
+        for flag in &args.credential {
+            bindings.push(parse_credential_flag(flag)?);
+        }
+        if !bindings.is_empty() {
+            let Some(i) = self.index("sandbox-policy") else { return Ok(()) };
+            let config = &mut self.rows[i].config;
+            if config.is_null() {
+                *config = Value::Object(Map::new());
+            }
+            let Some(object) = config.as_object_mut() else { bail!("[sandbox-policy] must be a table") };
+            let list = object.entry("credentials").or_insert_with(|| Value::Array(Vec::new()));
+            let Some(list) = list.as_array_mut() else {
+                bail!("[sandbox-policy] credentials must be an array of tables");
+            };
+            list.extend(bindings);
+        }
+        if let Some(file) = &args.credential_upstream_ca {
+            let Some(text) = dsh_core::home::absolutize(file).to_str().map(str::to_owned) else {
+                bail!("--credential-upstream-ca {}: not valid UTF-8", file.display());
+            };
+            self.set("sandbox-policy", "credentialsUpstreamCa", Value::String(text))?;
+        }
+        let files: Vec<PathBuf> = self
+            .index("sandbox-policy")
+            .and_then(|i| self.rows[i].config.get("credentials"))
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|b| b.get("file").and_then(Value::as_str))
+            .map(|f| dsh_core::home::absolutize(Path::new(f)))
+            .collect();
+        self.mask_paths(&files)
     }
 
     /// `persist` (`--persist` or `[tool-bash] persist`) keeps the shell's state in a file on
@@ -537,6 +582,44 @@ fn workspace_root(root: &Path) -> anyhow::Result<String> {
         .ok_or_else(|| anyhow::anyhow!("--workspace-root {}: not valid UTF-8", root.display()))
 }
 
+/// One `--credential NAME=HOST,HOST[;header=NAME][;file=PATH]` as a `credentials` entry.
+fn parse_credential_flag(flag: &str) -> anyhow::Result<Value> {
+    let mut parts = flag.split(';');
+    let binding = parts.next().unwrap_or_default();
+    let Some((name, hosts)) = binding.split_once('=') else {
+        bail!(
+            "--credential {flag:?}: expected NAME=HOST[,HOST...] (the value comes from $NAME or ;file=PATH, never the command line)"
+        );
+    };
+    let hosts: Vec<Value> = hosts
+        .split(',')
+        .map(str::trim)
+        .filter(|h| !h.is_empty())
+        .map(|h| Value::String(h.to_owned()))
+        .collect();
+    let mut entry = Map::new();
+    entry.insert("name".into(), Value::String(name.trim().to_owned()));
+    entry.insert("hosts".into(), Value::Array(hosts));
+    let mut headers = Vec::new();
+    for option in parts {
+        match option.split_once('=') {
+            Some(("header", header)) => headers.push(Value::String(header.trim().to_owned())),
+            Some(("file", file)) => {
+                let Some(path) = dsh_core::home::absolutize(Path::new(file)).to_str().map(str::to_owned)
+                else {
+                    bail!("--credential {name}: the file is not valid UTF-8");
+                };
+                entry.insert("file".into(), Value::String(path));
+            }
+            _ => bail!("--credential {name}: unknown option {option:?} (expected header=NAME or file=PATH)"),
+        }
+    }
+    if !headers.is_empty() {
+        entry.insert("headers".into(), Value::Array(headers));
+    }
+    Ok(Value::Object(entry))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -663,6 +746,46 @@ graceMs = 200
         assert!(plan.parse().is_ok(), "shell-ssh takes the keys");
         let local_only = CompositionArgs { executor: Some("local".into()), ..Default::default() };
         assert_eq!(build("", local_only).expect("plan").names(), catalog::DEFAULT_COMPOSITION);
+    }
+
+    #[test]
+    fn credential_flags_join_the_files_credentials_and_hide_their_files() {
+        let args = CompositionArgs {
+            sandbox: Some("workspace-write".into()),
+            network: Some("deny".into()),
+            credential: vec!["GH=api.github.com,github.com;header=X-Api-Key;file=/srv/gh-token".into()],
+            credential_upstream_ca: Some(PathBuf::from("/etc/ca.pem")),
+            ..Default::default()
+        };
+        let file = "[[sandbox-policy.credentials]]\nname = \"NPM\"\nhosts = [\"registry.npmjs.org\"]\nfile = \"/srv/npm\"\n";
+        let plan = build(file, args).expect("plan");
+        let config_of =
+            |name: &str| plan.rows.iter().find(|r| r.factory.short_name() == name).map(|r| r.config.clone());
+        let policy = config_of("sandbox-policy").expect("sandbox-policy");
+        assert_eq!(
+            policy["credentials"],
+            json!([
+                {"name": "NPM", "hosts": ["registry.npmjs.org"], "file": "/srv/npm"},
+                {"name": "GH", "hosts": ["api.github.com", "github.com"], "file": "/srv/gh-token", "headers": ["X-Api-Key"]}
+            ])
+        );
+        assert_eq!(policy["credentialsUpstreamCa"], json!("/etc/ca.pem"));
+        let masked = config_of("sandbox-local").expect("sandbox-local")["maskedPaths"].clone();
+        assert_eq!(masked, json!(["/srv/npm", "/srv/gh-token"]));
+        let bad = CompositionArgs {
+            sandbox: Some("workspace-write".into()),
+            credential: vec!["GH=api.github.com;color=blue".into()],
+            ..Default::default()
+        };
+        assert!(build("", bad).err().expect("refused").to_string().contains("unknown option \"color=blue\""));
+        let no_hosts = CompositionArgs {
+            sandbox: Some("workspace-write".into()),
+            credential: vec!["GH".into()],
+            ..Default::default()
+        };
+        assert!(build("", no_hosts).err().expect("refused").to_string().contains("expected NAME=HOST"));
+        let unconfined = CompositionArgs { credential: vec!["GH=github.com".into()], ..Default::default() };
+        assert!(build("", unconfined).err().expect("refused").to_string().contains("needs a sandbox"));
     }
 
     #[test]

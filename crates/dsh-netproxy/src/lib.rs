@@ -16,6 +16,12 @@
 //!   call left running keeps no way to the host. Connections to listed hosts are unaffected.
 //! * Every refusal answers `403` with one line saying why, and is recorded for the calls
 //!   running at that moment ([`CallGuard::finish`]).
+//! * Secrets bound to hosts ([`CredentialVault`], a gate made with
+//!   [`NetworkGate::with_credentials`]): a `CONNECT` to a bound host has its TLS ended here
+//!   and each request gets the value in place of the session's placeholder before it goes on,
+//!   over verified TLS, to the host; a plain-HTTP request to a bound host is rewritten the same
+//!   way. Every other destination is relayed untouched. Each addition is recorded for the
+//!   calls running at that moment ([`CallGuard::finish_with_credentials`]).
 //!
 //! One namespace (and one gate) serves a session: calls of a session that run at the same
 //! time share it. A refusal is then reported to each of them, an approval is asked through
@@ -24,6 +30,10 @@
 
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
+
+mod credentials;
+
+pub use credentials::CredentialVault;
 
 use std::collections::HashSet;
 use std::net::SocketAddr;
@@ -55,6 +65,9 @@ pub struct Refusal(pub String);
 #[derive(Debug)]
 pub struct NetworkGate {
     policy: NetworkPolicy,
+    /// The session's bound secrets: requests to their hosts get the value in place of the
+    /// placeholder.
+    credentials: Option<Arc<CredentialVault>>,
     calls: Mutex<Calls>,
     /// Asks are made one at a time, so two connections to one host prompt once.
     ask: tokio::sync::Mutex<()>,
@@ -77,6 +90,8 @@ struct ActiveCall {
     approver: Option<Arc<dyn NetworkApprover>>,
     grants: HashSet<String>,
     denied: Vec<String>,
+    /// `NAME added for host:port`, once each, for every secret the proxy put in a request.
+    credentials: Vec<String>,
     /// Dropped when the call ends (its entry leaves [`Calls::active`]): every connection one
     /// of its grants admitted holds a receiver and ends then.
     lapse: tokio::sync::watch::Sender<()>,
@@ -97,6 +112,14 @@ impl CallGuard {
         let mut calls = self.gate.calls.lock();
         let at = calls.active.iter().position(|c| c.id == self.id);
         at.map(|i| calls.active.remove(i).denied).unwrap_or_default()
+    }
+
+    /// Ends the call like [`CallGuard::finish`]; also returns each secret the proxy added to a
+    /// request while it ran (`NAME added for host:port`).
+    pub fn finish_with_credentials(self) -> (Vec<String>, Vec<String>) {
+        let mut calls = self.gate.calls.lock();
+        let at = calls.active.iter().position(|c| c.id == self.id);
+        at.map(|i| calls.active.remove(i)).map(|c| (c.denied, c.credentials)).unwrap_or_default()
     }
 
     /// The refusals so far, without ending the call.
@@ -133,7 +156,23 @@ impl Admitted {
 impl NetworkGate {
     /// A gate enforcing `policy`.
     pub fn new(policy: NetworkPolicy) -> Arc<Self> {
-        Arc::new(Self { policy, calls: Mutex::new(Calls::default()), ask: tokio::sync::Mutex::new(()) })
+        Self::with_credentials(policy, None)
+    }
+
+    /// A gate enforcing `policy` that adds the secrets of `credentials` to the requests to
+    /// their hosts.
+    pub fn with_credentials(policy: NetworkPolicy, credentials: Option<Arc<CredentialVault>>) -> Arc<Self> {
+        Arc::new(Self {
+            policy,
+            credentials,
+            calls: Mutex::new(Calls::default()),
+            ask: tokio::sync::Mutex::new(()),
+        })
+    }
+
+    /// The vault of the session's bound secrets, if any.
+    pub fn credentials(&self) -> Option<&Arc<CredentialVault>> {
+        self.credentials.as_ref()
     }
 
     /// The policy this gate enforces.
@@ -147,13 +186,33 @@ impl NetworkGate {
         calls.next += 1;
         let id = calls.next;
         let (lapse, _) = tokio::sync::watch::channel(());
-        calls.active.push(ActiveCall { id, approver, grants: HashSet::new(), denied: Vec::new(), lapse });
+        calls.active.push(ActiveCall {
+            id,
+            approver,
+            grants: HashSet::new(),
+            denied: Vec::new(),
+            credentials: Vec::new(),
+            lapse,
+        });
         CallGuard { gate: Arc::clone(self), id }
     }
 
     /// The lapse of the running call that holds a grant of `hp` (the most recent one).
     fn granted(&self, hp: &str) -> Option<tokio::sync::watch::Receiver<()>> {
         self.calls.lock().active.iter().rev().find(|c| c.grants.contains(hp)).map(|c| c.lapse.subscribe())
+    }
+
+    /// Records, for the calls running now, that the secret `name` went into a request to
+    /// `hp` (the name only: never the value).
+    fn record_credential(&self, name: &str, hp: &str) {
+        let entry = format!("{name} added for {hp}");
+        tracing::info!(credential = name, host = hp, "the proxy added a bound credential to a request");
+        let mut calls = self.calls.lock();
+        for call in &mut calls.active {
+            if !call.credentials.contains(&entry) {
+                call.credentials.push(entry.clone());
+            }
+        }
     }
 
     fn record_refusal(&self, hp: &str) {
@@ -282,8 +341,9 @@ pub fn serve(proxy: &Arc<ProxyListener>, gate: Arc<NetworkGate>) -> std::io::Res
 enum Request {
     /// `CONNECT host:port`.
     Connect { host: String, port: u16 },
-    /// A plain-HTTP request in absolute form, re-written to origin form for the destination.
-    Forward { host: String, port: u16, head: Vec<u8> },
+    /// A plain-HTTP request in absolute form, re-written to origin form for the destination
+    /// (the URL's userinfo, if any, apart).
+    Forward { host: String, port: u16, head: Vec<u8>, userinfo: Option<String> },
 }
 
 /// Why a head could not be used: the status line and a message.
@@ -320,7 +380,10 @@ fn parse_head(head: &[u8]) -> Result<Request, BadRequest> {
         None => (rest, "/"),
     };
     let path = if path.starts_with('?') { format!("/{path}") } else { path.to_owned() };
-    let authority = authority.rsplit_once('@').map_or(authority, |(_, a)| a);
+    let (userinfo, authority) = match authority.rsplit_once('@') {
+        Some((userinfo, authority)) => (Some(userinfo.to_owned()), authority),
+        None => (None, authority),
+    };
     let (host, port) =
         split_authority(authority, Some(80)).ok_or_else(|| bad(format!("bad target {target:?}")))?;
     let mut out = format!("{method} {path} {version}\r\n").into_bytes();
@@ -336,7 +399,7 @@ fn parse_head(head: &[u8]) -> Result<Request, BadRequest> {
     while out.ends_with(b"\r\n\r\n\r\n") {
         out.truncate(out.len() - 2);
     }
-    Ok(Request::Forward { host, port, head: out })
+    Ok(Request::Forward { host, port, head: out, userinfo })
 }
 
 /// `host:port`, `[v6]:port`, or `host` with `default` port.
@@ -426,6 +489,17 @@ async fn handle(mut client: TcpStream, gate: &NetworkGate) -> std::io::Result<()
         Ok(admitted) => admitted,
         Err(Refusal(why)) => return client.write_all(refusal_response(&hp, &why).as_bytes()).await,
     };
+    if let (Request::Connect { .. }, Some(vault)) =
+        (&request, gate.credentials.as_ref().filter(|v| v.binds(&host, port)))
+    {
+        client.write_all(b"HTTP/1.1 200 Connection established\r\n\r\n").await?;
+        let relay = credentials::intercept(client, rest, &host, port, &admitted.addrs, vault, gate);
+        let Some(mut lapse) = admitted.lapse else { return relay.await };
+        return tokio::select! {
+            relayed = relay => relayed,
+            _ = lapse.changed() => Ok(()),
+        };
+    }
     let mut upstream = match connect(&admitted.addrs).await {
         Ok(stream) => stream,
         Err(e) => {
@@ -438,7 +512,13 @@ async fn handle(mut client: TcpStream, gate: &NetworkGate) -> std::io::Result<()
         Request::Connect { .. } => {
             client.write_all(b"HTTP/1.1 200 Connection established\r\n\r\n").await?;
         }
-        Request::Forward { head, .. } => upstream.write_all(&head).await?,
+        Request::Forward { head, userinfo, .. } => {
+            let head = match gate.credentials.as_ref().filter(|v| v.binds(&host, port)) {
+                Some(vault) => forward_with_credentials(vault, gate, &head, userinfo.as_deref(), &host, port),
+                None => head,
+            };
+            upstream.write_all(&head).await?
+        }
     }
     if !rest.is_empty() {
         upstream.write_all(&rest).await?;
@@ -457,6 +537,51 @@ async fn handle(mut client: TcpStream, gate: &NetworkGate) -> std::io::Result<()
             Ok(())
         }
     }
+}
+
+/// The head of a plain-HTTP request to a bound host, with the secrets put in (and the URL's
+/// userinfo as `Basic` credentials when it carries a placeholder and the head has no
+/// `Authorization`). The request asks the destination to close the connection after its
+/// answer: later requests on the connection would be relayed as they are, unseen.
+fn forward_with_credentials(
+    vault: &CredentialVault,
+    gate: &NetworkGate,
+    head: &[u8],
+    userinfo: Option<&str>,
+    host: &str,
+    port: u16,
+) -> Vec<u8> {
+    let (head, mut injected) = vault.rewrite_request(head, host, port);
+    let mut out = Vec::with_capacity(head.len() + 64);
+    let mut has_authorization = false;
+    let mut lines = head.split_inclusive(|b| *b == b'\n');
+    if let Some(first) = lines.next() {
+        out.extend_from_slice(first);
+    }
+    for line in lines {
+        let lower = String::from_utf8_lossy(line).to_ascii_lowercase();
+        if lower.starts_with("connection:") || lower.starts_with("keep-alive:") {
+            continue;
+        }
+        if line == b"\r\n" {
+            if let Some((auth, names)) = userinfo
+                .filter(|_| !has_authorization)
+                .and_then(|u| vault.userinfo_authorization(u, host, port))
+            {
+                out.extend_from_slice(format!("Authorization: {auth}\r\n").as_bytes());
+                injected.extend(names);
+            }
+            out.extend_from_slice(b"Connection: close\r\n");
+        }
+        has_authorization |= lower.starts_with("authorization:");
+        out.extend_from_slice(line);
+    }
+    let hp = host_port(host, port);
+    injected.dedup();
+    for name in &injected {
+        gate.record_credential(name, &hp);
+    }
+    out
 }
 
 async fn connect(addrs: &[SocketAddr]) -> std::io::Result<TcpStream> {
@@ -486,7 +611,7 @@ mod tests {
             parse_head(b"CONNECT [::1]:8443 HTTP/1.1\r\n\r\n"),
             Ok(Request::Connect { host: "::1".into(), port: 8443 })
         );
-        let Ok(Request::Forward { host, port, head }) = parse_head(
+        let Ok(Request::Forward { host, port, head, .. }) = parse_head(
             b"GET http://localhost:8080/a/b?c=1 HTTP/1.1\r\nHost: localhost:8080\r\nProxy-Connection: keep-alive\r\nAccept: */*\r\n\r\n",
         ) else {
             panic!("not a forward");

@@ -8,8 +8,8 @@ use dsh_core::home::absolutize;
 use dsh_core::services::SystemPrompt;
 use dsh_core::{Agent, ConfigError, Handles, Plugin, PluginError, PluginScope, Session};
 use dsh_sandbox::{
-    HostPattern, NetworkMode, NetworkPolicy, SANDBOX_POLICY, SandboxExecutionPolicy, SandboxMode,
-    SandboxPolicyService, StandingPolicy,
+    CredentialBinding, Credentials, HostPattern, NetworkMode, NetworkPolicy, SANDBOX_POLICY,
+    SandboxExecutionPolicy, SandboxMode, SandboxPolicyService, StandingPolicy,
 };
 use schemars::JsonSchema;
 use serde::Deserialize;
@@ -38,6 +38,79 @@ pub struct SandboxPolicyConfig {
     /// Hosts confined commands reach under `deny` and `ask`: `host`, `host:port`, `*.suffix`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub allow_hosts: Vec<String>,
+    /// Secrets bound to hosts (under `deny` and `ask` only): confined commands hold a
+    /// placeholder, the harness's proxy puts the value into requests to those hosts.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub credentials: Vec<CredentialConfig>,
+    /// A PEM file of the certificate authorities bound hosts are verified against, in place of
+    /// the host's trust store.
+    pub credentials_upstream_ca: Option<String>,
+}
+
+/// One secret bound to hosts.
+#[derive(Clone, Debug, Default, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CredentialConfig {
+    /// The variable confined commands see the placeholder in; the value is the harness's
+    /// variable of that name unless `file` is given.
+    pub name: String,
+    /// The hosts the value is sent to: `host`, `host:port`, `*.suffix`.
+    pub hosts: Vec<String>,
+    /// Request headers, besides `Authorization`, whose placeholder is replaced.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub headers: Vec<String>,
+    /// Read the value from this file (without its final line ending) instead.
+    pub file: Option<String>,
+}
+
+impl CredentialConfig {
+    /// The binding, its value read now from the harness's environment or the file.
+    fn binding(&self) -> Result<CredentialBinding, String> {
+        let name = &self.name;
+        let valid_name = !name.is_empty()
+            && !name.starts_with(|c: char| c.is_ascii_digit())
+            && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if !valid_name {
+            return Err(format!("sandbox-policy: credentials: {name:?} is not a variable name"));
+        }
+        if self.hosts.is_empty() {
+            return Err(format!("sandbox-policy: credentials: {name} is bound to no host"));
+        }
+        let hosts = self
+            .hosts
+            .iter()
+            .map(|p| HostPattern::parse(p).map_err(|e| format!("sandbox-policy: credentials: {name}: {e}")))
+            .collect::<Result<Vec<_>, _>>()?;
+        for header in &self.headers {
+            if header.is_empty() || !header.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+            {
+                return Err(format!("sandbox-policy: credentials: {name}: {header:?} is not a header name"));
+            }
+        }
+        let mut value =
+            match &self.file {
+                Some(file) => std::fs::read(file)
+                    .map_err(|e| format!("sandbox-policy: credentials: {name}: cannot read {file}: {e}"))?,
+                None => std::env::var_os(name).map(std::os::unix::ffi::OsStringExt::into_vec).ok_or_else(
+                    || format!("sandbox-policy: credentials: the harness's environment has no {name}"),
+                )?,
+            };
+        if value.ends_with(b"\n") {
+            value.pop();
+            if value.ends_with(b"\r") {
+                value.pop();
+            }
+        }
+        if value.is_empty() {
+            return Err(format!("sandbox-policy: credentials: {name} is empty"));
+        }
+        if value.iter().any(|b| b.is_ascii_control()) {
+            return Err(format!(
+                "sandbox-policy: credentials: {name} holds a control character (it goes into request headers)"
+            ));
+        }
+        Ok(CredentialBinding::new(name.clone(), value, hosts, self.headers.clone()))
+    }
 }
 
 /// A checked [`SandboxPolicyConfig`]: the default mode parsed, the roots as configured.
@@ -52,6 +125,8 @@ pub struct SandboxPolicySettings {
     pub writable_roots: Vec<String>,
     /// The network axis and its allowlist.
     pub network: NetworkPolicy,
+    /// The secrets bound to hosts, with their values; `None` without any.
+    pub credentials: Option<Arc<Credentials>>,
 }
 
 impl SandboxPolicyConfig {
@@ -90,12 +165,44 @@ impl SandboxPolicyConfig {
             .iter()
             .map(|p| HostPattern::parse(p).map_err(|e| format!("sandbox-policy: allowHosts: {e}")))
             .collect::<Result<Vec<_>, _>>()?;
+        let credentials = self.checked_credentials(mode)?;
         Ok(SandboxPolicySettings {
             default_mode,
             workspace_root: self.workspace_root.clone(),
             writable_roots,
             network: NetworkPolicy { mode, allow },
+            credentials,
         })
+    }
+
+    /// The credential bindings, their values read; they need a network mode that isolates
+    /// (only then do requests go through the proxy).
+    fn checked_credentials(&self, mode: NetworkMode) -> Result<Option<Arc<Credentials>>, String> {
+        if self.credentials.is_empty() {
+            if self.credentials_upstream_ca.is_some() {
+                return Err("sandbox-policy: credentialsUpstreamCa needs credentials".to_owned());
+            }
+            return Ok(None);
+        }
+        if !mode.isolates() {
+            return Err("sandbox-policy: credentials need network \"deny\" or \"ask\" (the harness's proxy adds them; under \"allow\" commands reach hosts directly)".to_owned());
+        }
+        let mut bindings: Vec<CredentialBinding> = Vec::with_capacity(self.credentials.len());
+        for config in &self.credentials {
+            let binding = config.binding()?;
+            if bindings.iter().any(|b| b.name == binding.name) {
+                return Err(format!("sandbox-policy: credentials: {} is bound twice", binding.name));
+            }
+            bindings.push(binding);
+        }
+        let upstream_ca = match &self.credentials_upstream_ca {
+            Some(file) if !Path::new(file).is_file() => {
+                return Err(format!("sandbox-policy: credentialsUpstreamCa: {file} is not a file"));
+            }
+            Some(file) => Some(PathBuf::from(file)),
+            None => None,
+        };
+        Ok(Some(Arc::new(Credentials { bindings, upstream_ca })))
     }
 }
 
@@ -122,6 +229,8 @@ pub struct LocalSandboxPolicy {
     extra: Mutex<Vec<PinnedRoot>>,
     /// The network axis of every call.
     network: NetworkPolicy,
+    /// The secrets bound to hosts.
+    credentials: Option<Arc<Credentials>>,
 }
 
 impl LocalSandboxPolicy {
@@ -147,6 +256,7 @@ impl LocalSandboxPolicy {
             sessions: Mutex::new(HashMap::new()),
             extra: Mutex::new(extra),
             network: settings.network.clone(),
+            credentials: settings.credentials.clone(),
         }
     }
 
@@ -247,6 +357,10 @@ impl SandboxPolicyService for LocalSandboxPolicy {
         self.network.mode
     }
 
+    fn credentials(&self) -> Option<Arc<Credentials>> {
+        self.credentials.clone()
+    }
+
     fn resolve(&self, session: Option<&Session>, approved: Option<SandboxMode>) -> StandingPolicy {
         let mode_label = approved
             .map(|m| m.as_str().to_owned())
@@ -285,6 +399,23 @@ pub fn network_context_text(network: &NetworkPolicy) -> Option<String> {
     }
 }
 
+/// What the `sandbox:network` context says of bound credentials (names and hosts, never a
+/// value): the variables hold placeholders, used as the secrets themselves.
+pub fn credentials_context_text(credentials: &Credentials) -> String {
+    let each: Vec<String> = credentials
+        .bindings
+        .iter()
+        .map(|b| {
+            let hosts: Vec<String> = b.hosts.iter().map(ToString::to_string).collect();
+            format!("{} ({})", b.name, hosts.join(", "))
+        })
+        .collect();
+    format!(
+        "Bound credentials: {}. In sandboxed commands each of these variables holds a placeholder, not the secret; use it as the secret (an Authorization header, a git password): the proxy replaces it with the real value in requests to those hosts only, and reports each as [network: credential NAME added for host:port].",
+        each.join("; ")
+    )
+}
+
 /// Loads the policy service and its `sandbox:policy` runtime context (order 110).
 pub struct SandboxPolicyPlugin;
 
@@ -317,7 +448,11 @@ impl Plugin for SandboxPolicyPlugin {
             }),
         )?;
         scope.add(context);
-        if let Some(text) = network_context_text(&settings.network) {
+        if let Some(mut text) = network_context_text(&settings.network) {
+            if let Some(credentials) = &settings.credentials {
+                text.push(' ');
+                text.push_str(&credentials_context_text(credentials));
+            }
             let context = prompt.register_context(
                 "sandbox:network",
                 111.0,
@@ -556,5 +691,65 @@ mod tests {
         let ask = network_context_text(&NetworkPolicy { mode: NetworkMode::Ask, allow: vec![] })
             .expect("a context");
         assert!(ask.contains("no host is listed") && ask.contains("asks the user once per call"), "{ask}");
+    }
+
+    #[test]
+    fn credentials_are_checked_read_and_described_by_name_only() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("token");
+        std::fs::write(&file, "file-secret\n").expect("write the token");
+        let binding = |name: &str, hosts: &[&str], file: Option<&Path>| CredentialConfig {
+            name: name.to_owned(),
+            hosts: hosts.iter().map(|h| (*h).to_owned()).collect(),
+            headers: vec!["X-Api-Key".to_owned()],
+            file: file.map(|f| f.display().to_string()),
+        };
+        let config = |network: &str, credentials: Vec<CredentialConfig>| SandboxPolicyConfig {
+            network: Some(network.to_owned()),
+            credentials,
+            ..SandboxPolicyConfig::default()
+        };
+        let allow = config("allow", vec![binding("TOKEN", &["api.example.com"], Some(&file))]);
+        assert!(allow.checked().unwrap_err().contains("credentials need network \"deny\" or \"ask\""));
+        let nameless = config("deny", vec![binding("1BAD", &["a.example"], Some(&file))]);
+        assert_eq!(
+            nameless.checked().unwrap_err(),
+            "sandbox-policy: credentials: \"1BAD\" is not a variable name"
+        );
+        let hostless = config("deny", vec![binding("TOKEN", &[], Some(&file))]);
+        assert_eq!(hostless.checked().unwrap_err(), "sandbox-policy: credentials: TOKEN is bound to no host");
+        let missing = config("deny", vec![binding("DSH_TEST_NO_SUCH_VARIABLE", &["a.example"], None)]);
+        assert_eq!(
+            missing.checked().unwrap_err(),
+            "sandbox-policy: credentials: the harness's environment has no DSH_TEST_NO_SUCH_VARIABLE"
+        );
+        let twice = config(
+            "deny",
+            vec![
+                binding("TOKEN", &["a.example"], Some(&file)),
+                binding("TOKEN", &["b.example"], Some(&file)),
+            ],
+        );
+        assert_eq!(twice.checked().unwrap_err(), "sandbox-policy: credentials: TOKEN is bound twice");
+        let settings =
+            config("ask", vec![binding("TOKEN", &["api.example.com", "*.example.org:8443"], Some(&file))])
+                .checked()
+                .expect("ok");
+        let credentials = settings.credentials.expect("credentials");
+        let bound = &credentials.bindings[0];
+        assert_eq!(bound.expose(), b"file-secret", "the final line ending is not part of the value");
+        assert!(bound.binds("API.example.com", 443) && bound.binds("a.example.org", 8443));
+        assert!(!bound.binds("a.example.org", 443) && !bound.binds("example.com", 443));
+        assert!(!format!("{credentials:?}").contains("file-secret"));
+        let text = credentials_context_text(&credentials);
+        assert!(text.starts_with("Bound credentials: TOKEN (api.example.com, *.example.org:8443). In sandboxed commands each of these variables holds a placeholder"), "{text}");
+        assert!(!text.contains("file-secret"));
+        let service = LocalSandboxPolicy::with_settings(
+            &config("deny", vec![binding("TOKEN", &["a.example"], Some(&file))]).checked().expect("ok"),
+        );
+        assert!(service.credentials().is_some());
+        assert!(
+            LocalSandboxPolicy::new(&SandboxPolicyConfig::default()).expect("ok").credentials().is_none()
+        );
     }
 }

@@ -31,9 +31,9 @@ pub use escalation::{
 };
 pub use mode::{SandboxEnforcement, SandboxExecutionPolicy, SandboxMode, SandboxUnavailableError};
 pub use network::{
-    HostAdmission, HostMatch, HostPattern, NetworkApproval, NetworkApprovalFuture, NetworkApprover,
-    NetworkFacts, NetworkMode, NetworkPolicy, host_port, is_private_destination, network_denied_line,
-    network_reason, normalize_host,
+    CredentialBinding, Credentials, HostAdmission, HostMatch, HostPattern, NetworkApproval,
+    NetworkApprovalFuture, NetworkApprover, NetworkFacts, NetworkMode, NetworkPolicy, credential_added_line,
+    host_port, is_private_destination, network_denied_line, network_reason, normalize_host,
 };
 pub use policy::{
     MOVED_ROOT_PREFIX, SANDBOX_POLICY, SandboxPolicyService, StandingPolicy, moved_root, pinned_root_of_moved,

@@ -283,6 +283,67 @@ pub struct NetworkFacts {
     pub policy: NetworkMode,
     /// Each `host:port` refused during the call, in first-refusal order.
     pub denied: Vec<String>,
+    /// Each bound credential the proxy added to a request (`NAME added for host:port`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub credentials: Vec<String>,
+}
+
+/// A secret bound to the hosts it is for: confined commands hold a placeholder in its place,
+/// and the harness's proxy puts the value into requests to those hosts only.
+#[derive(Clone, PartialEq, Eq)]
+pub struct CredentialBinding {
+    /// The variable name confined commands see (and the name audit lines give).
+    pub name: String,
+    /// The hosts the value is sent to (`host`, `host:port`, `*.suffix`).
+    pub hosts: Vec<HostPattern>,
+    /// Request headers besides `Authorization` whose placeholder is replaced (any case).
+    pub headers: Vec<String>,
+    value: Vec<u8>,
+}
+
+impl CredentialBinding {
+    /// A binding of `value` to `hosts` under `name`.
+    pub fn new(name: String, value: Vec<u8>, hosts: Vec<HostPattern>, headers: Vec<String>) -> Self {
+        Self { name, hosts, headers, value }
+    }
+
+    /// The secret itself: for the proxy's requests and the output redaction, nothing else.
+    pub fn expose(&self) -> &[u8] {
+        &self.value
+    }
+
+    /// Whether `host:port` is one of the hosts the value is for.
+    pub fn binds(&self, host: &str, port: u16) -> bool {
+        self.hosts.iter().any(|p| p.admits(host, port) != HostAdmission::No)
+    }
+}
+
+impl fmt::Debug for CredentialBinding {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CredentialBinding")
+            .field("name", &self.name)
+            .field("hosts", &self.hosts)
+            .field("headers", &self.headers)
+            .field("value", &"[redacted]")
+            .finish()
+    }
+}
+
+/// The credentials of a deployment: the bindings, and the trust store the proxy verifies
+/// bound hosts against.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Credentials {
+    /// Each bound secret.
+    pub bindings: Vec<CredentialBinding>,
+    /// A PEM file of the certificate authorities bound hosts are verified against, in place
+    /// of the host's trust store.
+    pub upstream_ca: Option<std::path::PathBuf>,
+}
+
+/// The result line of one credential the proxy added to a request:
+/// `[network: credential NAME added for host:port]`.
+pub fn credential_added_line(entry: &str) -> String {
+    format!("[network: credential {entry}]")
 }
 
 /// The result line of one refused destination: `[network: access to host:port denied]`.

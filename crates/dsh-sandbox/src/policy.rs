@@ -26,6 +26,10 @@ pub trait SandboxPolicyService: Send + Sync {
     fn network_mode(&self) -> crate::NetworkMode {
         crate::NetworkMode::Allow
     }
+    /// The secrets bound to hosts (see [`crate::Credentials`]): `None` without any.
+    fn credentials(&self) -> Option<std::sync::Arc<crate::Credentials>> {
+        None
+    }
     /// `mode` = `approved` ?? the session's last `sandbox/mode` event ?? default; the root is the
     /// canonical session cwd, else the configured root; `sessionId` when a session is given.
     fn resolve(&self, session: Option<&Session>, approved: Option<SandboxMode>) -> StandingPolicy;

@@ -61,6 +61,7 @@ pub(crate) fn render_result(value: &ForegroundView, escalation: bool) -> String 
     }
     if let Some(network) = &value.network {
         markers.extend(network.denied.iter().map(|hp| dsh_sandbox::network_denied_line(hp)));
+        markers.extend(network.credentials.iter().map(|entry| dsh_sandbox::credential_added_line(entry)));
     }
     markers.extend(value.quarantined.iter().map(crate::value::QuarantinedView::line));
     if value.timed_out {
@@ -177,10 +178,11 @@ mod tests {
         v.network = Some(crate::value::NetworkView {
             policy: "deny".into(),
             denied: vec!["example.com:443".into(), "[::1]:80".into()],
+            credentials: vec!["API_TOKEN added for api.example.com:443".into()],
         });
         assert_eq!(
             render_result(&v, false),
-            "[stderr]\ncurl: (56) CONNECT tunnel failed, response 403\n[network: access to example.com:443 denied]\n[network: access to [::1]:80 denied]\n[exit code: 56]"
+            "[stderr]\ncurl: (56) CONNECT tunnel failed, response 403\n[network: access to example.com:443 denied]\n[network: access to [::1]:80 denied]\n[network: credential API_TOKEN added for api.example.com:443]\n[exit code: 56]"
         );
     }
 

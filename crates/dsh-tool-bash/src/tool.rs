@@ -78,12 +78,13 @@ impl BashTool {
         let tty = tty && background_enabled;
         let escalation = policy.is_some();
         let network = policy.as_ref().is_some_and(|p| p.network_mode().isolates());
+        let credentials = network && policy.as_ref().is_some_and(|p| p.credentials().is_some());
         Self {
             spec: ToolSpec::new(
                 "bash",
                 texts::description(background_enabled, escalation, persist),
                 parameters(background_enabled, escalation, persist, tty),
-                output_schema(network, shell.reports_out_of_memory(), escalation),
+                output_schema(network, shell.reports_out_of_memory(), escalation, credentials),
             ),
             shell,
             env,

@@ -47,7 +47,11 @@ pub(crate) fn foreground_value(result: &ShellRunResult) -> Value {
         m.insert("sandbox".into(), sandbox_value(sandbox));
     }
     if let Some(network) = &result.network {
-        m.insert("network".into(), json!({ "policy": network.policy.as_str(), "denied": network.denied }));
+        let mut value = json!({ "policy": network.policy.as_str(), "denied": network.denied });
+        if !network.credentials.is_empty() {
+            value["credentials"] = json!(network.credentials);
+        }
+        m.insert("network".into(), value);
     }
     if result.out_of_memory {
         m.insert("outOfMemory".into(), json!(true));
@@ -94,8 +98,14 @@ fn stream_schema() -> Schema {
 /// Output schema: exactly one of the background and foreground shapes, both closed. With
 /// `network` (a network policy that isolates), the foreground shape may carry `network`;
 /// with `out_of_memory` (an executor that reports it), `outOfMemory`; with `quarantine` (a
-/// sandboxing executor), `quarantined`.
-pub(crate) fn output_schema(network: bool, out_of_memory: bool, quarantine: bool) -> Schema {
+/// sandboxing executor), `quarantined`. With `credentials` (secrets bound to hosts), `network`
+/// may also carry `credentials`.
+pub(crate) fn output_schema(
+    network: bool,
+    out_of_memory: bool,
+    quarantine: bool,
+    credentials: bool,
+) -> Schema {
     let modes: Vec<Value> = SandboxMode::ALL.iter().map(|m| json!(m.as_str())).collect();
     let background = Schema::object(
         vec![
@@ -126,13 +136,14 @@ pub(crate) fn output_schema(network: bool, out_of_memory: bool, quarantine: bool
     ];
     if network {
         let policies: Vec<Value> = NetworkMode::ALL.iter().map(|m| json!(m.as_str())).collect();
-        let network = Schema::object(
-            vec![
-                ("policy", Schema::string().enumerated(policies), true),
-                ("denied", Schema::array(Schema::string()), true),
-            ],
-            false,
-        );
+        let mut network_fields = vec![
+            ("policy", Schema::string().enumerated(policies), true),
+            ("denied", Schema::array(Schema::string()), true),
+        ];
+        if credentials {
+            network_fields.push(("credentials", Schema::array(Schema::string()), false));
+        }
+        let network = Schema::object(network_fields, false);
         fields.push(("network", network, false));
     }
     if out_of_memory {
@@ -223,6 +234,9 @@ pub(crate) struct NetworkView {
     #[allow(dead_code, reason = "read back for completeness; the text names the hosts only")]
     pub policy: String,
     pub denied: Vec<String>,
+    /// `NAME added for host:port`, for each secret the proxy added to a request.
+    #[serde(default)]
+    pub credentials: Vec<String>,
 }
 
 /// A canonical value read back: which shape it is.
@@ -273,7 +287,7 @@ mod tests {
 
     fn valid(value: &Value) -> Vec<String> {
         let mut out = Vec::new();
-        validate_value(&output_schema(true, false, true), value, "output", &mut out);
+        validate_value(&output_schema(true, false, true, false), value, "output", &mut out);
         out
     }
 
@@ -350,18 +364,43 @@ mod tests {
         let mut r = result();
         let plain = foreground_value(&r);
         assert!(plain.get("network").is_none());
-        assert!(!output_schema(false, false, false).to_json().to_string().contains("\"network\""));
+        assert!(!output_schema(false, false, false, false).to_json().to_string().contains("\"network\""));
         r.network = Some(dsh_sandbox::NetworkFacts {
             policy: NetworkMode::Ask,
             denied: vec!["example.com:443".into()],
+            credentials: Vec::new(),
         });
         let value = foreground_value(&r);
         assert_eq!(value["network"], json!({"policy": "ask", "denied": ["example.com:443"]}));
         let mut out = Vec::new();
-        validate_value(&output_schema(true, false, true), &value, "output", &mut out);
+        validate_value(&output_schema(true, false, true, false), &value, "output", &mut out);
         assert!(out.is_empty(), "{out:?}");
         let mut out = Vec::new();
-        validate_value(&output_schema(false, false, false), &value, "output", &mut out);
+        validate_value(&output_schema(false, false, false, false), &value, "output", &mut out);
         assert!(!out.is_empty(), "a closed schema without network refuses the key");
+    }
+
+    #[test]
+    fn credential_additions_are_in_the_value_and_the_schema_only_with_bound_credentials() {
+        let mut r = result();
+        r.network = Some(dsh_sandbox::NetworkFacts {
+            policy: NetworkMode::Deny,
+            denied: Vec::new(),
+            credentials: vec!["TOKEN added for api.example.com:443".into()],
+        });
+        let value = foreground_value(&r);
+        assert_eq!(
+            value["network"],
+            json!({"policy": "deny", "denied": [], "credentials": ["TOKEN added for api.example.com:443"]})
+        );
+        let with = output_schema(true, false, true, true);
+        let mut out = Vec::new();
+        validate_value(&with, &value, "output", &mut out);
+        assert!(out.is_empty(), "{out:?}");
+        let without = output_schema(true, false, true, false);
+        assert!(!without.to_json().to_string().contains("\"credentials\""), "no key without credentials");
+        let mut out = Vec::new();
+        validate_value(&without, &value, "output", &mut out);
+        assert!(!out.is_empty(), "a schema without credentials refuses the key");
     }
 }

@@ -13,6 +13,7 @@ mod approvals;
 mod askpass;
 mod autorun;
 mod cell;
+mod credentials;
 mod devices;
 mod everyday;
 mod files;

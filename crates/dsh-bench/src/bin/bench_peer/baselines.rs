@@ -318,3 +318,187 @@ pub(crate) async fn proxy(args: &Args) -> anyhow::Result<Outcome> {
         shape: Value::Null,
     })
 }
+
+/// The bench's TLS: *ring*, as the proxy's (see `dsh_netproxy`'s provider).
+#[allow(deprecated)]
+fn tls_provider() -> Arc<rustls::crypto::CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// Reads one small HTTP response (head and a `Content-Length` body) from `s`.
+async fn read_response<S: tokio::io::AsyncRead + Unpin>(s: &mut S) -> anyhow::Result<()> {
+    use tokio::io::AsyncReadExt;
+    let mut head = Vec::new();
+    let mut b = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        s.read_exact(&mut b).await?;
+        head.push(b[0]);
+    }
+    let text = String::from_utf8_lossy(&head).to_ascii_lowercase();
+    anyhow::ensure!(text.starts_with("http/1.1 200"), "answered {text:?}");
+    let length: usize = text
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0);
+    let mut body = vec![0u8; length];
+    s.read_exact(&mut body).await?;
+    Ok(())
+}
+
+/// The per-request cost of TLS interception: an HTTPS server of the bench's own authority on
+/// loopback, reached through the proxy as an unbound host (a plain `CONNECT` tunnel, TLS end
+/// to end) and as a bound host (the proxy ends the client's TLS with the session's authority,
+/// puts the secret into `Authorization` and makes its own TLS connection to the server). Each
+/// sample opens a connection and sends two requests on it: `first` is connect, `CONNECT`, TLS
+/// handshake(s) and the first request; `next` is the second request on the kept-alive
+/// connection.
+pub(crate) async fn proxy_tls(args: &Args) -> anyhow::Result<Outcome> {
+    use dsh_netproxy::{CredentialVault, NetworkGate};
+    use dsh_sandbox::{
+        CredentialBinding, Credentials, HostPattern, NetworkMode, NetworkPolicy, ProxyListener,
+    };
+    use rustls::pki_types::pem::PemObject as _;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::{TcpListener, TcpStream};
+
+    let n = args.int_at(1, "N")?;
+    let warmup = args.int_flag("warmup", 10)?;
+    // The server: a certificate for localhost and 127.0.0.1 from the bench's authority.
+    let ca_key = rcgen::KeyPair::generate()?;
+    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new())?;
+    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    ca_params.key_usages = vec![rcgen::KeyUsagePurpose::KeyCertSign];
+    let ca = ca_params.self_signed(&ca_key)?;
+    let key = rcgen::KeyPair::generate()?;
+    let leaf = rcgen::CertificateParams::new(vec!["localhost".to_owned(), "127.0.0.1".to_owned()])?
+        .signed_by(&key, &ca, &ca_key)?;
+    let server_config = rustls::ServerConfig::builder_with_provider(tls_provider())
+        .with_safe_default_protocol_versions()?
+        .with_no_client_auth()
+        .with_single_cert(
+            vec![leaf.der().clone()],
+            PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der())),
+        )?;
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(server_config));
+    let server = TcpListener::bind("127.0.0.1:0").await?;
+    let port = server.local_addr()?.port();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = server.accept().await {
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                let _ = stream.set_nodelay(true);
+                let Ok(mut tls) = acceptor.accept(stream).await else { return };
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 4096];
+                loop {
+                    while let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                        buf.drain(..end + 4);
+                        let answer = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
+                        if tls.write_all(answer).await.is_err() {
+                            return;
+                        }
+                    }
+                    match tls.read(&mut chunk).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                    }
+                }
+            });
+        }
+    });
+
+    // The proxy: both names allowed, the secret bound to `localhost:PORT` only.
+    let dir = tempfile::tempdir()?;
+    let ca_file = dir.path().join("bench-ca.pem");
+    std::fs::write(&ca_file, ca.pem())?;
+    let bound = format!("localhost:{port}");
+    let unbound = format!("127.0.0.1:{port}");
+    let pattern = |p: &str| HostPattern::parse(p).map_err(anyhow::Error::msg);
+    let binding = CredentialBinding::new(
+        "BENCH_TOKEN".into(),
+        b"bench-secret-value".to_vec(),
+        vec![pattern(&bound)?],
+        Vec::new(),
+    );
+    let vault = CredentialVault::new(&Credentials { bindings: vec![binding], upstream_ca: Some(ca_file) })
+        .map_err(anyhow::Error::msg)?;
+    let placeholder = vault.placeholders().next().map(|(_, p)| p.to_owned()).unwrap_or_default();
+    let session_ca = vault.ca_certificate();
+    let policy = NetworkPolicy { mode: NetworkMode::Deny, allow: vec![pattern(&bound)?, pattern(&unbound)?] };
+    let gate = NetworkGate::with_credentials(policy, Some(Arc::new(vault)));
+    let _call = gate.enter(None);
+    let std_listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    let proxy_port = std_listener.local_addr()?.port();
+    let proxy = Arc::new(ProxyListener::new(std::os::fd::OwnedFd::from(std_listener), proxy_port));
+    dsh_netproxy::serve(&proxy, gate)?;
+
+    // The client trusts both authorities, as a confined command's bundle does.
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(ca.der().clone())?;
+    for cert in CertificateDer::pem_slice_iter(session_ca.as_bytes()) {
+        roots.add(cert?)?;
+    }
+    let client_config = rustls::ClientConfig::builder_with_provider(tls_provider())
+        .with_safe_default_protocol_versions()?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(client_config));
+    let request = format!("GET / HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {placeholder}\r\n\r\n");
+
+    // One sample: (first request with the connection's setup, the next request), in ms.
+    let sample = |target: String, name: &'static str| {
+        let connector = connector.clone();
+        let request = request.clone();
+        async move {
+            let t = Instant::now();
+            let mut s = TcpStream::connect(("127.0.0.1", proxy_port)).await?;
+            s.set_nodelay(true)?;
+            s.write_all(format!("CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n").as_bytes()).await?;
+            let mut head = Vec::new();
+            let mut b = [0u8; 1];
+            while !head.ends_with(b"\r\n\r\n") {
+                s.read_exact(&mut b).await?;
+                head.push(b[0]);
+            }
+            anyhow::ensure!(
+                head.starts_with(b"HTTP/1.1 200"),
+                "proxy answered {:?}",
+                String::from_utf8_lossy(&head)
+            );
+            let mut tls = connector.connect(ServerName::try_from(name)?, s).await?;
+            tls.write_all(request.as_bytes()).await?;
+            read_response(&mut tls).await?;
+            let first = ms(t.elapsed());
+            let t = Instant::now();
+            tls.write_all(request.as_bytes()).await?;
+            read_response(&mut tls).await?;
+            anyhow::Ok((first, ms(t.elapsed())))
+        }
+    };
+    for _ in 0..warmup {
+        sample(unbound.clone(), "127.0.0.1").await?;
+        sample(bound.clone(), "localhost").await?;
+    }
+    let (mut tunnel_first, mut tunnel_next, mut bound_first, mut bound_next) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..n {
+        let (first, next) = sample(unbound.clone(), "127.0.0.1").await?;
+        tunnel_first.push(first);
+        tunnel_next.push(next);
+        let (first, next) = sample(bound.clone(), "localhost").await?;
+        bound_first.push(first);
+        bound_next.push(next);
+    }
+    Ok(Outcome {
+        params: json!({"n": n, "warmup": warmup, "interleaved": true}),
+        results: json!({
+            "tunnel_first": Value::Object(stats(&tunnel_first)),
+            "tunnel_next": Value::Object(stats(&tunnel_next)),
+            "intercepted_first": Value::Object(stats(&bound_first)),
+            "intercepted_next": Value::Object(stats(&bound_next)),
+        }),
+        shape: Value::Null,
+    })
+}

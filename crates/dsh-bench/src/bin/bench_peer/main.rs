@@ -37,6 +37,9 @@
 //!                               (each also with network deny)
 //! bench_peer proxy N           a CONNECT round trip through the network proxy vs a direct
 //!                               loopback connect (1-byte echo each)
+//! bench_peer proxy-tls N       an HTTPS request through the proxy to an unbound host (plain
+//!                               tunnel) vs a bound one (TLS intercepted, secret added): first
+//!                               request with the connection's setup, next on the same connection
 //! bench_peer container N [--image IMAGE]   run("true") through the container executor vs the
 //!                               transport's bare exec vs `docker exec <container> true`
 //! bench_peer redact SECRETS BYTES [--corpus text|a]   the output redactor alone, in process (GB/s)
@@ -226,7 +229,7 @@ struct Outcome {
     shape: Value,
 }
 
-const USAGE: &str = "usage: bench_peer <latency|throughput|concurrent|background|timeout|overhead|pipe|raw-concurrent|batch|mcp|mcp-http|mcp-load|confined|proxy|container|ssh|redact> ARG [--config JSON] [--secrets N] [--warmup W] [--timeout-ms MS] [--command CMD] [--image IMAGE] [--ssh-host H] | bench_peer report FILE...";
+const USAGE: &str = "usage: bench_peer <latency|throughput|concurrent|background|timeout|overhead|pipe|raw-concurrent|batch|mcp|mcp-http|mcp-load|confined|proxy|proxy-tls|container|ssh|redact> ARG [--config JSON] [--secrets N] [--warmup W] [--timeout-ms MS] [--command CMD] [--image IMAGE] [--ssh-host H] | bench_peer report FILE...";
 
 fn main() -> std::process::ExitCode {
     let argv: Vec<String> = std::env::args().skip(1).collect();
@@ -268,6 +271,7 @@ fn main() -> std::process::ExitCode {
         "mcp-load",
         "confined",
         "proxy",
+        "proxy-tls",
         "ssh",
         "container",
     ];
@@ -317,6 +321,7 @@ fn bench(name: &str, args: &Args) -> anyhow::Result<Value> {
                     "overhead" => baselines::overhead(c, &args).await,
                     "confined" => baselines::confined(c, &args).await,
                     "proxy" => baselines::proxy(&args).await,
+                    "proxy-tls" => baselines::proxy_tls(&args).await,
                     "ssh" => ssh::ssh(c, &args).await,
                     "container" => container::container(c, &args).await,
                     other => bail!("unknown benchmark {other}"),

@@ -460,6 +460,26 @@ fn network_proxy(d: &Lines, t: &mut Table) {
         d.med("rust", "proxy", &[], "results.proxy.p50_ms"),
         direct,
     );
+    let tunnel_first = d.med("rust", "proxy-tls", &[], "results.tunnel_first.p50_ms");
+    if tunnel_first.is_none() {
+        return;
+    }
+    t.section("HTTPS through the proxy: unbound host (tunnel) vs bound host (TLS intercepted) (p50)");
+    t.info("tunnel: connect + TLS + first request", Unit::Ms, tunnel_first, None);
+    t.info(
+        "intercepted: connect + 2 TLS + first request",
+        Unit::Ms,
+        d.med("rust", "proxy-tls", &[], "results.intercepted_first.p50_ms"),
+        tunnel_first,
+    );
+    let tunnel_next = d.med("rust", "proxy-tls", &[], "results.tunnel_next.p50_ms");
+    t.info("tunnel: next request, same connection", Unit::Ms, tunnel_next, None);
+    t.info(
+        "intercepted: next request, same connection",
+        Unit::Ms,
+        d.med("rust", "proxy-tls", &[], "results.intercepted_next.p50_ms"),
+        tunnel_next,
+    );
 }
 
 fn ssh(d: &Lines, t: &mut Table) {
