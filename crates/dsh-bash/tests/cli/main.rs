@@ -16,6 +16,7 @@ mod harness_writes_support;
 mod harness_writes_workspace;
 mod killed_harness;
 mod mcp;
+mod mcp_standing;
 mod messages;
 mod no_terminal;
 mod persist;

@@ -11,6 +11,7 @@
 
 mod approvals;
 mod askpass;
+mod audit;
 mod autorun;
 mod cell;
 mod devices;
@@ -29,3 +30,5 @@ mod processes;
 mod secrets;
 mod sessions;
 mod signals;
+mod toolchains;
+mod worktrees;
