@@ -21,7 +21,7 @@ pub fn instructions(ctx: &dsh_core::Context) -> Option<String> {
         None => "executor local (this machine).".to_owned(),
     });
     let Some(policy) = policy else {
-        text.push_str(" Sandbox: none (commands may write wherever that user may).");
+        text.push_str(" Sandbox: none beyond the executor's own (commands may write wherever its user may).");
         return Some(text);
     };
     match policy.mode {

@@ -60,6 +60,15 @@ fn mcp_instructions_name_the_sandbox_roots_network_and_executor() {
         ),
         "{read_only}"
     );
+
+    // An SSH executor (not connected to for the instructions).
+    let ssh = instructions(&sandbox, &["--executor", "ssh", "--ssh-host", "someone@127.0.0.1:9"]);
+    assert!(
+        ssh.ends_with(
+            "Where your commands run: executor ssh (ssh someone@127.0.0.1:9). Sandbox: none beyond the executor's own (commands may write wherever its user may)."
+        ),
+        "{ssh}"
+    );
 }
 
 #[test]
