@@ -80,3 +80,15 @@ fn the_prompt_and_schema_do_not_name_where_commands_stand() {
         assert!(!out.stdout.contains(STANDING), "{args:?}: {}", out.stdout);
     }
 }
+
+#[test]
+fn doctor_names_the_toolchain_cache_root() {
+    let sandbox = Sandbox::outside_tmp();
+    let out = sandbox.run(&["--sandbox", "workspace-write", "doctor"], "");
+    let root = sandbox.path().join("home/sandbox-cache");
+    let line = format!(
+        "toolchain caches of workspace-write commands: {} (NPM_CONFIG_CACHE, YARN_CACHE_FOLDER, PIP_CACHE_DIR, UV_CACHE_DIR, CARGO_HOME, GOMODCACHE, GOCACHE; the user's own caches stay read-only)",
+        root.display()
+    );
+    assert!(out.stdout.lines().any(|l| l == line), "{out:?}");
+}
