@@ -324,6 +324,26 @@ impl ApprovalService for ApprovalHub {
             subject: request.subject.clone(),
         };
         let (outcome, _) = self.decide(&request.agent, asked, request.signal.as_ref(), question).await?;
+        let mut what = Map::new();
+        what.insert("tool".into(), json!(request.tool_name));
+        match &request.subject {
+            Some(subject) => {
+                what.insert("command".into(), json!(subject.command));
+                what.insert("cwd".into(), json!(subject.cwd));
+                let (key, asked) = match &subject.asked {
+                    dsh_core::ApprovalAsk::Mode(mode) => ("mode", mode),
+                    dsh_core::ApprovalAsk::Host(host) => ("host", host),
+                };
+                what.insert(key.into(), json!(asked));
+            }
+            None => {
+                if let Some(reason) = &request.reason {
+                    what.insert("reason".into(), json!(reason));
+                }
+            }
+        }
+        let session = request.agent.session().header().id.clone();
+        dsh_core::audit::record("approval", Some(&session), what, outcome.as_str());
         Ok(outcome)
     }
 
@@ -346,7 +366,17 @@ impl ApprovalService for ApprovalHub {
             secret_prompt: Some(request.prompt.clone()),
             subject: None,
         };
-        match self.decide(&request.agent, asked, request.signal.as_ref(), question).await? {
+        let decided = self.decide(&request.agent, asked, request.signal.as_ref(), question).await?;
+        let mut what = Map::new();
+        what.insert("tool".into(), json!(request.tool_name));
+        what.insert("prompt".into(), json!(request.prompt));
+        let verdict = match &decided {
+            (_, Some(_)) => "given",
+            (outcome, None) => outcome.as_str(),
+        };
+        let session = request.agent.session().header().id.clone();
+        dsh_core::audit::record("secret", Some(&session), what, verdict);
+        match decided {
             (_, Some(secret)) => Ok(SecretReply::Given(secret)),
             (outcome, None) => Ok(SecretReply::Refused(outcome)),
         }

@@ -312,6 +312,38 @@ impl SandboxBashExecutor {
         Some(gate.enter(approver))
     }
 
+    /// The policy a `workspace-write` command is confined under: its own with the provider's
+    /// toolchain cache root as a further writable root, made if missing; the command's
+    /// environment points its tools there ([`dsh_sandbox::ToolchainCaches`]), unless its
+    /// request sets a variable itself. Any other mode, a provider without caches, or a root
+    /// that cannot be made (said on stderr, the command then runs without): the policy as is.
+    fn with_caches(
+        &self,
+        policy: &SandboxExecutionPolicy,
+        spec: &mut ShellExecSpec,
+    ) -> SandboxExecutionPolicy {
+        let mut policy = policy.clone();
+        if policy.mode != SandboxMode::WorkspaceWrite {
+            return policy;
+        }
+        let Some(caches) = self.provider.toolchain_caches() else { return policy };
+        let root = match caches.prepare() {
+            Ok(root) => root,
+            Err(e) => {
+                tracing::warn!(root = %caches.root().display(), error = %e, "cannot make the sandbox's toolchain cache root");
+                return policy;
+            }
+        };
+        let env = spec.env.get_or_insert_with(Default::default);
+        for (name, value) in dsh_sandbox::ToolchainCaches::env(&root) {
+            env.entry(name).or_insert(value);
+        }
+        if !policy.extra_roots.contains(&root) {
+            policy.extra_roots.push(root);
+        }
+        policy
+    }
+
     /// Spill files are written by the harness and named in results: a session's later
     /// confined commands read them at that path, even where their world hides its directory,
     /// and no other session's commands can. Each session (and the calls without one) spills
@@ -425,6 +457,49 @@ fn redact_destinations(service: &dsh_subprocess::SubprocessService, denied: Vec<
         .collect()
 }
 
+/// Appends the decisions of one confined command to the audit log ([`dsh_core::audit`]): a
+/// file access the sandbox denied (with the path stderr names, when it names one), each
+/// destination the network policy refused, and each auto-run file quarantined. The command
+/// is named as the model wrote it; its output never is.
+fn audit_call(
+    policy: &SandboxExecutionPolicy,
+    command: &str,
+    denied: bool,
+    stderr: &str,
+    hosts: &[String],
+    quarantined: &[Quarantined],
+) {
+    use serde_json::{Map, json};
+    let session = policy.session_id.as_deref();
+    let base = || {
+        let mut what = Map::new();
+        what.insert("command".into(), json!(command));
+        what.insert("mode".into(), json!(policy.mode.as_str()));
+        what
+    };
+    if denied {
+        let mut what = base();
+        if let Some(refused) = dsh_sandbox::refused_path(stderr) {
+            what.insert("path".into(), json!(refused.path));
+            what.insert("access".into(), json!(if refused.write { "write" } else { "read" }));
+        }
+        dsh_core::audit::record("denial", session, what, "denied");
+    }
+    for host in hosts {
+        let mut what = base();
+        what.insert("host".into(), json!(host));
+        what.insert("network".into(), json!(policy.network.mode.as_str()));
+        dsh_core::audit::record("network", session, what, "denied");
+    }
+    for q in quarantined {
+        let mut what = base();
+        what.insert("path".into(), json!(q.path));
+        what.insert("found".into(), json!(q.what));
+        what.insert("movedTo".into(), json!(q.moved_to));
+        dsh_core::audit::record("quarantine", session, what, "quarantined");
+    }
+}
+
 /// Whether confined commands go without the harness's ssh agent (see [`withhold_agent_socket`]).
 fn agent_socket_withheld() -> bool {
     std::env::var_os("SSH_AUTH_SOCK").is_some()
@@ -513,7 +588,8 @@ impl ShellExecutor for SandboxBashExecutor {
         let mut spec = spec;
         self.share_spill_dir(&mut spec, &policy);
         let credentials = self.session_credentials(&policy)?;
-        let confined = self.provider.confine(&bash_argv(&spec.command), &policy)?;
+        let confining = self.with_caches(&policy, &mut spec);
+        let confined = self.provider.confine(&bash_argv(&spec.command), &confining)?;
         let mut spec = self.confined_spec(spec, mode);
         let network = self.enter_network(&confined, &policy, &mut spec, true, credentials.as_deref());
         let (running, mut quarantined) = self.surfaces_before(&policy);
@@ -543,6 +619,7 @@ impl ShellExecutor for SandboxBashExecutor {
             return Err(SandboxUnavailableError::with_detail(mode, line).into());
         }
         let denied = matches_signature(result.exit_code, &result.stderr.text, &confined.denial_signatures);
+        audit_call(&policy, &spec.command, denied, &result.stderr.text, &denied_hosts, &quarantined);
         result.sandbox = Some(ShellSandboxInfo {
             mode,
             denied,
@@ -570,7 +647,8 @@ impl ShellExecutor for SandboxBashExecutor {
         let mut spec = spec;
         self.share_spill_dir(&mut spec, &policy);
         let credentials = self.session_credentials(&policy)?;
-        let confined = self.provider.confine(&bash_argv(&spec.command), &policy)?;
+        let confining = self.with_caches(&policy, &mut spec);
+        let confined = self.provider.confine(&bash_argv(&spec.command), &confining)?;
         let mut spec = self.confined_spec(spec, mode);
         // A background job cannot ask: its call has returned by the time it connects.
         let network = self.enter_network(&confined, &policy, &mut spec, false, credentials.as_deref());
@@ -579,12 +657,21 @@ impl ShellExecutor for SandboxBashExecutor {
         let hook = confined.pre_exec_hook();
         let service = Arc::clone(self.local.service());
         let (running, early) = self.surfaces_before(&policy);
+        let command = spec.command.clone();
         let on_settle: dsh_bash_local::SettleHook = Box::new(move |facts: &SettleFacts| {
             let mut info = settle_facts(&confined, mode, &workdir, facts);
             info.network_denied =
                 redact_destinations(&service, network.map(CallGuard::finish).unwrap_or_default());
             info.quarantined = early;
             info.quarantined.extend(running.end());
+            audit_call(
+                &policy,
+                &command,
+                info.denied,
+                &facts.stderr_tail,
+                &info.network_denied,
+                &info.quarantined,
+            );
             Some(info)
         });
         let process = self.local.start_argv(&spec, argv, hook, Some(on_settle))?;

@@ -148,7 +148,8 @@ pub struct CompositionArgs {
     #[arg(long, global = true, value_name = "POLICY", value_parser = ["ask", "never"])]
     pub approval_policy: Option<String>,
     /// Let workspace-write commands also write under this existing directory (repeatable),
-    /// e.g. `--add-dir ~/.npm` for npm's cache (sandbox-policy `writableRoots`).
+    /// e.g. `--add-dir ../data` for a data directory beside the project (sandbox-policy
+    /// `writableRoots`).
     #[arg(long, global = true, value_name = "DIR")]
     pub add_dir: Vec<PathBuf>,
     /// Keep confined commands from reading this file or directory (repeatable), besides the

@@ -100,6 +100,7 @@ pub async fn run(composition: &CompositionArgs) -> anyhow::Result<u8> {
     let spill_dir = comp.ctx().get(SUBPROCESS).and_then(|service| service.existing_spill_dir());
     let containment = comp.ctx().get(SUBPROCESS).map(|service| service.containment().to_string());
     let provider = comp.ctx().get(SANDBOX);
+    let caches = provider.as_ref().and_then(|provider| provider.toolchain_caches());
     // The further writable roots as the policy service pinned them (`--add-dir`,
     // `writableRoots`); without a policy service, as given on the command line.
     let standing = comp.ctx().get(SANDBOX_POLICY).map(|policy| policy.resolve(None, None).policy);
@@ -195,6 +196,14 @@ pub async fn run(composition: &CompositionArgs) -> anyhow::Result<u8> {
             ));
             findings.degraded.push("the writable roots could not be resolved".to_owned());
         }
+    }
+    if let Some(caches) = caches {
+        let variables: Vec<&str> = dsh_sandbox::TOOLCHAIN_CACHE_VARIABLES.iter().map(|(v, _)| *v).collect();
+        report.push(format!(
+            "toolchain caches of workspace-write commands: {} ({}; the user's own caches stay read-only)",
+            caches.root().display(),
+            variables.join(", ")
+        ));
     }
     report.push(network_line(network.as_ref()));
     match &runners {

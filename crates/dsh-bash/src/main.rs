@@ -24,6 +24,7 @@ mod mcp;
 mod progress;
 mod prompt;
 mod schema;
+mod standing;
 
 // The composition, its options and one call live in the library (`dsh_bash`); these names
 // keep `crate::…` paths of the subcommand modules pointing at them.

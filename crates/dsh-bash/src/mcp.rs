@@ -172,6 +172,7 @@ pub async fn run(
         workspace_root: composition.workspace_root.as_deref().map(dsh_core::home::absolutize),
         elicitation: !args.no_elicitation,
         instructions_with_identity: args.instructions_with_identity,
+        instructions_standing: crate::standing::instructions(comp.ctx()),
         http_idle_timeout: Duration::from_secs(args.idle_timeout),
         http_allowed_origins: args.allow_origin,
         http_header_timeout: Duration::from_secs(args.header_timeout),

@@ -10,6 +10,7 @@
 pub mod abort;
 pub mod agent;
 pub mod approval;
+pub mod audit;
 pub mod context;
 pub mod error;
 pub mod home;

@@ -36,6 +36,9 @@ pub struct McpOptions {
     /// initialisation. Off by default: the instructions describe the tools to the client's own
     /// agent, which has an identity of its own.
     pub instructions_with_identity: bool,
+    /// A paragraph appended to the `instructions` (after a blank line): where the commands
+    /// stand (executor, sandbox mode, writable roots, network). `None` adds nothing.
+    pub instructions_standing: Option<String>,
     /// How long to wait for the client's `roots/list` answer before falling back.
     pub roots_timeout: Duration,
     /// The largest accepted message: one stdio line or one HTTP request body, in bytes.
@@ -73,6 +76,7 @@ impl Default for McpOptions {
             progress_interval: Duration::from_secs(1),
             elicitation: true,
             instructions_with_identity: false,
+            instructions_standing: None,
             roots_timeout: Duration::from_secs(5),
             max_message_bytes: 4 * 1024 * 1024,
             http_idle_timeout: Duration::from_secs(3600),

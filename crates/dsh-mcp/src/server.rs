@@ -87,8 +87,14 @@ impl ServerHandler for McpServer {
         } else {
             &[HARNESS_IDENTITY_SECTION, PERSONA_SECTION]
         };
-        let instructions =
+        let mut instructions =
             self.shared.ctx.get(SYSTEM_PROMPT).map(|p| p.render_excluding(excluded)).unwrap_or_default();
+        if let Some(standing) = &self.shared.options.instructions_standing {
+            if !instructions.is_empty() {
+                instructions.push_str("\n\n");
+            }
+            instructions.push_str(standing);
+        }
         if !instructions.is_empty() {
             info.instructions = Some(instructions);
         }

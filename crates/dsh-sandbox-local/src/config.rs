@@ -39,6 +39,20 @@ pub struct LocalSandboxConfig {
     /// programs run or trust later, such as `.git/hooks`); default [`DEFAULT_PROTECTED_PATHS`].
     #[serde(default = "default_protected_paths")]
     pub protected_paths: Vec<String>,
+    /// Whether `workspace-write` commands get toolchain caches of their own (default on):
+    /// a cache root they may write, which npm, yarn, pip, uv, cargo and go are pointed at
+    /// through their documented variables ([`dsh_sandbox::TOOLCHAIN_CACHE_VARIABLES`]), so
+    /// that installs and builds work without opening the user's own caches.
+    #[serde(default = "default_toolchain_caches")]
+    pub toolchain_caches: bool,
+    /// The cache root of [`toolchainCaches`](Self::toolchain_caches); default
+    /// `<DSH_HOME>/sandbox-cache`. A leading `~/` is the harness's `$HOME`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_root: Option<std::path::PathBuf>,
+}
+
+fn default_toolchain_caches() -> bool {
+    true
 }
 
 /// Paths under the harness's `$HOME` a confined command may not read (credentials of ssh, gpg,
@@ -113,6 +127,8 @@ impl Default for LocalSandboxConfig {
             masked_paths: Vec::new(),
             deny_read: Vec::new(),
             protected_paths: default_protected_paths(),
+            toolchain_caches: default_toolchain_caches(),
+            cache_root: None,
         }
     }
 }
@@ -177,7 +193,8 @@ impl LocalSandboxConfig {
     /// Every path a confined command must not read, as spelled (existing or not): the
     /// [`DEFAULT_DENY_READ`] entries under the harness's `$HOME`, the harness's session logs
     /// (`<DSH_HOME>/sessions`: other sessions' transcripts), the MCP servers' generated bearer
-    /// tokens (`<DSH_HOME>/mcp`), quarantined auto-run files (`<DSH_HOME>/quarantine`), then
+    /// tokens (`<DSH_HOME>/mcp`), quarantined auto-run files (`<DSH_HOME>/quarantine`), the
+    /// audit log (`<DSH_HOME>/audit.jsonl` or `DSH_AUDIT_LOG`), then
     /// `denyRead` (`~/` expanded) and `maskedPaths`. Read from the environment on each call.
     pub fn denied_reads(&self) -> Vec<std::path::PathBuf> {
         let home = dsh_core::home::user_home();
@@ -187,6 +204,8 @@ impl LocalSandboxConfig {
         paths.push(dsh_home.join("sessions"));
         paths.push(dsh_home.join("mcp"));
         paths.push(dsh_home.join("quarantine"));
+        // The audit log: every session's commands and decisions.
+        paths.extend(dsh_core::audit::audit_log_path());
         for path in &self.deny_read {
             paths.push(match path.strip_prefix("~") {
                 Ok(rest) => home.join(rest),
@@ -195,6 +214,26 @@ impl LocalSandboxConfig {
         }
         paths.extend(self.masked_paths.iter().cloned());
         paths
+    }
+
+    /// The toolchain caches of `workspace-write` commands, when they are on: below
+    /// `cacheRoot` (`~/` expanded), else `<DSH_HOME>/sandbox-cache` (read from the
+    /// environment on each call, like [`LocalSandboxConfig::denied_reads`]).
+    pub fn toolchain_caches(&self) -> Option<dsh_sandbox::ToolchainCaches> {
+        if !self.toolchain_caches {
+            return None;
+        }
+        let root = match &self.cache_root {
+            Some(root) => match root.strip_prefix("~") {
+                Ok(rest) => dsh_core::home::user_home().join(rest),
+                Err(_) => dsh_core::home::absolutize(root),
+            },
+            None => {
+                let dsh_home = std::env::var("DSH_HOME").ok();
+                dsh_core::home::resolve_dsh_home(None, dsh_home.as_deref()).join("sandbox-cache")
+            }
+        };
+        Some(dsh_sandbox::ToolchainCaches::new(root))
     }
 
     /// The probe bound as a duration (saturating for absurdly large values).
@@ -293,8 +332,9 @@ mod tests {
         assert_eq!(denied[DEFAULT_DENY_READ.len()], dsh_home.join("sessions"));
         assert_eq!(denied[DEFAULT_DENY_READ.len() + 1], dsh_home.join("mcp"));
         assert_eq!(denied[DEFAULT_DENY_READ.len() + 2], dsh_home.join("quarantine"));
+        assert_eq!(Some(&denied[DEFAULT_DENY_READ.len() + 3]), dsh_core::audit::audit_log_path().as_ref());
         assert_eq!(
-            &denied[DEFAULT_DENY_READ.len() + 3..],
+            &denied[DEFAULT_DENY_READ.len() + 4..],
             [home.join(".secrets"), "/srv/keys".into(), home.clone(), "/srv/token".into()]
         );
     }
@@ -308,13 +348,15 @@ mod tests {
         assert_eq!(
             keys,
             [
+                "cacheRoot",
                 "denyRead",
                 "maskedPaths",
                 "probeTimeoutMs",
                 "protectedPaths",
                 "runnerCommand",
                 "runnerFailureSignatures",
-                "runners"
+                "runners",
+                "toolchainCaches"
             ]
         );
         assert_eq!(schema["additionalProperties"], serde_json::json!(false));

@@ -327,4 +327,8 @@ impl SandboxProvider for LocalSandboxProvider {
     fn share_read_only_with_session(&self, session: Option<&str>, path: &std::path::Path) {
         self.worlds.share(Some(session), path);
     }
+
+    fn toolchain_caches(&self) -> Option<dsh_sandbox::ToolchainCaches> {
+        self.config.toolchain_caches()
+    }
 }

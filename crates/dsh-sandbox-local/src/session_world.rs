@@ -65,9 +65,18 @@ impl SessionWorlds {
                 roots.push(extra.clone());
             }
         }
-        let writable = match policy.mode {
-            SandboxMode::WorkspaceWrite => roots.clone(),
-            _ => Vec::new(),
+        let (writable, git_protected) = match policy.mode {
+            SandboxMode::WorkspaceWrite => {
+                let mut writable = roots.clone();
+                let git = linked_worktree_dirs(&roots);
+                for dir in git.writable {
+                    if !writable.iter().any(|w| dir.starts_with(w)) {
+                        writable.push(dir);
+                    }
+                }
+                (writable, git.protected)
+            }
+            _ => (Vec::new(), Vec::new()),
         };
         let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
         let base = match &state.base {
@@ -139,7 +148,13 @@ impl SessionWorlds {
             .filter(|(owner, _)| owner.as_ref().is_some_and(|id| *id != policy.session_id));
         spellings
             .extend(others.chain(foreign.map(|(_, path)| path)).filter(|p| !shares.contains(p)).cloned());
-        let (protected, protected_ids) = protected_paths(&writable, &config.protected_paths);
+        let (mut protected, mut protected_ids) = protected_paths(&writable, &config.protected_paths);
+        for (path, id) in git_protected {
+            if !protected.contains(&path) {
+                protected.push(path);
+                protected_ids.push(id);
+            }
+        }
         let (masks, mask_ids) = denied_paths(&spellings, &hidden);
         let identities = protected_ids.into_iter().chain(mask_ids).collect();
         let pinned = pinned_dirs(&writable, protected.iter().chain(masks.iter().map(|(p, _)| p)));
@@ -340,6 +355,69 @@ fn protected_paths(roots: &[PathBuf], relative: &[String]) -> (Vec<PathBuf>, Vec
         }
     }
     (found, ids)
+}
+
+/// What a linked git worktree needs written outside itself, and what stays read-only there.
+#[derive(Debug, Default)]
+struct LinkedWorktreeDirs {
+    /// The worktree's own git directory (`<common>/worktrees/<name>`: its index, `HEAD`,
+    /// logs) and the main repository's `objects`, `refs` and `logs`.
+    writable: Vec<PathBuf>,
+    /// The pointer files of the worktree's git directory (`commondir`, `gitdir`), which say
+    /// where git finds the repository's config and hooks, with their identities.
+    protected: Vec<(PathBuf, Identity)>,
+}
+
+/// For each root inside a linked worktree (a `.git` file at or above it naming a git
+/// directory with a `commondir`, whose `gitdir` file names that `.git` file back), the directories `git add` and `git commit` write in the
+/// main repository. Its config, hooks and `info` stay out of reach, and so does
+/// `packed-refs` (rewritten only when a packed ref is deleted or refs are packed).
+fn linked_worktree_dirs(roots: &[PathBuf]) -> LinkedWorktreeDirs {
+    use std::os::unix::fs::MetadataExt;
+    let mut found = LinkedWorktreeDirs::default();
+    for root in roots {
+        let Some(tree) = root.ancestors().find(|dir| std::fs::symlink_metadata(dir.join(".git")).is_ok())
+        else {
+            continue;
+        };
+        let dot_git = tree.join(".git");
+        if !std::fs::symlink_metadata(&dot_git).is_ok_and(|m| m.is_file()) {
+            continue;
+        }
+        let pointer = |path: &Path, prefix: &str| -> Option<PathBuf> {
+            let text = std::fs::read_to_string(path).ok().filter(|t| t.len() <= 4096)?;
+            let target = text.strip_prefix(prefix)?.trim_end_matches(['\n', '\r']).trim_start();
+            (!target.is_empty()).then(|| std::fs::canonicalize(path.parent()?.join(target)).ok()).flatten()
+        };
+        let Some(gitdir) = pointer(&dot_git, "gitdir:") else { continue };
+        let Some(common) = pointer(&gitdir.join("commondir"), "") else { continue };
+        if gitdir == common || !gitdir.starts_with(common.join("worktrees")) {
+            continue;
+        }
+        // The git directory names this worktree back (`git worktree add` wrote both): a
+        // `.git` file a command wrote, naming another repository's worktree, opens nothing.
+        let back = pointer(&gitdir.join("gitdir"), "");
+        if back.is_none() || back != std::fs::canonicalize(&dot_git).ok() {
+            continue;
+        }
+        let dirs = [gitdir.clone(), common.join("objects"), common.join("refs"), common.join("logs")];
+        for dir in dirs {
+            let real = std::fs::symlink_metadata(&dir).is_ok_and(|m| m.is_dir());
+            if real && !found.writable.contains(&dir) {
+                found.writable.push(dir);
+            }
+        }
+        for name in ["commondir", "gitdir"] {
+            let path = gitdir.join(name);
+            if let Ok(meta) = std::fs::symlink_metadata(&path)
+                && meta.is_file()
+                && !found.protected.iter().any(|(p, _)| *p == path)
+            {
+                found.protected.push((path, (meta.dev(), meta.ino())));
+            }
+        }
+    }
+    found
 }
 
 /// `/run` and the user's runtime directory, unless a writable root lives there.

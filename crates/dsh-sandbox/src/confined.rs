@@ -190,6 +190,14 @@ pub trait SandboxProvider: Send + Sync {
     /// only (`None`: the calls without a session): a directory that holds that session's
     /// own files (its spill files), which no other session's commands may see.
     fn share_read_only_with_session(&self, _session: Option<&str>, _path: &std::path::Path) {}
+
+    /// The toolchain caches of this provider's `workspace-write` commands: a root they may
+    /// write, and the variables that point their tools there ([`crate::ToolchainCaches`]).
+    /// `None` (the default): they get none, and their tools use the user's caches as the
+    /// world shows them (read-only).
+    fn toolchain_caches(&self) -> Option<crate::ToolchainCaches> {
+        None
+    }
 }
 
 #[cfg(test)]

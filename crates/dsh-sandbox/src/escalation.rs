@@ -94,20 +94,51 @@ pub fn refused_path(stderr: &str) -> Option<RefusedPath> {
 
 /// The line naming the refused path of a denied result under `mode`, shown right before the
 /// denial marker; `None` when stderr names no path ([`refused_path`]). A refused write under
-/// `workspace-write` names the directory `--add-dir` would open (the path's parent), unless
-/// that is `/` or `home` (the harness's `$HOME`: too broad to suggest):
-/// `[sandbox: write to /root/.npm/_cacache refused; start the harness with --add-dir /root/.npm to allow it]`.
+/// `workspace-write` names the directory `--add-dir` would open for it: below `home` (the
+/// harness's `$HOME`) the directory right below it (below `.cache`, `.config`, `.local/share`
+/// or `.local/state`, the one below that), so that one option fixes the whole tool; elsewhere
+/// the path's parent; never `/` nor `home` itself (too broad to suggest):
+/// `[sandbox: write to /x/y/z refused; start the harness with --add-dir /x/y to allow it]`.
+/// A write into one of the user's own toolchain caches ([`crate::user_cache_of`]) names no
+/// `--add-dir`: confined commands keep caches of their own, and opening the user's would let
+/// them change what the user's unconfined builds use.
 pub fn refused_path_line(mode: SandboxMode, stderr: &str, home: &Path) -> Option<String> {
     let refused = refused_path(stderr)?;
     let path = refused.path.display();
     if !refused.write {
         return Some(format!("[sandbox: access to {path} refused]"));
     }
-    let parent = refused.path.parent().filter(|p| *p != Path::new("/") && *p != home);
-    Some(match parent {
-        Some(parent) if mode == SandboxMode::WorkspaceWrite => format!(
+    if mode == SandboxMode::WorkspaceWrite
+        && let Some((dir, tool, variable)) = crate::caches::user_cache_of(&refused.path, home)
+    {
+        return Some(format!(
+            "[sandbox: write to {path} refused; {} is the user's own {tool} cache, which no --add-dir should open: confined commands get a cache of their own through ${variable}]",
+            dir.display()
+        ));
+    }
+    let fix = match refused.path.strip_prefix(home) {
+        Ok(below) if home != Path::new("/") => {
+            let mut parts = below.components();
+            let first = parts.next().map(|c| home.join(c));
+            let shared = [".cache", ".config", ".local/share", ".local/state"]
+                .iter()
+                .map(|rel| home.join(rel))
+                .find(|shared| refused.path.starts_with(shared) && refused.path != *shared);
+            match shared {
+                Some(shared) => {
+                    let rest = refused.path.strip_prefix(&shared).ok().and_then(|r| r.components().next());
+                    rest.map(|c| shared.join(c))
+                }
+                None => first,
+            }
+            .filter(|dir| *dir != refused.path)
+        }
+        _ => refused.path.parent().filter(|p| *p != Path::new("/") && *p != home).map(Path::to_path_buf),
+    };
+    Some(match fix {
+        Some(dir) if mode == SandboxMode::WorkspaceWrite => format!(
             "[sandbox: write to {path} refused; start the harness with --add-dir {} to allow it]",
-            parent.display()
+            dir.display()
         ),
         _ => format!("[sandbox: write to {path} refused]"),
     })
@@ -117,7 +148,8 @@ pub fn refused_path_line(mode: SandboxMode, stderr: &str, home: &Path) -> Option
 fn quoted_path(line: &str) -> Option<PathBuf> {
     for (start, open) in line.char_indices() {
         let close: &[char] = match open {
-            '\'' | '`' => &['\''],
+            '\'' => &['\''],
+            '`' => &['`', '\''],
             '"' => &['"'],
             '‘' => &['’'],
             _ => continue,
@@ -134,8 +166,13 @@ fn quoted_path(line: &str) -> Option<PathBuf> {
 }
 
 /// An absolute path between `: ` separators (or starting the line) on `line`.
+/// A `, ` ends the path (cargo's `failed to write cache, path: /x/y, error: …`).
 fn colon_path(line: &str) -> Option<PathBuf> {
-    line.split(": ").map(str::trim).find(|part| part.starts_with('/')).and_then(plausible)
+    line.split(": ")
+        .map(str::trim)
+        .find(|part| part.starts_with('/'))
+        .map(|part| part.split_once(", ").map_or(part, |(path, _)| path))
+        .and_then(plausible)
 }
 
 fn plausible(text: &str) -> Option<PathBuf> {
@@ -332,6 +369,34 @@ mod tests {
             line(WorkspaceWrite, "touch: cannot touch '/home/u/outside': Read-only file system"),
             Some("[sandbox: write to /home/u/outside refused]".into()),
             "no --add-dir $HOME"
+        );
+        assert_eq!(
+            line(WorkspaceWrite, "npm error rofs EROFS: read-only file system, mkdir '/home/u/.npm/_cacache/tmp'\n"),
+            Some("[sandbox: write to /home/u/.npm/_cacache/tmp refused; /home/u/.npm is the user's own npm cache, which no --add-dir should open: confined commands get a cache of their own through $NPM_CONFIG_CACHE]".into())
+        );
+        assert_eq!(
+            line(
+                WorkspaceWrite,
+                "warning: failed to write cache, path: /home/u/.cargo/registry/index/x/st/at/static_assertions, error: Read-only file system (os error 30)"
+            ),
+            Some("[sandbox: write to /home/u/.cargo/registry/index/x/st/at/static_assertions refused; /home/u/.cargo is the user's own cargo cache, which no --add-dir should open: confined commands get a cache of their own through $CARGO_HOME]".into()),
+            "cargo's `, error` is not part of the path"
+        );
+        assert_eq!(
+            refused_path(
+                "error: failed to open `/r/.cargo/registry/cache/i/s-1.1.0.crate`\n  Read-only file system (os error 30)\nerror: failed to open `/r/x`: Read-only file system"
+            ),
+            Some(RefusedPath { path: PathBuf::from("/r/x"), write: true }),
+            "backticks close with a backtick"
+        );
+        assert_eq!(
+            line(WorkspaceWrite, "touch: cannot touch '/home/u/.local/share/tool/db/x': Read-only file system"),
+            Some("[sandbox: write to /home/u/.local/share/tool/db/x refused; start the harness with --add-dir /home/u/.local/share/tool to allow it]".into()),
+            "the whole tool's directory, not the file's parent"
+        );
+        assert_eq!(
+            line(WorkspaceWrite, "touch: cannot touch '/home/u/proj/a/b/c': Read-only file system"),
+            Some("[sandbox: write to /home/u/proj/a/b/c refused; start the harness with --add-dir /home/u/proj to allow it]".into())
         );
         assert_eq!(
             line(WorkspaceWrite, "cat: /h/.ssh/id_ed25519: Permission denied\n"),

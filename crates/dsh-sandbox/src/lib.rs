@@ -8,6 +8,7 @@
 #![deny(missing_docs)]
 
 mod attribution;
+mod caches;
 mod classify;
 mod confined;
 mod escalation;
@@ -19,6 +20,7 @@ pub mod services;
 pub mod surfaces;
 
 pub use attribution::{SpawnFailure, SpawnStage, is_runner_spawn_failure};
+pub use caches::{TOOLCHAIN_CACHE_VARIABLES, ToolchainCaches, user_cache_of};
 pub use classify::{classify_runner_failure, matches_signature};
 pub use confined::{
     ChildConfinement, ConfinedCommand, ProxyListener, RunnerFailureRule, SANDBOX, SANDBOX_SERVICE,

@@ -238,13 +238,13 @@ mod tests {
 
     #[test]
     fn a_refused_path_named_in_stderr_is_named_before_the_denial_marker() {
-        let stderr = "npm error rofs EROFS: read-only file system, mkdir '/root/.npm/_cacache'\n";
+        let stderr = "npm error rofs EROFS: read-only file system, mkdir '/srv/cache/npm/_cacache'\n";
         let mut v = view("", stderr, Some(1), None);
         v.sandbox = Some(SandboxView { mode: "workspace-write".into(), denied: true, runner_failed: None });
         assert_eq!(
             render_result(&v, true),
             format!(
-                "[stderr]\n{stderr}[sandbox: write to /root/.npm/_cacache refused; start the harness with --add-dir /root/.npm to allow it]\n[sandbox: file access denied under workspace-write mode]\n{ESCALATION_HINT}\n[exit code: 1]"
+                "[stderr]\n{stderr}[sandbox: write to /srv/cache/npm/_cacache refused; start the harness with --add-dir /srv/cache/npm to allow it]\n[sandbox: file access denied under workspace-write mode]\n{ESCALATION_HINT}\n[exit code: 1]"
             )
         );
         // Not denied: no line, whatever stderr says.

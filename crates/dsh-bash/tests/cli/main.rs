@@ -19,6 +19,7 @@ mod harness_writes_workspace;
 mod help;
 mod killed_harness;
 mod mcp;
+mod mcp_standing;
 mod messages;
 mod no_terminal;
 mod numbers;

@@ -11,6 +11,7 @@
 
 mod approvals;
 mod askpass;
+mod audit;
 mod autorun;
 mod cell;
 mod credentials;
@@ -30,3 +31,5 @@ mod processes;
 mod secrets;
 mod sessions;
 mod signals;
+mod toolchains;
+mod worktrees;

@@ -180,13 +180,14 @@ fn attack_added_dir(world: &World) -> Result<(), Skip> {
     assert!(!extra.join(".git/hooks/post-checkout").exists());
     assert_eq!(std::fs::read_to_string(extra.join(".envrc")).expect("read .envrc"), "export A=1\n");
 
-    // The npm cache case: the refused write is named with the fix, which then works.
+    // The user's own npm cache: the refused write is named, and no --add-dir is suggested
+    // for it (confined commands get a cache of their own); one the user gives anyway works.
     let npm = home.join(".npm");
     let cache = npm.join("_cacache");
     let mkdir = format!("mkdir -p {}", q(cache.display()));
     let refused = call(world, &home, &[], ws, None, &mkdir);
     let line = format!(
-        "[sandbox: write to {} refused; start the harness with --add-dir {} to allow it]\n[sandbox: file access denied under workspace-write mode]",
+        "[sandbox: write to {} refused; {} is the user's own npm cache, which no --add-dir should open: confined commands get a cache of their own through $NPM_CONFIG_CACHE]\n[sandbox: file access denied under workspace-write mode]",
         cache.display(),
         npm.display()
     );

@@ -1,0 +1,117 @@
+//! The audit log of decisions: every approval, denial and quarantine, appended as one JSON
+//! line to a file of the user's (`<DSH_HOME>/audit.jsonl`, or the file `DSH_AUDIT_LOG`
+//! names; `DSH_AUDIT_LOG=off` keeps none), readable with any JSON-lines tool:
+//!
+//! ```text
+//! {"time":"2026-12-07T21:30:00.123Z","session":"s1","kind":"approval","what":{"command":"rm -rf build","asked":"danger-full-access"},"verdict":"allowed-once"}
+//! ```
+//!
+//! A line holds when, the session (when there is one), the kind of decision, what it was
+//! about (a command, a host, a path) and the verdict: never a command's output, a typed
+//! secret, nor an environment value. The file is made mode `0600`; each line is one
+//! `write` to a file opened for appending, so concurrent harnesses never interleave lines.
+//! Writing is best effort: a log that cannot be written is reported once on stderr and never
+//! fails the call it records.
+
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use serde_json::{Map, Value, json};
+
+/// The harness's environment variable that names the audit log (`off`: none).
+pub const AUDIT_LOG_ENV: &str = "DSH_AUDIT_LOG";
+
+/// Whether this process already said it cannot write the audit log.
+static WARNED: AtomicBool = AtomicBool::new(false);
+
+/// The audit log this harness appends to, read from its environment: `DSH_AUDIT_LOG` when
+/// set and not blank (`off` → none), else `<DSH_HOME>/audit.jsonl`.
+pub fn audit_log_path() -> Option<PathBuf> {
+    match std::env::var(AUDIT_LOG_ENV) {
+        Ok(value) if value.trim() == "off" => None,
+        Ok(value) if !value.trim().is_empty() => Some(crate::home::absolutize(std::path::Path::new(&value))),
+        _ => {
+            let dsh_home = std::env::var("DSH_HOME").ok();
+            Some(crate::home::resolve_dsh_home(None, dsh_home.as_deref()).join("audit.jsonl"))
+        }
+    }
+}
+
+/// Appends one decision: its `kind` (`approval`, `secret`, `denial`, `network`,
+/// `quarantine`), the `session` it was made in, `what` it was about (an object of short
+/// facts) and the `verdict`.
+pub fn record(kind: &str, session: Option<&str>, what: Map<String, Value>, verdict: &str) {
+    let Some(path) = audit_log_path() else { return };
+    let mut line = Map::new();
+    line.insert("time".into(), json!(utc_now()));
+    if let Some(session) = session {
+        line.insert("session".into(), json!(session));
+    }
+    line.insert("kind".into(), json!(kind));
+    line.insert("what".into(), Value::Object(what));
+    line.insert("verdict".into(), json!(verdict));
+    let mut text = Value::Object(line).to_string();
+    text.push('\n');
+    if let Err(e) = append(&path, text.as_bytes())
+        && !WARNED.swap(true, Ordering::SeqCst)
+    {
+        eprintln!("dsh-bash: warning: cannot write the audit log {}: {e}", path.display());
+    }
+}
+
+fn append(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    let mut file = std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .mode(0o600)
+        .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
+        .open(path)?;
+    file.write_all(bytes)
+}
+
+/// Now, as `YYYY-MM-DDTHH:MM:SS.mmmZ`.
+fn utc_now() -> String {
+    let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    utc(since.as_millis())
+}
+
+/// `millis` after the epoch as `YYYY-MM-DDTHH:MM:SS.mmmZ` (the proleptic Gregorian calendar).
+fn utc(millis: u128) -> String {
+    let secs = millis / 1000;
+    let days = i64::try_from(secs / 86_400).unwrap_or(i64::MAX / 2);
+    let rem = secs % 86_400;
+    // Days to a civil date (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60,
+        millis % 1000
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_are_utc_calendar_dates() {
+        assert_eq!(utc(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(utc(951_782_400_000), "2000-02-29T00:00:00.000Z");
+        assert_eq!(utc(1_796_679_000_123), "2026-12-07T21:30:00.123Z");
+    }
+}
