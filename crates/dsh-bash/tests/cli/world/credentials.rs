@@ -204,6 +204,7 @@ for pid in os.listdir("/proc"):
 print("MEMSCAN", "found in " + ",".join(found) if found else "clean")
 PY
 python3 -c 'import os, urllib.request as u; print("URLLIB", u.urlopen(u.Request("https://localhost:{port}/urllib", headers={{"Authorization": "token " + os.environ["WORLD_TOKEN"]}}), timeout=20).read().decode().strip())'
+python3 -c 'import os, requests; print("REQUESTS", requests.get("https://localhost:{port}/requests", headers={{"Authorization": "Bearer " + os.environ["WORLD_TOKEN"]}}, timeout=20).text.strip())'
 git -c http.lowSpeedTime=20 ls-remote https://localhost:{port}/repo.git >/dev/null 2>&1; echo GIT-DONE
 curl -sS -m 20 -H "Authorization: Bearer $WORLD_TOKEN" https://127.0.0.1:{port}/unbound
 head -c 300000 /dev/zero > body.bin
@@ -247,6 +248,7 @@ true"#
             "the memory of every process the command can see holds no value: {out:#?}"
         );
         assert!(out.stdout.contains("URLLIB ok"), "{out:#?}");
+        assert!(out.stdout.contains("REQUESTS ok"), "{out:#?}");
         assert!(out.stdout.contains("GIT-DONE"), "{out:#?}");
         assert!(
             out.text.contains(&format!("[network: credential WORLD_TOKEN added for localhost:{port}]")),
@@ -269,6 +271,9 @@ true"#
             seen(&requests, "/urllib"),
             vec![format!("{} /urllib auth=token {secret} key=None", urllib_port(&requests))]
         );
+        let requests_seen = seen(&requests, "/requests");
+        assert_eq!(requests_seen.len(), 1, "{requests:#?}");
+        assert!(requests_seen[0].ends_with(&format!(" auth=Bearer {secret} key=None")), "{requests:#?}");
         // git asked its credential helper after the challenge; the proxy put the value into
         // the Basic pair.
         let basic = basic_pair(&format!("x-access-token:{secret}"));
