@@ -35,6 +35,18 @@ fn collected(stream: CollectedStream) -> CollectedOutput {
     }
 }
 
+/// What the subprocess layer measured, as the seam reports it.
+fn shell_usage(usage: dsh_subprocess::ResourceUsage) -> dsh_shell::ShellUsage {
+    dsh_shell::ShellUsage {
+        cpu_time_ms: usage.cpu_time.map(|t| t.as_millis() as u64),
+        peak_memory_bytes: usage.peak_memory_bytes,
+        peak_processes: usage.peak_processes,
+        process_limit_reached: usage.process_limit_reached,
+        memory_limit_reached: usage.memory_limit_reached,
+        limits: usage.enforcement.map(|e| e.as_str().to_owned()),
+    }
+}
+
 /// A foreground run whose future is dropped (its caller went away) must not leave the
 /// command running: the guard terminates it unless it already settled.
 struct TerminateUnlessSettled<'a>(&'a ProcessHandle);
@@ -94,6 +106,7 @@ impl LocalBashExecutor {
         });
         let outcome = deadline.watch(handle.wait()).await;
         let (timed_out, aborted) = (deadline.timed_out(), deadline.aborted());
+        let usage = handle.usage();
         drop(deadline);
         Ok(ShellRunResult {
             exit_code: outcome.exit_code,
@@ -105,7 +118,8 @@ impl LocalBashExecutor {
             stderr: collected(handle.stderr().collected()),
             sandbox: None,
             network: None,
-            out_of_memory: false,
+            out_of_memory: usage.as_ref().is_some_and(|u| u.memory_limit_reached.is_some()),
+            usage: usage.map(shell_usage),
         })
     }
 
@@ -137,6 +151,14 @@ impl LocalBashExecutor {
 impl ShellExecutor for LocalBashExecutor {
     fn sandbox_mode(&self) -> Option<SandboxMode> {
         None
+    }
+
+    fn reports_out_of_memory(&self) -> bool {
+        true
+    }
+
+    fn reports_usage(&self) -> bool {
+        true
     }
 
     fn resolve(&self, request: ShellExecRequest) -> Result<ShellExecSpec, ShellError> {

@@ -29,6 +29,7 @@ mod grouped;
 mod guardian;
 mod handle;
 mod latest_line;
+mod limits;
 #[cfg(feature = "plugin")]
 pub mod plugin;
 #[cfg(feature = "plugin")]
@@ -59,6 +60,7 @@ pub use nix::errno::Errno;
 pub use plugin::{SubprocessConfig, SubprocessPlugin};
 #[cfg(feature = "plugin")]
 pub use plugin_key::{SUBPROCESS, SUBPROCESS_SERVICE};
+pub use limits::{Enforcement, ResourceLimits, ResourceUsage, enforcement};
 pub use pty::PtySize;
 pub use redact::{REDACT_MIN_LEN, RedactStream, Redactor, RedactorError, SharedRedactor, redaction_marker};
 pub use service::{ServiceOptions, SubprocessService};

@@ -83,7 +83,7 @@ impl BashTool {
                 "bash",
                 texts::description(background_enabled, escalation, persist),
                 parameters(background_enabled, escalation, persist, tty),
-                output_schema(network, shell.reports_out_of_memory(), escalation),
+                output_schema(network, shell.reports_out_of_memory(), escalation, shell.reports_usage()),
             ),
             shell,
             env,

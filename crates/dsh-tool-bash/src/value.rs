@@ -55,7 +55,29 @@ pub(crate) fn foreground_value(result: &ShellRunResult) -> Value {
     if let Some(sandbox) = result.sandbox.as_ref().filter(|s| !s.quarantined.is_empty()) {
         m.insert("quarantined".into(), quarantined_value(&sandbox.quarantined));
     }
+    if let Some(usage) = &result.usage {
+        m.insert("usage".into(), serde_json::to_value(usage).unwrap_or_else(|_| json!({})));
+    }
     Value::Object(m)
+}
+
+/// The `usage` object: what the command used and which limit stopped it, every key optional.
+fn usage_schema() -> Schema {
+    Schema::object(
+        vec![
+            ("cpuTimeMs", Schema::integer(), false),
+            ("peakMemoryBytes", Schema::integer(), false),
+            ("peakProcesses", Schema::integer(), false),
+            ("processLimitReached", Schema::integer(), false),
+            ("memoryLimitReached", Schema::integer(), false),
+            (
+                "limits",
+                Schema::string().enumerated(vec![json!("cgroup-v1"), json!("cgroup-v2"), json!("rlimit")]),
+                false,
+            ),
+        ],
+        false,
+    )
 }
 
 /// `[{path, movedTo, what, left}]`: the auto-run surfaces moved into quarantine.
@@ -94,8 +116,8 @@ fn stream_schema() -> Schema {
 /// Output schema: exactly one of the background and foreground shapes, both closed. With
 /// `network` (a network policy that isolates), the foreground shape may carry `network`;
 /// with `out_of_memory` (an executor that reports it), `outOfMemory`; with `quarantine` (a
-/// sandboxing executor), `quarantined`.
-pub(crate) fn output_schema(network: bool, out_of_memory: bool, quarantine: bool) -> Schema {
+/// sandboxing executor), `quarantined`; with `usage` (an executor that measures it), `usage`.
+pub(crate) fn output_schema(network: bool, out_of_memory: bool, quarantine: bool, usage: bool) -> Schema {
     let modes: Vec<Value> = SandboxMode::ALL.iter().map(|m| json!(m.as_str())).collect();
     let background = Schema::object(
         vec![
@@ -150,6 +172,9 @@ pub(crate) fn output_schema(network: bool, out_of_memory: bool, quarantine: bool
         );
         fields.push(("quarantined", Schema::array(entry), false));
     }
+    if usage {
+        fields.push(("usage", usage_schema(), false));
+    }
     let foreground = Schema::object(fields, false);
     Schema::one_of(vec![background, foreground])
 }
@@ -192,6 +217,16 @@ pub(crate) struct ForegroundView {
     pub out_of_memory: bool,
     #[serde(default)]
     pub quarantined: Vec<QuarantinedView>,
+    #[serde(default)]
+    pub usage: Option<UsageView>,
+}
+
+/// The usage facts the text reports, as logged.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct UsageView {
+    #[serde(default)]
+    pub process_limit_reached: Option<u64>,
 }
 
 /// One quarantined auto-run surface as logged.
@@ -268,12 +303,13 @@ mod tests {
             sandbox: None,
             network: None,
             out_of_memory: false,
+            usage: None,
         }
     }
 
     fn valid(value: &Value) -> Vec<String> {
         let mut out = Vec::new();
-        validate_value(&output_schema(true, false, true), value, "output", &mut out);
+        validate_value(&output_schema(true, false, true, true), value, "output", &mut out);
         out
     }
 
@@ -350,7 +386,7 @@ mod tests {
         let mut r = result();
         let plain = foreground_value(&r);
         assert!(plain.get("network").is_none());
-        assert!(!output_schema(false, false, false).to_json().to_string().contains("\"network\""));
+        assert!(!output_schema(false, false, false, false).to_json().to_string().contains("\"network\""));
         r.network = Some(dsh_sandbox::NetworkFacts {
             policy: NetworkMode::Ask,
             denied: vec!["example.com:443".into()],
@@ -358,10 +394,10 @@ mod tests {
         let value = foreground_value(&r);
         assert_eq!(value["network"], json!({"policy": "ask", "denied": ["example.com:443"]}));
         let mut out = Vec::new();
-        validate_value(&output_schema(true, false, true), &value, "output", &mut out);
+        validate_value(&output_schema(true, false, true, true), &value, "output", &mut out);
         assert!(out.is_empty(), "{out:?}");
         let mut out = Vec::new();
-        validate_value(&output_schema(false, false, false), &value, "output", &mut out);
+        validate_value(&output_schema(false, false, false, false), &value, "output", &mut out);
         assert!(!out.is_empty(), "a closed schema without network refuses the key");
     }
 }
