@@ -252,7 +252,12 @@ extern "C" fn remove_groups_at_exit() {
     // Never block at exit: another thread may hold the lock while the process goes down.
     if let Some(live) = LIVE.try_lock() {
         for dir in live.iter() {
-            remove_group(dir);
+            remove_group_waiting(dir, true);
+        }
+    }
+    if let Some(left) = LEFT_OVER.try_lock() {
+        for dir in left.iter() {
+            remove_group_waiting(dir, true);
         }
     }
 }
@@ -503,8 +508,11 @@ impl Drop for SpawnLimits {
     fn drop(&mut self) {
         for group in self.groups.drain(..) {
             drop(group.procs);
+            // The tree is gone by now, but the last members of a namespace may still be
+            // on their way out: wait for them a little.
+            let removed = remove_group_waiting(&group.dir, true);
             LIVE.lock().retain(|dir| *dir != group.dir);
-            if !remove_group(&group.dir) {
+            if !removed {
                 LEFT_OVER.lock().push(group.dir);
             }
         }
@@ -522,19 +530,24 @@ pub(crate) fn rusage_usage(rusage: Option<&libc::rusage>) -> ResourceUsage {
     usage
 }
 
-/// Removes an empty group (retrying briefly while members that just died are released).
-fn remove_group(dir: &Path) -> bool {
-    for _ in 0..20 {
+/// Removes an empty group (retrying briefly while members that just died are released);
+/// with `dying`, also while members are listed (they were killed and are going).
+fn remove_group_waiting(dir: &Path, dying: bool) -> bool {
+    for _ in 0..if dying { 100 } else { 20 } {
         if std::fs::remove_dir(dir).is_ok() || !dir.exists() {
             return true;
         }
         let members = std::fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
-        if !members.trim().is_empty() {
+        if !dying && !members.trim().is_empty() {
             return false;
         }
         std::thread::sleep(Duration::from_millis(1));
     }
     false
+}
+
+fn remove_group(dir: &Path) -> bool {
+    remove_group_waiting(dir, false)
 }
 
 fn retry_left_over() {
