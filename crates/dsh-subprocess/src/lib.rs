@@ -55,12 +55,12 @@ pub use grouped::GroupedChild;
 pub use guardian::guardian_pid;
 pub use handle::{ProcessHandle, ProcessOutcome};
 pub use latest_line::{LATEST_LINE_MAX_CHARS, LATEST_LINE_WINDOW, latest_line, latest_output_line};
+pub use limits::{Enforcement, ResourceLimits, ResourceUsage, enforcement};
 pub use nix::errno::Errno;
 #[cfg(feature = "plugin")]
 pub use plugin::{SubprocessConfig, SubprocessPlugin};
 #[cfg(feature = "plugin")]
 pub use plugin_key::{SUBPROCESS, SUBPROCESS_SERVICE};
-pub use limits::{Enforcement, ResourceLimits, ResourceUsage, enforcement};
 pub use pty::PtySize;
 pub use redact::{REDACT_MIN_LEN, RedactStream, Redactor, RedactorError, SharedRedactor, redaction_marker};
 pub use service::{ServiceOptions, SubprocessService};

@@ -112,7 +112,12 @@ fn cgroup_mounts() -> Vec<(String, PathBuf, String, String)> {
             if fstype != "cgroup" && fstype != "cgroup2" {
                 return None;
             }
-            Some((fields.get(3)?.to_string(), PathBuf::from(fields.get(4)?), fstype.to_owned(), options.to_owned()))
+            Some((
+                fields.get(3)?.to_string(),
+                PathBuf::from(fields.get(4)?),
+                fstype.to_owned(),
+                options.to_owned(),
+            ))
         })
         .collect()
 }
@@ -148,9 +153,9 @@ fn detect() -> Hierarchies {
     };
     let v1 = |controller: &str, file: &str| {
         let group = group_of(controller)?;
-        let (root, point, _, _) = mounts
-            .iter()
-            .find(|(_, _, fstype, options)| fstype == "cgroup" && options.split(',').any(|o| o == controller))?;
+        let (root, point, _, _) = mounts.iter().find(|(_, _, fstype, options)| {
+            fstype == "cgroup" && options.split(',').any(|o| o == controller)
+        })?;
         let dir = own_dir(root, point, &group)?;
         can_make_child(&dir, file).then_some(dir)
     };
@@ -214,7 +219,9 @@ fn hierarchies() -> &'static Hierarchies {
     HIERARCHIES.get_or_init(|| {
         let found = detect();
         let parents: Vec<&Path> = match &found {
-            Hierarchies::V1 { pids, memory } => pids.iter().chain(memory.iter()).map(PathBuf::as_path).collect(),
+            Hierarchies::V1 { pids, memory } => {
+                pids.iter().chain(memory.iter()).map(PathBuf::as_path).collect()
+            }
             Hierarchies::V2 { dir } => vec![dir.as_path()],
             Hierarchies::None => Vec::new(),
         };
@@ -234,11 +241,11 @@ fn remove_stale_groups(parent: &Path) {
     let Ok(entries) = std::fs::read_dir(parent) else { return };
     for entry in entries.flatten() {
         let name = entry.file_name();
-        let Some(pid) = name.to_str().and_then(|n| n.strip_prefix("dsh-")).and_then(|n| n.split('-').next()) else {
+        let Some(pid) = name.to_str().and_then(|n| n.strip_prefix("dsh-")).and_then(|n| n.split('-').next())
+        else {
             continue;
         };
-        if pid.parse::<u32>().is_ok_and(|p| p != std::process::id())
-            && !Path::new("/proc").join(pid).exists()
+        if pid.parse::<u32>().is_ok_and(|p| p != std::process::id()) && !Path::new("/proc").join(pid).exists()
         {
             let _ = std::fs::remove_dir(entry.path());
         }
@@ -336,7 +343,8 @@ fn make_group(parent: &Path, name: &str, settings: &[(&str, String)]) -> Option<
             return None;
         }
     }
-    let procs = std::fs::OpenOptions::new().write(true).custom_flags(libc::O_CLOEXEC).open(dir.join("cgroup.procs"));
+    let procs =
+        std::fs::OpenOptions::new().write(true).custom_flags(libc::O_CLOEXEC).open(dir.join("cgroup.procs"));
     match procs {
         Ok(procs) => {
             LIVE.lock().push(dir.clone());
@@ -497,7 +505,6 @@ impl SpawnLimits {
         }
         usage
     }
-
 }
 
 impl Drop for SpawnLimits {

@@ -171,7 +171,10 @@ mod tests {
             "[stderr]\nbash: fork: Resource temporarily unavailable\n[process limit reached: 4096 processes; further forks failed]\n[exit code: 254]"
         );
         v.usage = Some(crate::value::UsageView::default());
-        assert_eq!(render_result(&v, false), "[stderr]\nbash: fork: Resource temporarily unavailable\n[exit code: 254]");
+        assert_eq!(
+            render_result(&v, false),
+            "[stderr]\nbash: fork: Resource temporarily unavailable\n[exit code: 254]"
+        );
     }
 
     #[test]
