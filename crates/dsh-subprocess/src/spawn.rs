@@ -279,7 +279,8 @@ pub(crate) fn spawn_process(
     let started = match direct {
         Some(dev_null) => {
             let start = |executable: &Path| {
-                start_direct(service, &runtime, &spec, executable, &env, dev_null, limits.as_deref(), &failed)
+                let child = DirectChild { dev_null, limits: limits.as_deref() };
+                start_direct(service, &runtime, &spec, executable, &env, child, &failed)
             };
             match start(&executable) {
                 Err(SpawnError::Os(error)) if unchecked && gone_from_where_it_was(&error) => {
@@ -380,6 +381,14 @@ fn receiver(runtime: &tokio::runtime::Handle, fd: std::os::fd::OwnedFd, nonblock
     tokio::net::unix::pipe::Receiver::from_owned_fd_unchecked(fd).ok()
 }
 
+/// What a direct start gives its child besides the image: `/dev/null` for its stdin, and the
+/// limits it takes on before `exec`.
+#[derive(Clone, Copy)]
+struct DirectChild<'a> {
+    dev_null: std::os::fd::RawFd,
+    limits: Option<&'a SpawnLimits>,
+}
+
 /// Starts a child that needs no code of the caller's between `fork` and `exec` directly (see
 /// [`crate::direct`]).
 fn start_direct(
@@ -388,10 +397,10 @@ fn start_direct(
     spec: &SpawnSpec,
     executable: &Path,
     env: &[(&OsStr, &OsStr)],
-    dev_null: std::os::fd::RawFd,
-    limits: Option<&SpawnLimits>,
+    child: DirectChild<'_>,
     failed: Failure<'_>,
 ) -> Result<Started, SpawnError> {
+    let DirectChild { dev_null, limits } = child;
     // On Linux the child marks them itself (`crate::direct`).
     #[cfg(not(target_os = "linux"))]
     crate::fds::mark_all_cloexec();
