@@ -206,6 +206,34 @@ mod tests {
     }
 
     #[test]
+    fn limits_have_safe_defaults_and_are_read_from_the_file() {
+        let limits = LocalBashConfig::default().resource_limits();
+        assert_eq!(limits.processes, Some(4096));
+        assert!(limits.memory.is_some_and(|m| m > 0), "half of the machine's memory");
+        assert!(!limits.memory_per_process, "the default memory limit binds only a call's group");
+        assert_eq!(limits.cpu_seconds, None);
+        let config = serde_json_from(r#"{"pidsLimit":0,"memory":"256m","cpuSeconds":60}"#);
+        assert_eq!(config.validate(), Ok(()));
+        let limits = config.resource_limits();
+        assert_eq!((limits.processes, limits.memory, limits.cpu_seconds), (None, Some(256 << 20), Some(60)));
+        assert!(limits.memory_per_process);
+        assert_eq!(serde_json_from(r#"{"memory":"none"}"#).resource_limits().memory, None);
+        for (bad, message) in [
+            (r#"{"pidsLimit":1.5}"#, "bash-local: pidsLimit must be a whole number of processes (0: no limit)"),
+            (
+                r#"{"memory":"lots"}"#,
+                "bash-local: memory must be a number of bytes, optionally with k, m or g (\"2g\"), or \"none\"",
+            ),
+            (r#"{"cpuSeconds":0}"#, "bash-local: cpuSeconds must be a positive whole number of seconds"),
+        ] {
+            assert_eq!(serde_json_from(bad).validate().map_err(|e| e.to_string()), Err(message.to_owned()));
+        }
+        assert_eq!(parse_size("1g"), Some(1 << 30));
+        assert_eq!(parse_size("512K"), Some(512 << 10));
+        assert_eq!(parse_size("0"), None);
+    }
+
+    #[test]
     fn ex_02_construction_validation() {
         type Mutation = fn(&mut LocalBashConfig);
         let cases: [(Mutation, &str); 6] = [
