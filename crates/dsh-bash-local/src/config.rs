@@ -219,7 +219,10 @@ mod tests {
         assert!(limits.memory_per_process);
         assert_eq!(serde_json_from(r#"{"memory":"none"}"#).resource_limits().memory, None);
         for (bad, message) in [
-            (r#"{"pidsLimit":1.5}"#, "bash-local: pidsLimit must be a whole number of processes (0: no limit)"),
+            (
+                r#"{"pidsLimit":1.5}"#,
+                "bash-local: pidsLimit must be a whole number of processes (0: no limit)",
+            ),
             (
                 r#"{"memory":"lots"}"#,
                 "bash-local: memory must be a number of bytes, optionally with k, m or g (\"2g\"), or \"none\"",
