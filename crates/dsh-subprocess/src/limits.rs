@@ -236,10 +236,17 @@ fn hierarchies() -> &'static Hierarchies {
 }
 
 /// Removes the empty groups `dsh-<pid>-<n>` of harnesses that are gone (one killed before it
-/// could remove its last call's).
+/// could remove its last call's), once a minute old: a harness in another PID namespace,
+/// whose pid this one cannot see, may have made one a moment ago for a child about to join.
 fn remove_stale_groups(parent: &Path) {
     let Ok(entries) = std::fs::read_dir(parent) else { return };
-    for entry in entries.flatten() {
+    let old = |entry: &std::fs::DirEntry| {
+        entry
+            .metadata()
+            .and_then(|m| m.modified())
+            .is_ok_and(|t| t.elapsed().is_ok_and(|age| age > Duration::from_secs(60)))
+    };
+    for entry in entries.flatten().filter(old) {
         let name = entry.file_name();
         let Some(pid) = name.to_str().and_then(|n| n.strip_prefix("dsh-")).and_then(|n| n.split('-').next())
         else {
