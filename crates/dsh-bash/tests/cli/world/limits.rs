@@ -35,7 +35,9 @@ struct OuterGroup {
 }
 
 impl OuterGroup {
-    fn make() -> Result<OuterGroup, Skip> {
+    /// The group, its directories and `cgroup.procs` handed to `delegate` (uid, gid) when
+    /// given, as a system that delegates a subtree does: then that user may make groups in it.
+    fn make(delegate: Option<(u32, u32)>) -> Result<OuterGroup, Skip> {
         if !host::is_root() {
             return Err(Skip("the outer bound needs root to make a control group".into()));
         }
@@ -53,6 +55,12 @@ impl OuterGroup {
             dirs.push(dir.clone());
             std::fs::write(dir.join(file), value.to_string())
                 .map_err(|e| Skip(format!("cannot bound {}: {e}", dir.display())))?;
+            if let Some((uid, gid)) = delegate {
+                for path in [dir.clone(), dir.join("cgroup.procs"), dir.join("tasks")] {
+                    std::os::unix::fs::chown(&path, Some(uid), Some(gid))
+                        .map_err(|e| Skip(format!("cannot delegate {}: {e}", path.display())))?;
+                }
+            }
         }
         let group = OuterGroup { dirs };
         if !group.dirs.iter().any(|d| d.join("pids.max").exists()) {
@@ -142,7 +150,18 @@ fn unconfined_batch(world: &World, toml: &str) -> Command {
 /// `toml` as the whole configuration), held in an outer group and a watchdog; returns the
 /// response lines.
 fn held_batch(world: &World, confined: bool, toml: &str, requests: &[Value]) -> Result<Vec<Value>, Skip> {
-    let outer = OuterGroup::make()?;
+    held_batch_delegated(world, confined, toml, requests, false)
+}
+
+/// [`held_batch`], the outer group delegated to the cell's user when `delegated`.
+fn held_batch_delegated(
+    world: &World,
+    confined: bool,
+    toml: &str,
+    requests: &[Value],
+    delegated: bool,
+) -> Result<Vec<Value>, Skip> {
+    let outer = OuterGroup::make(delegated.then(|| world.cell.user.ids()))?;
     let mut input = String::new();
     for (id, request) in requests.iter().enumerate() {
         let mut line = request.clone();
@@ -196,19 +215,22 @@ fn text(answer: &Value) -> &str {
     answer["content"][0]["text"].as_str().unwrap_or_default()
 }
 
-/// The bomb ended with the fact, and the next call works.
-fn check_fork_bomb(world: &World, confined: bool) -> Result<(), Skip> {
-    let answers = held_batch(
+/// The bomb ended with the fact, and the next call works. With `delegated`, the harness's
+/// group is the user's own (as a system that delegates one gives it), so even `nobody` bounds
+/// each call with a group of its own.
+fn check_fork_bomb(world: &World, confined: bool, delegated: bool) -> Result<(), Skip> {
+    let answers = held_batch_delegated(
         world,
         confined,
         "",
         &[request(world, FORK_BOMB, 120_000), request(world, "echo next call works", 60_000)],
+        delegated,
     )?;
     let (bomb, next) = (&answers[0], &answers[1]);
     let usage = &bomb["structured"]["usage"];
-    match world.cell.user {
+    match (world.cell.user, delegated) {
         // Control groups: the whole tree is bounded and the fact is known.
-        User::Root => {
+        (User::Root, _) | (User::Nobody, true) => {
             assert_eq!(usage["limits"], json!("cgroup-v1"), "{bomb:#}");
             assert_eq!(usage["processLimitReached"], json!(4096), "{bomb:#}");
             assert!(usage["peakProcesses"].as_u64().is_some_and(|n| n <= 4096), "{bomb:#}");
@@ -218,7 +240,7 @@ fn check_fork_bomb(world: &World, confined: bool) -> Result<(), Skip> {
             );
         }
         // Resource limits: the user's processes are bounded; forks failed.
-        User::Nobody => {
+        (User::Nobody, false) => {
             assert_eq!(usage["limits"], json!("rlimit"), "{bomb:#}");
             assert!(text(bomb).contains("Resource temporarily unavailable"), "{bomb:#}");
         }
@@ -232,8 +254,26 @@ fn check_fork_bomb(world: &World, confined: bool) -> Result<(), Skip> {
 #[test]
 fn limits_a_confined_fork_bomb_ends_with_the_fact_and_the_next_call_works() {
     over_matrix("limits_a_confined_fork_bomb_ends_with_the_fact_and_the_next_call_works", |world| {
-        check_fork_bomb(world, true)
+        check_fork_bomb(world, true, false)
     });
+}
+
+#[test]
+fn limits_a_fork_bomb_of_an_unprivileged_user_with_a_delegated_group_ends_with_the_fact() {
+    over_matrix(
+        "limits_a_fork_bomb_of_an_unprivileged_user_with_a_delegated_group_ends_with_the_fact",
+        |world| {
+            // The subject is the unprivileged user: root makes groups anywhere (the tests above).
+            if world.cell.user != User::Nobody {
+                return Ok(());
+            }
+            check_fork_bomb(world, true, true)?;
+            if world.cell.runner.name() == "landlock" {
+                check_fork_bomb(world, false, true)?;
+            }
+            Ok(())
+        },
+    );
 }
 
 #[test]
@@ -243,7 +283,7 @@ fn limits_an_unconfined_fork_bomb_ends_with_the_fact_and_the_next_call_works() {
         if world.cell.runner.name() != "landlock" {
             return Ok(());
         }
-        check_fork_bomb(world, false)
+        check_fork_bomb(world, false, false)
     });
 }
 
