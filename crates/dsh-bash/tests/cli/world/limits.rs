@@ -323,3 +323,25 @@ fn limits_a_memory_hog_ends_at_the_configured_limit_and_the_next_call_works() {
         Ok(())
     });
 }
+
+/// Tries to raise its own process limit and to leave its group for the hierarchy's root.
+const RAISE_AND_ESCAPE: &str = "g=$(grep ':pids:' /proc/self/cgroup | cut -d: -f3)
+echo max > /sys/fs/cgroup/pids$g/pids.max 2>/dev/null && echo 'raise: done' || echo 'raise: refused'
+echo $$ > /sys/fs/cgroup/pids/cgroup.procs 2>/dev/null && echo 'escape: done' || echo 'escape: refused'
+echo \"limit: $(cat /sys/fs/cgroup/pids$g/pids.max)\"";
+
+#[test]
+fn limits_a_confined_command_cannot_raise_or_leave_its_group() {
+    over_matrix("limits_a_confined_command_cannot_raise_or_leave_its_group", |world| {
+        // `nobody` has a group of its own only when one is delegated to it, and then owns the
+        // group's files: the case that matters most.
+        let delegated = world.cell.user == User::Nobody;
+        let answers =
+            held_batch_delegated(world, true, "", &[request(world, RAISE_AND_ESCAPE, 60_000)], delegated)?;
+        let out = &answers[0];
+        assert_eq!(out["structured"]["usage"]["limits"], json!("cgroup-v1"), "{out:#}");
+        let stdout = out["structured"]["stdout"]["text"].as_str().unwrap_or_default();
+        assert_eq!(stdout, "raise: refused\nescape: refused\nlimit: 4096\n", "{out:#}");
+        Ok(())
+    });
+}
