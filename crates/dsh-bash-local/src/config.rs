@@ -23,6 +23,14 @@ pub struct LocalBashConfig {
     pub max_spill_bytes: f64,
     /// Time between `SIGTERM` and `SIGKILL`, and the pipe-drain bound after exit.
     pub grace_ms: f64,
+    /// Processes (threads included) one call may have alive at once; `0`: no limit.
+    pub pids_limit: f64,
+    /// Memory one call may use: bytes, optionally with `k`, `m` or `g` (`"2g"`), or `"none"`.
+    /// Absent: half of the machine's memory, where control groups enforce it (see
+    /// [`dsh_subprocess::ResourceLimits`]).
+    pub memory: Option<String>,
+    /// CPU seconds each process of a call may use (`RLIMIT_CPU`); absent: no limit.
+    pub cpu_seconds: Option<f64>,
 }
 
 impl Default for LocalBashConfig {
@@ -34,13 +42,53 @@ impl Default for LocalBashConfig {
             max_output_bytes: 64_000.0,
             max_spill_bytes: 67_108_864.0,
             grace_ms: 3000.0,
+            pids_limit: DEFAULT_PIDS_LIMIT,
+            memory: None,
+            cpu_seconds: None,
         }
     }
+}
+
+/// Processes one call may have alive at once by default: far above what `make -j`, `cargo
+/// build` (threads count) or a test runner's workers reach, far below what hurts a host.
+pub const DEFAULT_PIDS_LIMIT: f64 = 4096.0;
+
+/// `"256m"`, `"1g"`, `"512k"`, `"1048576"` as bytes; `None` when it is none of those.
+pub fn parse_size(text: &str) -> Option<u64> {
+    let text = text.trim();
+    let (digits, unit) = match text.char_indices().last()? {
+        (at, c) if c.is_ascii_alphabetic() => (&text[..at], c.to_ascii_lowercase()),
+        _ => (text, 'b'),
+    };
+    let number: u64 = digits.trim().parse().ok()?;
+    let factor: u64 = match unit {
+        'b' => 1,
+        'k' => 1 << 10,
+        'm' => 1 << 20,
+        'g' => 1 << 30,
+        't' => 1 << 40,
+        _ => return None,
+    };
+    number.checked_mul(factor).filter(|bytes| *bytes > 0)
+}
+
+/// Half of the machine's memory (`MemTotal`), the default memory limit of a call.
+fn half_of_memory() -> Option<u64> {
+    static HALF: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
+    *HALF.get_or_init(|| {
+        let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
+        let line = meminfo.lines().find(|l| l.starts_with("MemTotal:"))?;
+        let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+        Some(kib * 1024 / 2)
+    })
 }
 
 /// A configuration value the executor refuses.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum ConfigError {
+    /// A resource limit the executor cannot read (its message says what to write).
+    #[error("bash-local: {0}")]
+    Limit(&'static str),
     /// The named key (wire spelling) is not a positive finite number.
     #[error("bash-local: {0} must be a positive finite number")]
     NotPositiveFinite(&'static str),
@@ -69,7 +117,40 @@ impl LocalBashConfig {
         if self.grace_ms > MAX_GRACE_MS {
             return Err(ConfigError::GraceTooLarge);
         }
+        if !(self.pids_limit.is_finite() && self.pids_limit >= 0.0 && self.pids_limit.fract() == 0.0) {
+            return Err(ConfigError::Limit("pidsLimit must be a whole number of processes (0: no limit)"));
+        }
+        if let Some(memory) = &self.memory
+            && memory != "none"
+            && parse_size(memory).is_none()
+        {
+            return Err(ConfigError::Limit(
+                "memory must be a number of bytes, optionally with k, m or g (\"2g\"), or \"none\"",
+            ));
+        }
+        if let Some(seconds) = self.cpu_seconds
+            && !(positive_finite(seconds) && seconds.fract() == 0.0)
+        {
+            return Err(ConfigError::Limit("cpuSeconds must be a positive whole number of seconds"));
+        }
         Ok(())
+    }
+
+    /// The limits each call runs under (see [`dsh_subprocess::ResourceLimits`]): a memory
+    /// limit set here also bounds each process's data segment where no control group can
+    /// bound the call; the default one (half of the machine's memory) only the call's group.
+    pub fn resource_limits(&self) -> dsh_subprocess::ResourceLimits {
+        let memory = match self.memory.as_deref() {
+            Some("none") => None,
+            Some(size) => parse_size(size),
+            None => half_of_memory(),
+        };
+        dsh_subprocess::ResourceLimits {
+            processes: (self.pids_limit >= 1.0).then_some(self.pids_limit as u64),
+            memory,
+            memory_per_process: self.memory.as_deref().is_some_and(|m| m != "none"),
+            cpu_seconds: self.cpu_seconds.map(|s| s as u64),
+        }
     }
 }
 
@@ -122,6 +203,37 @@ mod tests {
         );
         let err = serde_json::from_str::<LocalBashConfig>(r#"{"timeout":1}"#).expect_err("unknown key");
         assert!(err.to_string().starts_with("unknown field `timeout`"), "{err}");
+    }
+
+    #[test]
+    fn limits_have_safe_defaults_and_are_read_from_the_file() {
+        let limits = LocalBashConfig::default().resource_limits();
+        assert_eq!(limits.processes, Some(4096));
+        assert!(limits.memory.is_some_and(|m| m > 0), "half of the machine's memory");
+        assert!(!limits.memory_per_process, "the default memory limit binds only a call's group");
+        assert_eq!(limits.cpu_seconds, None);
+        let config = serde_json_from(r#"{"pidsLimit":0,"memory":"256m","cpuSeconds":60}"#);
+        assert_eq!(config.validate(), Ok(()));
+        let limits = config.resource_limits();
+        assert_eq!((limits.processes, limits.memory, limits.cpu_seconds), (None, Some(256 << 20), Some(60)));
+        assert!(limits.memory_per_process);
+        assert_eq!(serde_json_from(r#"{"memory":"none"}"#).resource_limits().memory, None);
+        for (bad, message) in [
+            (
+                r#"{"pidsLimit":1.5}"#,
+                "bash-local: pidsLimit must be a whole number of processes (0: no limit)",
+            ),
+            (
+                r#"{"memory":"lots"}"#,
+                "bash-local: memory must be a number of bytes, optionally with k, m or g (\"2g\"), or \"none\"",
+            ),
+            (r#"{"cpuSeconds":0}"#, "bash-local: cpuSeconds must be a positive whole number of seconds"),
+        ] {
+            assert_eq!(serde_json_from(bad).validate().map_err(|e| e.to_string()), Err(message.to_owned()));
+        }
+        assert_eq!(parse_size("1g"), Some(1 << 30));
+        assert_eq!(parse_size("512K"), Some(512 << 10));
+        assert_eq!(parse_size("0"), None);
     }
 
     #[test]

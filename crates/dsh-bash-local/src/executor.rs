@@ -35,6 +35,45 @@ fn collected(stream: CollectedStream) -> CollectedOutput {
     }
 }
 
+/// How long a foreground start waits for processes to free up (a previous call's fork bomb
+/// still being torn down while the user's or the harness's process limit is reached).
+const SPAWN_RETRY_FOR: std::time::Duration = std::time::Duration::from_secs(10);
+const SPAWN_RETRY_EVERY: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// Spawns `spawn`; while the start fails with `EAGAIN` (no process can be made right now),
+/// tries again for a while, unless the call is aborted meanwhile.
+async fn spawn_when_processes_free(
+    service: &SubprocessService,
+    spawn: dsh_subprocess::SpawnSpec,
+    signal: &dsh_core::AbortSignal,
+) -> Result<ProcessHandle, SpawnError> {
+    let started = tokio::time::Instant::now();
+    loop {
+        match service.spawn(spawn.clone()) {
+            Err(SpawnError::Os(error))
+                if error.errno == dsh_subprocess::Errno::EAGAIN
+                    && started.elapsed() < SPAWN_RETRY_FOR
+                    && !signal.is_aborted() =>
+            {
+                tokio::time::sleep(SPAWN_RETRY_EVERY).await;
+            }
+            other => return other,
+        }
+    }
+}
+
+/// What the subprocess layer measured, as the seam reports it.
+fn shell_usage(usage: dsh_subprocess::ResourceUsage) -> dsh_shell::ShellUsage {
+    dsh_shell::ShellUsage {
+        cpu_time_ms: usage.cpu_time.map(|t| t.as_millis() as u64),
+        peak_memory_bytes: usage.peak_memory_bytes,
+        peak_processes: usage.peak_processes,
+        process_limit_reached: usage.process_limit_reached,
+        memory_limit_reached: usage.memory_limit_reached,
+        limits: usage.enforcement.map(|e| e.as_str().to_owned()),
+    }
+}
+
 /// A foreground run whose future is dropped (its caller went away) must not leave the
 /// command running: the guard terminates it unless it already settled.
 struct TerminateUnlessSettled<'a>(&'a ProcessHandle);
@@ -85,7 +124,9 @@ impl LocalBashExecutor {
             .map_err(|e| ShellError::Other(e.to_string()))?;
         let mut spawn = spawn_spec(&self.config, spec, argv, spec.stdout_max_bytes, pre_exec);
         spawn.cancel = Some(deadline.signal().token().clone());
-        let handle = self.service.spawn(spawn).map_err(|e| spawn_failure(e, Some(deadline.signal())))?;
+        let handle = spawn_when_processes_free(&self.service, spawn, deadline.signal())
+            .await
+            .map_err(|e| spawn_failure(e, Some(deadline.signal())))?;
         let _cancel = TerminateUnlessSettled(&handle);
         // Observers see the running command's latest output line until the run ends.
         let _probe = spec.output_probe.as_ref().map(|slot| {
@@ -94,6 +135,7 @@ impl LocalBashExecutor {
         });
         let outcome = deadline.watch(handle.wait()).await;
         let (timed_out, aborted) = (deadline.timed_out(), deadline.aborted());
+        let usage = handle.usage();
         drop(deadline);
         Ok(ShellRunResult {
             exit_code: outcome.exit_code,
@@ -105,7 +147,8 @@ impl LocalBashExecutor {
             stderr: collected(handle.stderr().collected()),
             sandbox: None,
             network: None,
-            out_of_memory: false,
+            out_of_memory: usage.as_ref().is_some_and(|u| u.memory_limit_reached.is_some()),
+            usage: usage.map(shell_usage),
         })
     }
 
@@ -137,6 +180,14 @@ impl LocalBashExecutor {
 impl ShellExecutor for LocalBashExecutor {
     fn sandbox_mode(&self) -> Option<SandboxMode> {
         None
+    }
+
+    fn reports_out_of_memory(&self) -> bool {
+        true
+    }
+
+    fn reports_usage(&self) -> bool {
+        true
     }
 
     fn resolve(&self, request: ShellExecRequest) -> Result<ShellExecSpec, ShellError> {

@@ -77,6 +77,7 @@ pub(crate) fn spawn_spec(
     spawn.env = overrides.chain(requested).chain(shared).collect();
     spawn.shared_file = spec.shared_file.as_ref().map(|shared| std::sync::Arc::clone(&shared.file));
     spawn.keep_stdin = spec.keep_stdin;
+    spawn.limits = Some(config.resource_limits());
     // A terminal job's `TERM` stays `dumb` (set above) unless the request's env sets it.
     spawn.pty = spec.tty.then_some(dsh_subprocess::PtySize::DEFAULT);
     spawn.stdin = spec.stdin.clone();

@@ -560,6 +560,14 @@ impl ShellExecutor for SandboxBashExecutor {
         Some(self.policy.default_mode())
     }
 
+    fn reports_out_of_memory(&self) -> bool {
+        self.local.reports_out_of_memory()
+    }
+
+    fn reports_usage(&self) -> bool {
+        self.local.reports_usage()
+    }
+
     fn resolve(&self, request: ShellExecRequest) -> Result<ShellExecSpec, ShellError> {
         let explicit = request.sandbox_policy.clone();
         let mut spec = self.local.resolve(request)?;

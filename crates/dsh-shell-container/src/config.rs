@@ -75,6 +75,7 @@ impl ContainerExecutorConfig {
             max_output_bytes: self.max_output_bytes,
             max_spill_bytes: self.max_spill_bytes,
             grace_ms: self.grace_ms,
+            ..LocalBashConfig::default()
         }
     }
 

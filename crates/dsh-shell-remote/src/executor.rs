@@ -186,6 +186,7 @@ impl ShellExecutor for RemoteExecutor {
                 sandbox: None,
                 network: None,
                 out_of_memory,
+                usage: None,
             }),
             CallEnd::Spawn(error) => Err(shell_spawn_error(&error)),
             CallEnd::Lost(message) => Err(self.unavailable(lost_with_output(&message, &call))),

@@ -89,6 +89,7 @@ impl ShellSshConfig {
             max_output_bytes: self.max_output_bytes,
             max_spill_bytes: self.max_spill_bytes,
             grace_ms: self.grace_ms,
+            ..LocalBashConfig::default()
         };
         executor.validate().map_err(|e| e.to_string().replacen("bash-local:", "shell-ssh:", 1))?;
         let ssh = SshConfig {

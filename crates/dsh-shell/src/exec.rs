@@ -233,6 +233,36 @@ pub struct ShellRunResult {
     /// executor with a memory limit knows; serialized only when true).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub out_of_memory: bool,
+    /// What the command used and which limit stopped it, when the executor measures it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub usage: Option<ShellUsage>,
+}
+
+/// What a command (and everything it started) used, and which of its limits it reached, as
+/// far as the executor could tell; every fact is optional.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ShellUsage {
+    /// User and system CPU time, in milliseconds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu_time_ms: Option<u64>,
+    /// Peak memory in bytes (the whole tree's where the executor bounds it as one, else the
+    /// largest single process's resident set).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub peak_memory_bytes: Option<u64>,
+    /// The most processes (threads included) alive at once.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub peak_processes: Option<u64>,
+    /// The process limit, when it refused the command a fork.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub process_limit_reached: Option<u64>,
+    /// The memory limit, when the out-of-memory killer acted within it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory_limit_reached: Option<u64>,
+    /// How the limits were enforced (`cgroup-v1`, `cgroup-v2`, `rlimit`); absent without
+    /// limits.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub limits: Option<String>,
 }
 
 /// Lifecycle of a background process: `Running` then exactly one terminal state.
@@ -395,6 +425,11 @@ pub trait ShellExecutor: Send + Sync {
     /// commands under a memory limit it can observe); the tool's output schema says so only
     /// then. Default: no.
     fn reports_out_of_memory(&self) -> bool {
+        false
+    }
+    /// Whether results may carry [`ShellRunResult::usage`]; the tool's output schema says so
+    /// only then. Default: no.
+    fn reports_usage(&self) -> bool {
         false
     }
 }

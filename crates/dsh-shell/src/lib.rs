@@ -26,7 +26,7 @@ pub use env_plugin::{
 pub use exec::{
     CollectedOutput, NetworkApproverSlot, ProcessIdentity, ProcessStatus, SHELL, SHELL_SERVICE, SharedFile,
     ShellError, ShellExecRequest, ShellExecSpec, ShellExecutor, ShellProcess, ShellProcessRead,
-    ShellRunResult, ShellSandboxInfo, ShellTimeout, SpillObserver,
+    ShellRunResult, ShellSandboxInfo, ShellTimeout, ShellUsage, SpillObserver,
 };
 pub use exit_status::{ExitStatus, parse_exit_status};
 

@@ -68,6 +68,8 @@ pub(crate) struct Image<'a> {
     pub(crate) cwd: Option<&'a Path>,
     /// Stdin is a pipe (else `/dev/null`).
     pub(crate) stdin_piped: bool,
+    /// The groups the child joins and the resource limits it sets before `exec` (Linux).
+    pub(crate) limits: Option<&'a crate::limits::SpawnLimits>,
 }
 
 /// A close-on-exec pipe, both ends with the status `flags`: (read end, write end).
@@ -170,6 +172,8 @@ struct Plan<'a> {
     cwd: Option<&'a CString>,
     /// The descriptors that become the child's 0, 1 and 2 (all above 2, close-on-exec).
     stdio: [RawFd; 3],
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+    limits: Option<&'a crate::limits::SpawnLimits>,
 }
 
 /// Starts `image`. The error is the start's: an `exec`, `chdir` or descriptor failure in the
@@ -194,6 +198,7 @@ pub(crate) fn spawn(image: &Image<'_>, dev_null: RawFd) -> Result<Direct, Errno>
         envp: &envp,
         cwd: cwd.as_ref(),
         stdio: [stdin_source, stdout_write.as_raw_fd(), stderr_write.as_raw_fd()],
+        limits: image.limits,
     };
     let (pid, pidfd) = start(&plan)?;
     drop((stdout_write, stderr_write));
@@ -376,6 +381,11 @@ mod vfork {
         // NULL-terminated vectors, made before the start.
         unsafe {
             if libc::setpgid(0, 0) < 0 {
+                fail();
+            }
+            if let Some(limits) = plan.limits
+                && limits.apply_in_child().is_err()
+            {
                 fail();
             }
             // `dup2` onto 0, 1 and 2 clears close-on-exec there; the sources stay close-on-exec.

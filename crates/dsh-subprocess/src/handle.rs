@@ -50,6 +50,8 @@ pub(crate) struct ProcessInner {
     stdin: parking_lot::Mutex<Option<std::os::fd::OwnedFd>>,
     /// Set when the child runs on a terminal (`stdin` is then its master).
     terminal: std::sync::OnceLock<Terminal>,
+    /// What the process used, set just before it settles.
+    usage: std::sync::OnceLock<crate::ResourceUsage>,
 }
 
 /// What the harness knows of a child's terminal.
@@ -90,6 +92,7 @@ impl ProcessInner {
             reaper,
             stdin: parking_lot::Mutex::new(None),
             terminal: std::sync::OnceLock::new(),
+            usage: std::sync::OnceLock::new(),
         }
     }
 
@@ -156,6 +159,10 @@ impl ProcessInner {
             crate::containment::kill_leftovers(self.pid);
             reaper.after_exit();
         }
+    }
+
+    pub(crate) fn set_usage(&self, usage: crate::ResourceUsage) {
+        let _ = self.usage.set(usage);
     }
 
     pub(crate) fn settle(&self, outcome: ProcessOutcome) {
@@ -266,6 +273,12 @@ impl ProcessHandle {
             // The sender lives as long as `self.inner`; this arm is unreachable in practice.
             _ => ProcessOutcome { exit_code: None, signal: Some("SIGKILL".to_owned()) },
         }
+    }
+
+    /// What the process (and, with limits, everything it started) used, once settled:
+    /// see [`crate::ResourceUsage`].
+    pub fn usage(&self) -> Option<crate::ResourceUsage> {
+        self.inner.usage.get().cloned()
     }
 
     /// The outcome, once settled.

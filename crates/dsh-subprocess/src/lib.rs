@@ -29,6 +29,7 @@ mod grouped;
 mod guardian;
 mod handle;
 mod latest_line;
+mod limits;
 #[cfg(feature = "plugin")]
 pub mod plugin;
 #[cfg(feature = "plugin")]
@@ -54,6 +55,7 @@ pub use grouped::GroupedChild;
 pub use guardian::guardian_pid;
 pub use handle::{ProcessHandle, ProcessOutcome};
 pub use latest_line::{LATEST_LINE_MAX_CHARS, LATEST_LINE_WINDOW, latest_line, latest_output_line};
+pub use limits::{Enforcement, ResourceLimits, ResourceUsage, enforcement};
 pub use nix::errno::Errno;
 #[cfg(feature = "plugin")]
 pub use plugin::{SubprocessConfig, SubprocessPlugin};

@@ -19,6 +19,7 @@ use crate::collector::{CaptureLimits, OutputCollector};
 use crate::env::{EnvEntry, child_env, lookup};
 use crate::error::{OsSpawnError, SpawnError, SpawnStage};
 use crate::handle::{ProcessHandle, ProcessInner, ProcessOutcome};
+use crate::limits::SpawnLimits;
 use crate::service::SubprocessService;
 use crate::signal_name::signal_name;
 
@@ -123,6 +124,10 @@ pub struct SpawnSpec {
     /// of the service's shared one. A host that shows each session's commands only that
     /// session's spill files names the session here. `None` (the default): the shared one.
     pub spill_owner: Option<String>,
+    /// What the child and everything it starts may use (see [`crate::ResourceLimits`]):
+    /// enforced from before its `exec`, by control groups where this process may make them,
+    /// else by resource limits. `None` (the default): no limits.
+    pub limits: Option<crate::ResourceLimits>,
 }
 
 impl SpawnSpec {
@@ -144,6 +149,7 @@ impl SpawnSpec {
             shared_file: None,
             pty: None,
             spill_owner: None,
+            limits: None,
         }
     }
 
@@ -239,8 +245,10 @@ pub(crate) fn spawn_process(
     // direct start reports a file it cannot execute, and then it is searched for
     // afresh and started once more (below). Any other start checks it first.
     // (Unless a new session is needed, which only the terminal probe below can tell.)
+    let limits = spec.limits.as_ref().filter(|l| l.any()).map(|l| Arc::new(SpawnLimits::prepare(l)));
     let may_go_direct = spec.pty.is_none()
         && spec.pre_exec.is_none()
+        && (cfg!(target_os = "linux") || limits.is_none())
         && spec.shared_file.is_none()
         && service.dev_null.is_some();
     let remembered = if may_go_direct { service.programs.remembered(&program, path_var) } else { None };
@@ -270,10 +278,14 @@ pub(crate) fn spawn_process(
     };
     let started = match direct {
         Some(dev_null) => {
-            match start_direct(service, &runtime, &spec, &executable, &env, dev_null, &failed) {
+            let start = |executable: &Path| {
+                let child = DirectChild { dev_null, limits: limits.as_deref() };
+                start_direct(service, &runtime, &spec, executable, &env, child, &failed)
+            };
+            match start(&executable) {
                 Err(SpawnError::Os(error)) if unchecked && gone_from_where_it_was(&error) => {
                     service.programs.forget(&program, path_var);
-                    start_direct(service, &runtime, &spec, &resolve()?, &env, dev_null, &failed)?
+                    start(&resolve()?)?
                 }
                 started => started?,
             }
@@ -281,7 +293,8 @@ pub(crate) fn spawn_process(
         None => {
             let executable = if unchecked { resolve()? } else { executable };
             let launch = Launch { program: &program, executable: &executable, env: &env, pty: pty.as_ref() };
-            start_command(&runtime, &spec, &launch, new_session, controlling_terminal, &failed, &os_error)?
+            let modes = Modes { new_session, controlling_terminal, limits: limits.clone() };
+            start_command(&runtime, &spec, &launch, modes, &failed, &os_error)?
         }
     };
     let Started { pid, leader, stdin, stdout, stderr } = started;
@@ -344,7 +357,7 @@ pub(crate) fn spawn_process(
         }
         _ => None,
     };
-    runtime.spawn(supervise(leader, (stdout, stderr), inner, spec.cancel, stdin_task, terminal));
+    runtime.spawn(supervise(leader, (stdout, stderr), inner, spec.cancel, stdin_task, terminal, limits));
     Ok(handle)
 }
 
@@ -368,6 +381,14 @@ fn receiver(runtime: &tokio::runtime::Handle, fd: std::os::fd::OwnedFd, nonblock
     tokio::net::unix::pipe::Receiver::from_owned_fd_unchecked(fd).ok()
 }
 
+/// What a direct start gives its child besides the image: `/dev/null` for its stdin, and the
+/// limits it takes on before `exec`.
+#[derive(Clone, Copy)]
+struct DirectChild<'a> {
+    dev_null: std::os::fd::RawFd,
+    limits: Option<&'a SpawnLimits>,
+}
+
 /// Starts a child that needs no code of the caller's between `fork` and `exec` directly (see
 /// [`crate::direct`]).
 fn start_direct(
@@ -376,9 +397,10 @@ fn start_direct(
     spec: &SpawnSpec,
     executable: &Path,
     env: &[(&OsStr, &OsStr)],
-    dev_null: std::os::fd::RawFd,
+    child: DirectChild<'_>,
     failed: Failure<'_>,
 ) -> Result<Started, SpawnError> {
+    let DirectChild { dev_null, limits } = child;
     // On Linux the child marks them itself (`crate::direct`).
     #[cfg(not(target_os = "linux"))]
     crate::fds::mark_all_cloexec();
@@ -389,6 +411,7 @@ fn start_direct(
         inherited: (&service.inherited_env, &service.inherited_entries),
         cwd: spec.cwd.as_deref(),
         stdin_piped: spec.stdin.is_some() || spec.keep_stdin,
+        limits,
     };
     // The spawn lock is held until the pid is registered (and its group is live), so
     // no reaper — this service's, or another's in this process — mistakes this fresh
@@ -400,7 +423,7 @@ fn start_direct(
     drop(spawned_pids);
     Ok(Started {
         pid: spawned.pid,
-        leader: Leader { pid: spawned.pid, pidfd: None, opened: spawned.pidfd, first: None },
+        leader: Leader { pid: spawned.pid, pidfd: None, opened: spawned.pidfd, first: None, rusage: None },
         stdin: spawned.stdin,
         stdout: receiver(runtime, spawned.stdout, true),
         stderr: receiver(runtime, spawned.stderr, true),
@@ -415,18 +438,26 @@ struct Launch<'a> {
     pty: Option<&'a crate::pty::Pty>,
 }
 
+/// How [`start_command`] starts the child: a new session (with the terminal as its
+/// controlling one), and the limits it joins.
+struct Modes {
+    new_session: bool,
+    controlling_terminal: bool,
+    limits: Option<Arc<SpawnLimits>>,
+}
+
 /// Starts a child through the standard library's `Command` (a `fork`): with a hook, a new
 /// session, a terminal or a shared file, or when the direct start has no `/dev/null`.
 fn start_command(
     runtime: &tokio::runtime::Handle,
     spec: &SpawnSpec,
     start: &Launch<'_>,
-    new_session: bool,
-    controlling_terminal: bool,
+    modes: Modes,
     failed: Failure<'_>,
     os_error: Failure<'_>,
 ) -> Result<Started, SpawnError> {
     let Launch { program, executable, env, pty } = *start;
+    let Modes { new_session, controlling_terminal, limits } = modes;
     let mut command = std::process::Command::new(executable);
     command.arg0(program).args(&spec.argv[1..]).env_clear().envs(env.iter().copied());
     match &pty {
@@ -454,7 +485,7 @@ fn start_command(
     // could not be opened for the direct start): a bare `fork` and `exec` would leave it the
     // signals the harness ignores.
     let shared_fd = spec.shared_file.as_ref().map(|f| f.as_raw_fd());
-    install_prelude(&mut command, Prelude { new_session, controlling_terminal, shared_fd });
+    install_prelude(&mut command, Prelude { new_session, controlling_terminal, shared_fd, limits });
     let hook_marker = match &spec.pre_exec {
         Some(hook) => Some(
             install_hook(&mut command, hook.clone()).map_err(|e| failed(errno_of(&e), SpawnStage::Exec))?,
@@ -527,6 +558,7 @@ fn start_command(
             pidfd: None,
             opened: None,
             first: sibling.map(|_| Box::new(Leader::of(pid))),
+            rusage: None,
         },
         stdin: child.stdin.take().map(std::os::fd::OwnedFd::from),
         stdout: child.stdout.take().and_then(|out| receiver(runtime, out.into(), false)),
@@ -567,6 +599,8 @@ struct Leader {
     /// A pidfd the start made, registered with the runtime at the first wait.
     opened: Option<std::os::fd::OwnedFd>,
     first: Option<Box<Leader>>,
+    /// What the process and the descendants it waited for used, once reaped.
+    rusage: Option<libc::rusage>,
 }
 
 /// How often a leader is looked at where pidfds are missing (Linux before 5.3).
@@ -574,7 +608,7 @@ const NO_PIDFD_POLL: Duration = Duration::from_millis(5);
 
 impl Leader {
     fn of(pid: i32) -> Self {
-        Self { pid, pidfd: None, opened: None, first: None }
+        Self { pid, pidfd: None, opened: None, first: None, rusage: None }
     }
 
     async fn wait(&mut self) -> std::io::Result<ExitStatus> {
@@ -610,9 +644,12 @@ impl Leader {
                 None => None,
             };
             let mut status = 0;
+            // SAFETY: rusage is plain data, filled by wait4.
+            let mut rusage: libc::rusage = unsafe { std::mem::zeroed() };
             // SAFETY: a non-blocking wait for a child of this process.
-            let reaped = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+            let reaped = unsafe { libc::wait4(pid, &mut status, libc::WNOHANG, &mut rusage) };
             if reaped == pid {
+                self.rusage = Some(rusage);
                 crate::containment::forget_spawned(pid);
                 return Ok(<ExitStatus as std::os::unix::process::ExitStatusExt>::from_raw(status));
             }
@@ -674,7 +711,6 @@ fn session_has_terminal() -> bool {
 }
 
 /// What the prelude of a forked child does.
-#[derive(Clone, Copy)]
 struct Prelude {
     /// `setsid` first.
     new_session: bool,
@@ -682,6 +718,8 @@ struct Prelude {
     controlling_terminal: bool,
     /// The descriptor that stays open across `exec`.
     shared_fd: Option<std::os::fd::RawFd>,
+    /// The groups to join and resource limits to set (before any caller hook).
+    limits: Option<Arc<SpawnLimits>>,
 }
 
 /// The start of every forked child's pre-exec sequence, before any caller hook (pre-exec
@@ -691,10 +729,13 @@ struct Prelude {
 /// program — but the shared file, when there is one — and every signal at its default
 /// action, so no signal the harness ignores stays ignored in the program.
 fn install_prelude(command: &mut std::process::Command, prelude: Prelude) {
-    let Prelude { new_session, controlling_terminal, shared_fd } = prelude;
+    let Prelude { new_session, controlling_terminal, shared_fd, limits } = prelude;
     let prelude = move || {
         if new_session {
             nix::unistd::setsid().map_err(std::io::Error::from)?;
+        }
+        if let Some(limits) = &limits {
+            limits.apply_in_child().map_err(std::io::Error::from)?;
         }
         // SAFETY: TIOCSCTTY takes an integer argument; descriptor 0 is the terminal's slave,
         // which the standard library put there before pre-exec code runs.
@@ -712,7 +753,7 @@ fn install_prelude(command: &mut std::process::Command, prelude: Prelude) {
         Ok(())
     };
     // SAFETY: the closure runs between fork and exec and only makes the setsid(2), ioctl(2),
-    // fcntl(2), getrlimit(2), close_range(2) and sigaction(2) system calls, all
+    // fcntl(2), getrlimit(2), setrlimit(2), write(2), close_range(2) and sigaction(2) system calls, all
     // async-signal-safe; it allocates nothing (an errno converts to `io::Error` without
     // allocating).
     unsafe { command.pre_exec(prelude) };
@@ -918,11 +959,16 @@ async fn supervise(
     cancel: Option<CancellationToken>,
     stdin_task: Option<JoinHandle<()>>,
     terminal: Option<std::os::fd::OwnedFd>,
+    limits: Option<Arc<SpawnLimits>>,
 ) {
     let (status, spent) = run_to_exit(&mut leader, streams, &inner, cancel.as_ref(), terminal).await;
     if let Some(task) = stdin_task {
         task.abort();
     }
+    inner.set_usage(match &limits {
+        Some(limits) => limits.usage(leader.rusage.as_ref()),
+        None => crate::limits::rusage_usage(leader.rusage.as_ref()),
+    });
     inner.settle(outcome_of(status));
     // The rest is upkeep, which the result does not wait for. On a runtime with one worker
     // (a stdio server's), it waits until the tasks the settlement woke (the waiter, and what
@@ -934,4 +980,8 @@ async fn supervise(
     crate::direct::refill_spare();
     // Descendants outlive settlement; the service owns them until the whole tree is gone.
     inner.observe_until_gone(LINGER_POLL_MAX).await;
+    // Then the groups go (a few system calls; a blocking thread keeps them off the runtime).
+    if let Some(limits) = limits {
+        drop(tokio::task::spawn_blocking(move || drop(limits)));
+    }
 }

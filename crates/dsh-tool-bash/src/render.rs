@@ -70,6 +70,9 @@ pub(crate) fn render_result(value: &ForegroundView, escalation: bool) -> String 
     if value.out_of_memory {
         markers.push("[killed: out of memory]".to_owned());
     }
+    if let Some(limit) = value.usage.as_ref().and_then(|u| u.process_limit_reached) {
+        markers.push(format!("[process limit reached: {limit} processes; further forks failed]"));
+    }
     match (&value.signal, value.exit_code) {
         (Some(signal), _) => markers.push(format!("[killed by signal: {signal}]")),
         (None, Some(0)) => {}
@@ -156,7 +159,23 @@ mod tests {
             network: None,
             out_of_memory: false,
             quarantined: Vec::new(),
+            usage: None,
         }
+    }
+
+    #[test]
+    fn a_reached_process_limit_is_a_fact_before_the_exit_marker() {
+        let mut v = view("", "bash: fork: Resource temporarily unavailable\n", Some(254), None);
+        v.usage = Some(crate::value::UsageView { process_limit_reached: Some(4096) });
+        assert_eq!(
+            render_result(&v, false),
+            "[stderr]\nbash: fork: Resource temporarily unavailable\n[process limit reached: 4096 processes; further forks failed]\n[exit code: 254]"
+        );
+        v.usage = Some(crate::value::UsageView::default());
+        assert_eq!(
+            render_result(&v, false),
+            "[stderr]\nbash: fork: Resource temporarily unavailable\n[exit code: 254]"
+        );
     }
 
     #[test]

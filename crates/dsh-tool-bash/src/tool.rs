@@ -84,7 +84,7 @@ impl BashTool {
                 "bash",
                 texts::description(background_enabled, escalation, persist),
                 parameters(background_enabled, escalation, persist, tty),
-                output_schema(network, shell.reports_out_of_memory(), escalation, credentials),
+                output_schema(network, shell.reports_out_of_memory(), escalation, credentials, shell.reports_usage()),
             ),
             shell,
             env,

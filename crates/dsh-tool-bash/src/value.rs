@@ -59,7 +59,29 @@ pub(crate) fn foreground_value(result: &ShellRunResult) -> Value {
     if let Some(sandbox) = result.sandbox.as_ref().filter(|s| !s.quarantined.is_empty()) {
         m.insert("quarantined".into(), quarantined_value(&sandbox.quarantined));
     }
+    if let Some(usage) = &result.usage {
+        m.insert("usage".into(), serde_json::to_value(usage).unwrap_or_else(|_| json!({})));
+    }
     Value::Object(m)
+}
+
+/// The `usage` object: what the command used and which limit stopped it, every key optional.
+fn usage_schema() -> Schema {
+    Schema::object(
+        vec![
+            ("cpuTimeMs", Schema::integer(), false),
+            ("peakMemoryBytes", Schema::integer(), false),
+            ("peakProcesses", Schema::integer(), false),
+            ("processLimitReached", Schema::integer(), false),
+            ("memoryLimitReached", Schema::integer(), false),
+            (
+                "limits",
+                Schema::string().enumerated(vec![json!("cgroup-v1"), json!("cgroup-v2"), json!("rlimit")]),
+                false,
+            ),
+        ],
+        false,
+    )
 }
 
 /// `[{path, movedTo, what, left}]`: the auto-run surfaces moved into quarantine.
@@ -98,13 +120,14 @@ fn stream_schema() -> Schema {
 /// Output schema: exactly one of the background and foreground shapes, both closed. With
 /// `network` (a network policy that isolates), the foreground shape may carry `network`;
 /// with `out_of_memory` (an executor that reports it), `outOfMemory`; with `quarantine` (a
-/// sandboxing executor), `quarantined`. With `credentials` (secrets bound to hosts), `network`
-/// may also carry `credentials`.
+/// sandboxing executor), `quarantined`; with `usage` (an executor that measures it), `usage`.
+/// With `credentials` (secrets bound to hosts), `network` may also carry `credentials`.
 pub(crate) fn output_schema(
     network: bool,
     out_of_memory: bool,
     quarantine: bool,
     credentials: bool,
+    usage: bool,
 ) -> Schema {
     let modes: Vec<Value> = SandboxMode::ALL.iter().map(|m| json!(m.as_str())).collect();
     let background = Schema::object(
@@ -161,6 +184,9 @@ pub(crate) fn output_schema(
         );
         fields.push(("quarantined", Schema::array(entry), false));
     }
+    if usage {
+        fields.push(("usage", usage_schema(), false));
+    }
     let foreground = Schema::object(fields, false);
     Schema::one_of(vec![background, foreground])
 }
@@ -203,6 +229,16 @@ pub(crate) struct ForegroundView {
     pub out_of_memory: bool,
     #[serde(default)]
     pub quarantined: Vec<QuarantinedView>,
+    #[serde(default)]
+    pub usage: Option<UsageView>,
+}
+
+/// The usage facts the text reports, as logged.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct UsageView {
+    #[serde(default)]
+    pub process_limit_reached: Option<u64>,
 }
 
 /// One quarantined auto-run surface as logged.
@@ -282,12 +318,13 @@ mod tests {
             sandbox: None,
             network: None,
             out_of_memory: false,
+            usage: None,
         }
     }
 
     fn valid(value: &Value) -> Vec<String> {
         let mut out = Vec::new();
-        validate_value(&output_schema(true, false, true, false), value, "output", &mut out);
+        validate_value(&output_schema(true, false, true, false, true), value, "output", &mut out);
         out
     }
 
@@ -364,7 +401,7 @@ mod tests {
         let mut r = result();
         let plain = foreground_value(&r);
         assert!(plain.get("network").is_none());
-        assert!(!output_schema(false, false, false, false).to_json().to_string().contains("\"network\""));
+        assert!(!output_schema(false, false, false, false, false).to_json().to_string().contains("\"network\""));
         r.network = Some(dsh_sandbox::NetworkFacts {
             policy: NetworkMode::Ask,
             denied: vec!["example.com:443".into()],
@@ -373,10 +410,10 @@ mod tests {
         let value = foreground_value(&r);
         assert_eq!(value["network"], json!({"policy": "ask", "denied": ["example.com:443"]}));
         let mut out = Vec::new();
-        validate_value(&output_schema(true, false, true, false), &value, "output", &mut out);
+        validate_value(&output_schema(true, false, true, false, true), &value, "output", &mut out);
         assert!(out.is_empty(), "{out:?}");
         let mut out = Vec::new();
-        validate_value(&output_schema(false, false, false, false), &value, "output", &mut out);
+        validate_value(&output_schema(false, false, false, false, false), &value, "output", &mut out);
         assert!(!out.is_empty(), "a closed schema without network refuses the key");
     }
 
@@ -393,11 +430,11 @@ mod tests {
             value["network"],
             json!({"policy": "deny", "denied": [], "credentials": ["TOKEN added for api.example.com:443"]})
         );
-        let with = output_schema(true, false, true, true);
+        let with = output_schema(true, false, true, true, false);
         let mut out = Vec::new();
         validate_value(&with, &value, "output", &mut out);
         assert!(out.is_empty(), "{out:?}");
-        let without = output_schema(true, false, true, false);
+        let without = output_schema(true, false, true, false, false);
         assert!(!without.to_json().to_string().contains("\"credentials\""), "no key without credentials");
         let mut out = Vec::new();
         validate_value(&without, &value, "output", &mut out);

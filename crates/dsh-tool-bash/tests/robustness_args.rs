@@ -79,6 +79,7 @@ fn rich_result(spec: &ShellExecSpec) -> ShellRunResult {
         sandbox: None,
         network: None,
         out_of_memory: false,
+        usage: None,
     }
 }
 
@@ -102,6 +103,7 @@ fn denied_result(spec: &ShellExecSpec) -> ShellRunResult {
         }),
         network: None,
         out_of_memory: false,
+        usage: None,
     }
 }
 

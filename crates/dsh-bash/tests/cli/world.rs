@@ -24,6 +24,7 @@ mod host_changes;
 mod host_kernel;
 mod interactive;
 mod ipc;
+mod limits;
 mod matrix;
 mod network;
 mod privileges;

@@ -167,6 +167,7 @@ pub fn ok_result(spec: &ShellExecSpec) -> ShellRunResult {
         }),
         network: None,
         out_of_memory: false,
+        usage: None,
     }
 }
 
@@ -193,6 +194,7 @@ pub fn result(stdout: &str, stderr: &str, exit_code: Option<i32>, signal: Option
         sandbox: None,
         network: None,
         out_of_memory: false,
+        usage: None,
     }
 }
 
