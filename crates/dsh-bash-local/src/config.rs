@@ -31,6 +31,10 @@ pub struct LocalBashConfig {
     pub memory: Option<String>,
     /// CPU seconds each process of a call may use (`RLIMIT_CPU`); absent: no limit.
     pub cpu_seconds: Option<f64>,
+    /// Whether every foreground result carries what the call used (`usage`: CPU time, peak
+    /// memory and processes). Off by default, so a result keeps the contract's canonical
+    /// shape; a limit the call reached is reported either way.
+    pub report_usage: bool,
 }
 
 impl Default for LocalBashConfig {
@@ -45,6 +49,7 @@ impl Default for LocalBashConfig {
             pids_limit: DEFAULT_PIDS_LIMIT,
             memory: None,
             cpu_seconds: None,
+            report_usage: false,
         }
     }
 }

@@ -74,6 +74,23 @@ fn shell_usage(usage: dsh_subprocess::ResourceUsage) -> dsh_shell::ShellUsage {
     }
 }
 
+/// What a result reports of `usage`: all of it when the configuration asks (`reportUsage`),
+/// else only a limit the call reached (with how limits are enforced), so a call that reaches
+/// none keeps the contract's canonical value.
+fn reported_usage(usage: dsh_shell::ShellUsage, all: bool) -> Option<dsh_shell::ShellUsage> {
+    if all {
+        return Some(usage);
+    }
+    (usage.process_limit_reached.is_some() || usage.memory_limit_reached.is_some()).then(|| {
+        dsh_shell::ShellUsage {
+            process_limit_reached: usage.process_limit_reached,
+            memory_limit_reached: usage.memory_limit_reached,
+            limits: usage.limits,
+            ..Default::default()
+        }
+    })
+}
+
 /// A foreground run whose future is dropped (its caller went away) must not leave the
 /// command running: the guard terminates it unless it already settled.
 struct TerminateUnlessSettled<'a>(&'a ProcessHandle);
@@ -148,7 +165,7 @@ impl LocalBashExecutor {
             sandbox: None,
             network: None,
             out_of_memory: usage.as_ref().is_some_and(|u| u.memory_limit_reached.is_some()),
-            usage: usage.map(shell_usage),
+            usage: usage.map(shell_usage).and_then(|u| reported_usage(u, self.config.report_usage)),
         })
     }
 

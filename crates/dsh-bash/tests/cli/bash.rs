@@ -63,11 +63,7 @@ fn tf_02_type_violations() {
 fn tf_06_command_failure_is_a_result() {
     let out = run(&["call", "--json", "bash", r#"{"command":"exit 9","description":"d"}"#]);
     assert_eq!(out.code, Some(0), "{out:?}");
-    let mut line = out.json_lines()[0].clone();
-    // What the call used (additive, measured) is checked apart from the contract's shape.
-    let usage = line["structured"].as_object_mut().expect("structured").remove("usage").expect("usage");
-    assert!(usage["cpuTimeMs"].is_u64() && usage["peakMemoryBytes"].is_u64(), "{usage}");
-    let line = &line;
+    let line = &out.json_lines()[0];
     assert_eq!(
         line,
         &json!({

@@ -215,14 +215,21 @@ fn text(answer: &Value) -> &str {
     answer["content"][0]["text"].as_str().unwrap_or_default()
 }
 
+/// The configuration that makes every foreground result carry its `usage`.
+const REPORT_USAGE: &str = "[bash-local]\nreportUsage = true";
+
 /// The bomb ended with the fact, and the next call works. With `delegated`, the harness's
 /// group is the user's own (as a system that delegates one gives it), so even `nobody` bounds
 /// each call with a group of its own.
 fn check_fork_bomb(world: &World, confined: bool, delegated: bool) -> Result<(), Skip> {
+    // Every measurement, not only the limit reached (which a result carries either way).
+    if confined {
+        world.configure(REPORT_USAGE);
+    }
     let answers = held_batch_delegated(
         world,
         confined,
-        "",
+        REPORT_USAGE,
         &[request(world, FORK_BOMB, 120_000), request(world, "echo next call works", 60_000)],
         delegated,
     )?;
@@ -336,6 +343,7 @@ fn limits_a_confined_command_cannot_raise_or_leave_its_group() {
         // `nobody` has a group of its own only when one is delegated to it, and then owns the
         // group's files: the case that matters most.
         let delegated = world.cell.user == User::Nobody;
+        world.configure(REPORT_USAGE);
         let answers =
             held_batch_delegated(world, true, "", &[request(world, RAISE_AND_ESCAPE, 60_000)], delegated)?;
         let out = &answers[0];
