@@ -186,17 +186,14 @@ impl ShellProcess for LocalShellProcess {
     }
 
     fn kill(&self) -> bool {
-        let mut state = self.state.lock();
+        let state = self.state.lock();
         if state.status != ProcessStatus::Running {
             return false;
         }
         let handle = state.handle.clone();
-        // A leader that already exited ended on its own (its pipes may still drain, or a
-        // descendant hold them): the kill ends what is left, and the status stays what
-        // happened — completed with its exit code.
-        if !handle.as_ref().is_some_and(ProcessHandle::leader_exited) {
-            state.status = ProcessStatus::Killed;
-        }
+        // The status is left to the settlement, which knows what happened: a leader that a
+        // signal ended was killed; one that exited (before the kill reached it, or ignoring
+        // its SIGTERM) ended on its own and is completed with its exit code.
         drop(state);
         if let Some(handle) = handle {
             handle.terminate();
