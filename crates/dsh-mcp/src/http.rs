@@ -308,16 +308,23 @@ async fn route(service: &McpService, gate: &Gate, request: Request<Incoming>) ->
             return closing(plain(StatusCode::REQUEST_TIMEOUT, "the request body did not arrive in time"));
         }
     };
+    let session = parts.headers.get("mcp-session-id").and_then(|v| v.to_str().ok());
+    let book = session.and_then(|session| gate.sessions.book(session));
     // A body that is no usable message gets the JSON-RPC error the stdio server gives the
-    // same line (parse error, invalid request, invalid params), not the SDK's own answers.
+    // same line (parse error, invalid request, invalid params), not the SDK's own answers;
+    // one for a session that does not exist is the SDK's to refuse (404).
     if parts.method == Method::POST
+        && (session.is_none() || book.is_some())
         && let Some(error) = crate::stdio::refusal(&body)
     {
-        return json_rpc_error(error);
+        // In a session, a request's error is its answer (200); without one, or without a
+        // request to answer, the input is not accepted (400), as the transport asks.
+        let status =
+            if book.is_some() && !error["id"].is_null() { StatusCode::OK } else { StatusCode::BAD_REQUEST };
+        return json_rpc_error(error, status);
     }
     let delete = parts.method == Method::DELETE;
     let rpc = if parts.method == Method::POST { RpcRequest::peek(&body) } else { None };
-    let session = parts.headers.get("mcp-session-id").and_then(|v| v.to_str().ok());
     let mut permit = None;
     if let Some(rpc) = &rpc
         && session.is_none()
@@ -328,7 +335,6 @@ async fn route(service: &McpService, gate: &Gate, request: Request<Incoming>) ->
             Err(_) => return session_cap_reached(gate.max_sessions, rpc.id.clone()),
         }
     }
-    let book = session.and_then(|session| gate.sessions.book(session));
     let request_id = rpc.as_ref().and_then(|rpc| serde_json::from_value::<RequestId>(rpc.id.clone()).ok());
     // The request's id is held from here until its answer is complete: a second request
     // with it meanwhile is refused before the SDK sees it.
@@ -367,17 +373,16 @@ async fn route(service: &McpService, gate: &Gate, request: Request<Incoming>) ->
 /// The answer to a request whose id is in use by a request in flight in its session: a
 /// JSON-RPC error; the first request goes on untouched.
 fn id_in_use_refusal(id: &RequestId) -> Response<Body> {
-    json_rpc_error(json!({
+    let error = json!({
         "jsonrpc": "2.0",
         "id": id,
         "error": { "code": INVALID_REQUEST, "message": id_in_use(id) }
-    }))
+    });
+    json_rpc_error(error, StatusCode::OK)
 }
 
-/// A JSON-RPC error as the whole answer: with 200 when it answers a request (it has an id),
-/// else with 400 (the input was not accepted, as the transport asks).
-fn json_rpc_error(error: Value) -> Response<Body> {
-    let status = if error["id"].is_null() { StatusCode::BAD_REQUEST } else { StatusCode::OK };
+/// A JSON-RPC error as the whole answer, with `status`.
+fn json_rpc_error(error: Value, status: StatusCode) -> Response<Body> {
     let mut response = Response::new(Full::new(Bytes::from(error.to_string())).boxed());
     *response.status_mut() = status;
     response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
