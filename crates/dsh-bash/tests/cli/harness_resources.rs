@@ -136,3 +136,36 @@ fn an_http_server_out_of_descriptors_backs_off_logs_once_and_serves_again() {
     let text = reader.join().expect("stderr reader");
     assert!(text.len() < 4096, "{} bytes of log: {}", text.len(), &text[..text.len().min(2000)]);
 }
+
+/// The spill file a `bash` call of `session` names (its output outgrows memory).
+fn spilling_call(conn: &mut dsh_test_support::http::Conn, session: &str, id: u64) -> std::path::PathBuf {
+    let command = "head -c 300000 /dev/zero | tr '\\0' s; echo";
+    let reply = conn
+        .call(session, id, "bash", serde_json::json!({"command": command, "description": "d"}))
+        .expect("call");
+    let response = reply.response(id).unwrap_or_else(|| panic!("{reply:?}"));
+    let spill =
+        response["result"]["structuredContent"]["stdout"]["spillPath"].as_str().unwrap_or_else(|| {
+            panic!("a spill path: {}", &response.to_string()[..500.min(response.to_string().len())])
+        });
+    std::path::PathBuf::from(spill)
+}
+
+#[test]
+fn an_http_sessions_spill_files_go_with_its_delete_and_no_other_sessions() {
+    use dsh_test_support::http::Conn;
+    let sandbox = Sandbox::new();
+    let (server, line) = start_server(&sandbox, &["--http", "0"], Some(TOKEN));
+    let authority = authority(&line);
+    let mut first = Conn::open(&authority, TOKEN, Duration::from_secs(120)).expect("connect");
+    let mut second = Conn::open(&authority, TOKEN, Duration::from_secs(120)).expect("connect");
+    let ended = first.open_session("ended").expect("a session");
+    let open = second.open_session("open").expect("a session");
+    let gone = spilling_call(&mut first, &ended, 1);
+    let kept = spilling_call(&mut second, &open, 1);
+    assert!(gone.exists() && kept.exists(), "{gone:?} {kept:?}");
+    assert_eq!(first.delete(&ended).expect("delete"), 204);
+    assert!(!gone.exists(), "the ended session's spill file is still there: {gone:?}");
+    assert!(kept.exists(), "another session's spill file went too: {kept:?}");
+    server.stop();
+}
