@@ -150,7 +150,9 @@ impl LocalBashExecutor {
             let observed = handle.clone();
             slot.install(Arc::new(move || observed.latest_output_line()))
         });
-        let outcome = deadline.watch(handle.wait()).await;
+        // The exit is looked at before the timer counts: a command that ended before its
+        // deadline is never timed out, however late this task runs.
+        let outcome = deadline.watch_ended(handle.wait(), || handle.leader_exited()).await;
         let (timed_out, aborted) = (deadline.timed_out(), deadline.aborted());
         let usage = handle.usage();
         drop(deadline);

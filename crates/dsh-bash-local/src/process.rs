@@ -87,14 +87,14 @@ impl LocalShellProcess {
             let outcome = handle.wait().await;
             {
                 let mut state = settling.state.lock();
-                if state.status == ProcessStatus::Running {
-                    let aborted = signal.as_ref().is_some_and(AbortSignal::is_aborted);
-                    state.status = if aborted || outcome.signal.is_some() {
-                        ProcessStatus::Killed
-                    } else {
-                        ProcessStatus::Completed
-                    };
-                }
+                // What happened decides, whatever a kill said meanwhile: a leader that a
+                // signal ended was killed; one that exited ended on its own.
+                let aborted = signal.as_ref().is_some_and(AbortSignal::is_aborted);
+                state.status = if aborted || outcome.signal.is_some() {
+                    ProcessStatus::Killed
+                } else {
+                    ProcessStatus::Completed
+                };
                 state.exit_code = outcome.exit_code;
                 state.signal = outcome.signal.clone();
             }
@@ -191,9 +191,8 @@ impl ShellProcess for LocalShellProcess {
             return false;
         }
         let handle = state.handle.clone();
-        // A leader that already exited ended on its own (its pipes may still drain, or a
-        // descendant hold them): the kill ends what is left, and the status stays what
-        // happened — completed with its exit code.
+        // Killed from now on, until the settlement says what happened (a leader that exited,
+        // before the kill reached it or ignoring its SIGTERM, completed with its exit code).
         if !handle.as_ref().is_some_and(ProcessHandle::leader_exited) {
             state.status = ProcessStatus::Killed;
         }

@@ -172,6 +172,15 @@ impl Deadline {
     /// Runs `work` to its end. While it runs, the first cause to fire fires the fused signal
     /// (the work sees it and winds down); `work` is never cut short.
     pub async fn watch<F: std::future::Future>(&self, work: F) -> F::Output {
+        self.watch_ended(work, || false).await
+    }
+
+    /// [`Deadline::watch`] for work whose end shows before `work` resolves (a process that
+    /// exited, its pipes still draining): when the timer fires and `ended` says the work is
+    /// over already, the timer does not count. So a harness stopped past the deadline (or
+    /// merely slow to reap) never calls a command that ended in time timed out: on its
+    /// return both the exit and the timer are ready, and the exit wins.
+    pub async fn watch_ended<F: std::future::Future>(&self, work: F, ended: impl Fn() -> bool) -> F::Output {
         tokio::pin!(work);
         if self.signal.is_aborted() {
             return work.await;
@@ -198,6 +207,9 @@ impl Deadline {
                 }
             }
             () = timer => {
+                if ended() {
+                    return work.await;
+                }
                 let ms = self.timer.map_or(0.0, |(_, ms)| ms);
                 self.signal.abort(AbortReason::with_code(
                     format!("timed out after {}ms", crate::json::js_number_text(ms)),

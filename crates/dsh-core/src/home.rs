@@ -29,12 +29,25 @@ pub fn ensure_writable_dir(dir: &Path) -> std::io::Result<()> {
         )
         .map_err(std::io::Error::from)
     });
-    if let Err(error) = &checked
-        && !WARNED_UNWRITABLE.swap(true, Ordering::SeqCst)
-    {
-        eprintln!("{}", unwritable_warning(dir, error));
+    if let Err(error) = &checked {
+        warn_unwritable(dir, error);
     }
     checked
+}
+
+/// Prints [`unwritable_warning`] on stderr, unless this process already printed it (for
+/// whichever directory).
+pub fn warn_unwritable(dir: &Path, error: &std::io::Error) {
+    if !WARNED_UNWRITABLE.swap(true, Ordering::SeqCst) {
+        eprintln!("{}", unwritable_warning(dir, error));
+    }
+}
+
+/// Whether a write under the home failed because the file system takes no more (full, over
+/// quota, read-only, file too large) rather than because of the file itself: the home is
+/// then as good as unwritable, and what the harness keeps there is not kept.
+pub fn file_system_refused(error: &std::io::Error) -> bool {
+    matches!(error.raw_os_error(), Some(libc::ENOSPC | libc::EDQUOT | libc::EROFS | libc::EFBIG))
 }
 
 /// The user's home directory (`$HOME`), falling back to `/`.

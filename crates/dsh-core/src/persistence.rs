@@ -30,7 +30,7 @@ use parking_lot::Mutex;
 use serde_json::json;
 
 use crate::context::ServiceKey;
-use crate::session::{Session, SessionError, SessionHeader, SessionLocator};
+use crate::session::{Session, SessionError, SessionEvent, SessionHeader, SessionLocator};
 
 /// The persistence backend seam: where a session lives, and attaching a session to it.
 pub trait SessionPersistence: Send + Sync {
@@ -191,40 +191,60 @@ impl SessionPersistence for JsonlPersistence {
         *self.attached.lock().entry(name.clone()).or_insert(0) += 1;
         let attached = Attached { attached: Arc::clone(&self.attached), name: name.clone() };
         let log: Mutex<Option<OpenLog>> = Mutex::new(None);
+        // Set once the file system refused the log (a full disk): from then on the log is not
+        // kept and appends go on without it, as under an unwritable home.
+        let not_kept = std::sync::atomic::AtomicBool::new(false);
         session.add_sink(Arc::new(move |header, event| {
             let _attached = &attached;
-            let mut log = log.lock();
-            let file = match &mut *log {
-                Some(open) => &mut open.file,
-                None => {
-                    let open = log.insert(open_log(&root, &name, &path)?);
-                    if open.file.metadata().is_ok_and(|m| m.len() == 0) {
-                        let mut first = json!({
-                            "session": header.id,
-                            "seq": 0,
-                            "at": event.at,
-                            "type": HEADER_RECORD,
-                            "data": header,
-                        })
-                        .to_string();
-                        first.push('\n');
-                        open.file.write_all(first.as_bytes()).map_err(|e| SessionError::log_io(&path, e))?;
-                    }
-                    &mut open.file
+            if not_kept.load(std::sync::atomic::Ordering::SeqCst) {
+                return Ok(());
+            }
+            match append(&log, &root, &name, &path, header, event) {
+                Err(SessionError::LogIo { source, .. }) if crate::home::file_system_refused(&source) => {
+                    crate::home::warn_unwritable(&root, &source);
+                    not_kept.store(true, std::sync::atomic::Ordering::SeqCst);
+                    Ok(())
                 }
-            };
-            let record = LogRecord {
-                session: &header.id,
-                seq: event.seq,
-                at: event.at,
-                kind: &event.kind,
-                data: &event.data,
-            };
-            let mut line = serde_json::to_vec(&record).map_err(|e| SessionError::log_io(&path, e.into()))?;
-            line.push(b'\n');
-            file.write_all(&line).map_err(|e| SessionError::log_io(&path, e))
+                appended => appended,
+            }
         }));
     }
+}
+
+/// Appends `event` to the session's log, opening it (and writing its header line) first.
+fn append(
+    log: &Mutex<Option<OpenLog>>,
+    root: &Path,
+    name: &str,
+    path: &Path,
+    header: &SessionHeader,
+    event: &SessionEvent,
+) -> Result<(), SessionError> {
+    let mut log = log.lock();
+    let file = match &mut *log {
+        Some(open) => &mut open.file,
+        None => {
+            let open = log.insert(open_log(root, name, path)?);
+            if open.file.metadata().is_ok_and(|m| m.len() == 0) {
+                let mut first = json!({
+                    "session": header.id,
+                    "seq": 0,
+                    "at": event.at,
+                    "type": HEADER_RECORD,
+                    "data": header,
+                })
+                .to_string();
+                first.push('\n');
+                open.file.write_all(first.as_bytes()).map_err(|e| SessionError::log_io(path, e))?;
+            }
+            &mut open.file
+        }
+    };
+    let record =
+        LogRecord { session: &header.id, seq: event.seq, at: event.at, kind: &event.kind, data: &event.data };
+    let mut line = serde_json::to_vec(&record).map_err(|e| SessionError::log_io(path, e.into()))?;
+    line.push(b'\n');
+    file.write_all(&line).map_err(|e| SessionError::log_io(path, e))
 }
 
 impl JsonlPersistence {

@@ -157,6 +157,10 @@ impl Journal {
         if let Some(file) = self.file.lock().as_mut()
             && let Err(e) = file.write_all(line.as_bytes())
         {
+            // A full disk: as under an unwritable home, one warning says the journal is not kept.
+            if dsh_core::home::file_system_refused(&e) {
+                dsh_core::home::warn_unwritable(self.path.parent().unwrap_or(&self.path), &e);
+            }
             tracing::debug!(error = %e, path = %self.path.display(), "job journal append failed");
         }
     }

@@ -27,7 +27,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::options::McpOptions;
-use crate::order::{CallBook, OrderedSessions, with_session_permit};
+use crate::order::{CallBook, INVALID_REQUEST, IdClaim, OrderedSessions, id_in_use, with_session_permit};
 use crate::origin::{Origin, origin_allowed};
 use crate::server::McpServer;
 use crate::session::Shared;
@@ -43,6 +43,9 @@ const DRAIN: Duration = Duration::from_secs(2);
 /// one message within it gets `application/json`; any other gets the SSE stream (whose
 /// keep-alives then keep the client's read timeout at bay).
 const JSON_WAIT: Duration = Duration::from_secs(1);
+/// The first and the longest pause of the accept loop out of descriptors.
+const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(5);
+const ACCEPT_BACKOFF_MAX: Duration = Duration::from_millis(100);
 /// The reason a call is aborted with when its client drops the response stream.
 const CLIENT_DISCONNECTED: &str = "the MCP client disconnected";
 /// The JSON-RPC error code of the session-cap refusal (a server error).
@@ -111,6 +114,7 @@ pub async fn serve_http_on(
         bearer: format!("Bearer {token}"),
         origins: options.http_allowed_origins.clone(),
         max_body: options.max_message_bytes,
+        body_timeout: options.http_header_timeout,
         sessions: sessions.clone(),
         session_slots: Arc::new(Semaphore::new(max_sessions)),
         max_sessions,
@@ -122,13 +126,39 @@ pub async fn serve_http_on(
     let mut connections = JoinSet::new();
     let shutdown = shutdown_requested(&options);
     tokio::pin!(shutdown);
+    // Out of descriptors (or memory), `accept` fails at once for as long as it lasts: the
+    // loop pauses instead of spinning, longer each time, and says so once per episode.
+    let mut backoff = Duration::ZERO;
+    let mut paused = false;
+    let pause = tokio::time::sleep(Duration::ZERO);
+    tokio::pin!(pause);
     loop {
         tokio::select! {
-            accepted = listener.accept() => {
+            accepted = listener.accept(), if !paused => {
                 let stream = match accepted {
-                    Ok((stream, _)) => stream,
+                    Ok((stream, _)) => {
+                        if !backoff.is_zero() {
+                            tracing::warn!("accepting HTTP connections again");
+                            backoff = Duration::ZERO;
+                        }
+                        stream
+                    }
+                    Err(error) if out_of_resources(&error) => {
+                        if backoff.is_zero() {
+                            tracing::warn!(
+                                %error,
+                                "cannot accept HTTP connections: the server is out of resources; \
+                                 retrying until some are free"
+                            );
+                        }
+                        backoff = (backoff * 2).clamp(ACCEPT_BACKOFF_MIN, ACCEPT_BACKOFF_MAX);
+                        pause.as_mut().reset(tokio::time::Instant::now() + backoff);
+                        paused = true;
+                        continue;
+                    }
                     Err(error) => {
-                        tracing::warn!(%error, "accept failed");
+                        // One connection's trouble (e.g. reset before it was accepted).
+                        tracing::debug!(%error, "accept failed");
                         continue;
                     }
                 };
@@ -174,6 +204,7 @@ pub async fn serve_http_on(
                     }
                 });
             }
+            () = &mut pause, if paused => paused = false,
             Some(_) = connections.join_next(), if !connections.is_empty() => {}
             _ = &mut shutdown => break,
         }
@@ -187,6 +218,12 @@ pub async fn serve_http_on(
     connections.abort_all();
     ctx.dispose().await;
     Ok(())
+}
+
+/// Whether a failed `accept` is the server running out of descriptors or memory (which
+/// lasts until some are freed), rather than one connection's trouble.
+fn out_of_resources(error: &std::io::Error) -> bool {
+    matches!(error.raw_os_error(), Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM))
 }
 
 fn mcp_service(
@@ -225,6 +262,8 @@ struct Gate {
     bearer: String,
     origins: Vec<Origin>,
     max_body: usize,
+    /// How long a request's body may take to arrive, from the end of its head.
+    body_timeout: Duration,
     sessions: Sessions,
     /// One permit per open session (see [`McpOptions::http_max_sessions`]).
     session_slots: Arc<Semaphore>,
@@ -260,13 +299,32 @@ async fn route(service: &McpService, gate: &Gate, request: Request<Incoming>) ->
     // Read the whole body (bounded) before the SDK sees the request: an answer given without
     // reading it would make the connection unusable for the client's next request.
     let (parts, body) = request.into_parts();
-    let body = match read_body(body, gate.max_body).await {
-        Ok(body) => body,
-        Err(response) => return response,
+    // Bounded in time as the head is: a body that never arrives must not hold its
+    // connection (and its place under the connection cap) forever.
+    let body = match tokio::time::timeout(gate.body_timeout, read_body(body, gate.max_body)).await {
+        Ok(Ok(body)) => body,
+        Ok(Err(response)) => return response,
+        Err(_) => {
+            return closing(plain(StatusCode::REQUEST_TIMEOUT, "the request body did not arrive in time"));
+        }
     };
+    let session = parts.headers.get("mcp-session-id").and_then(|v| v.to_str().ok());
+    let book = session.and_then(|session| gate.sessions.book(session));
+    // A body that is no usable message gets the JSON-RPC error the stdio server gives the
+    // same line (parse error, invalid request, invalid params), not the SDK's own answers;
+    // one for a session that does not exist is the SDK's to refuse (404).
+    if parts.method == Method::POST
+        && (session.is_none() || book.is_some())
+        && let Some(error) = crate::stdio::refusal(&body)
+    {
+        // In a session, a request's error is its answer (200); without one, or without a
+        // request to answer, the input is not accepted (400), as the transport asks.
+        let status =
+            if book.is_some() && !error["id"].is_null() { StatusCode::OK } else { StatusCode::BAD_REQUEST };
+        return json_rpc_error(error, status);
+    }
     let delete = parts.method == Method::DELETE;
     let rpc = if parts.method == Method::POST { RpcRequest::peek(&body) } else { None };
-    let session = parts.headers.get("mcp-session-id").and_then(|v| v.to_str().ok());
     let mut permit = None;
     if let Some(rpc) = &rpc
         && session.is_none()
@@ -277,12 +335,21 @@ async fn route(service: &McpService, gate: &Gate, request: Request<Incoming>) ->
             Err(_) => return session_cap_reached(gate.max_sessions, rpc.id.clone()),
         }
     }
+    let request_id = rpc.as_ref().and_then(|rpc| serde_json::from_value::<RequestId>(rpc.id.clone()).ok());
+    // The request's id is held from here until its answer is complete: a second request
+    // with it meanwhile is refused before the SDK sees it.
+    let claim = match (&book, &request_id) {
+        (Some(book), Some(id)) => match book.claim(id) {
+            Some(claim) => Some(claim),
+            None => return id_in_use_refusal(id),
+        },
+        _ => None,
+    };
     // A call whose client goes away before its result is aborted (this guard goes with the
     // response; dropped before the end, it fires).
-    let guard = match (&rpc, session) {
-        (Some(rpc), Some(session)) if rpc.method == "tools/call" => {
-            let id = serde_json::from_value::<RequestId>(rpc.id.clone()).ok();
-            gate.sessions.book(session).zip(id).map(|(book, id)| AbortOnDrop { book, id, armed: true })
+    let guard = match (&rpc, book, request_id) {
+        (Some(rpc), Some(book), Some(id)) if rpc.method == "tools/call" => {
+            Some(AbortOnDrop { book, id, armed: true })
         }
         _ => None,
     };
@@ -298,8 +365,27 @@ async fn route(service: &McpService, gate: &Gate, request: Request<Incoming>) ->
         .get(header::CONTENT_TYPE)
         .is_some_and(|value| value.as_bytes().starts_with(b"text/event-stream"));
     if rpc.is_some() && response.status() == StatusCode::OK && event_stream {
-        return answer(response, guard).await;
+        return answer(response, guard, claim).await;
     }
+    response
+}
+
+/// The answer to a request whose id is in use by a request in flight in its session: a
+/// JSON-RPC error; the first request goes on untouched.
+fn id_in_use_refusal(id: &RequestId) -> Response<Body> {
+    let error = json!({
+        "jsonrpc": "2.0",
+        "id": id,
+        "error": { "code": INVALID_REQUEST, "message": id_in_use(id) }
+    });
+    json_rpc_error(error, StatusCode::OK)
+}
+
+/// A JSON-RPC error as the whole answer, with `status`.
+fn json_rpc_error(error: Value, status: StatusCode) -> Response<Body> {
+    let mut response = Response::new(Full::new(Bytes::from(error.to_string())).boxed());
+    *response.status_mut() = status;
+    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
     response
 }
 
@@ -307,7 +393,11 @@ async fn route(service: &McpService, gate: &Gate, request: Request<Incoming>) ->
 /// response (within [`JSON_WAIT`]), which the transport allows for a client that accepts
 /// `application/json` (every client does: the SDK requires it); otherwise the stream, with
 /// what was read of it first.
-async fn answer(response: Response<Body>, mut guard: Option<AbortOnDrop>) -> Response<Body> {
+async fn answer(
+    response: Response<Body>,
+    mut guard: Option<AbortOnDrop>,
+    claim: Option<IdClaim>,
+) -> Response<Body> {
     let (mut parts, mut body) = response.into_parts();
     let mut seen = VecDeque::new();
     let mut ended = false;
@@ -336,12 +426,14 @@ async fn answer(response: Response<Body>, mut guard: Option<AbortOnDrop>) -> Res
                 parts.headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
                 parts.headers.remove(header::CACHE_CONTROL);
                 parts.headers.remove("x-accel-buffering");
+                // The SDK is done with the request: its id is free once this is dropped.
+                drop(claim);
                 return Response::from_parts(parts, Full::new(json).boxed());
             }
         }
     }
     let rest = (!ended).then_some(body);
-    Response::from_parts(parts, Replay { seen, rest, guard }.boxed())
+    Response::from_parts(parts, Replay { seen, rest, guard, _claim: claim }.boxed())
 }
 
 /// One event of the SDK's SSE stream, as [`answer`] sees it.
@@ -387,11 +479,12 @@ impl Drop for AbortOnDrop {
 }
 
 /// The SDK's SSE stream, with the events [`answer`] already read in front; holds the call's
-/// [`AbortOnDrop`] until the stream ends.
+/// [`AbortOnDrop`] until the stream ends, and the request's id until the stream goes.
 struct Replay {
     seen: VecDeque<Bytes>,
     rest: Option<Body>,
     guard: Option<AbortOnDrop>,
+    _claim: Option<IdClaim>,
 }
 
 impl hyper::body::Body for Replay {

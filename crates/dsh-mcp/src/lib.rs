@@ -62,8 +62,17 @@
 //! * **HTTP exposure**: a browser `Origin` that is not loopback and not in
 //!   [`McpOptions::http_allowed_origins`] gets 403 (DNS-rebinding defence, as the MCP
 //!   transport asks); a connection gets [`McpOptions::http_header_timeout`] to send each
-//!   request head, and connections beyond [`McpOptions::http_max_connections`] are closed at
-//!   accept.
+//!   request head, and as long again for its body (else 408 and the connection closes), and
+//!   connections beyond [`McpOptions::http_max_connections`] are closed at accept. Out of
+//!   descriptors, the accept loop pauses (5 ms, doubling up to 100 ms) instead of spinning,
+//!   warns once per episode, and serves again once descriptors are free.
+//! * **Request ids**: a request whose id is in use by a request of the same session still in
+//!   flight gets a JSON-RPC error (`-32600`, `Invalid Request: request id <id> is already in
+//!   use by a request in flight`) and never reaches the handler; the first request goes on
+//!   untouched. An id is free again once its response was sent (or, cancelled, once its
+//!   handler returned). Over HTTP, malformed bodies get the stdio server's JSON-RPC errors
+//!   (`-32700`, `-32600`, `-32602`): with 200 in an open session when they answer a request,
+//!   400 otherwise.
 
 #![deny(missing_docs)]
 

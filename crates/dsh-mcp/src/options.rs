@@ -57,7 +57,8 @@ pub struct McpOptions {
     /// always is); any other `Origin` gets 403.
     pub http_allowed_origins: Vec<Origin>,
     /// How long an HTTP client gets to send a complete request head (also the longest a
-    /// kept-alive connection may sit idle); the connection is closed after it.
+    /// kept-alive connection may sit idle), and then its body; the connection is closed
+    /// after it (a late body gets 408 first).
     pub http_header_timeout: Duration,
     /// The most HTTP connections open at once; a connection beyond it is closed at accept.
     pub http_max_connections: usize,

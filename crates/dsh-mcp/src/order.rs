@@ -25,7 +25,7 @@ use futures::Stream;
 use parking_lot::Mutex;
 use rmcp::RoleServer;
 use rmcp::model::{
-    ClientJsonRpcMessage, ClientNotification, ClientRequest, ErrorData, JsonRpcMessage, RequestId,
+    ClientJsonRpcMessage, ClientNotification, ClientRequest, ErrorCode, ErrorData, JsonRpcMessage, RequestId,
     ServerJsonRpcMessage,
 };
 use rmcp::service::{RxJsonRpcMessage, TxJsonRpcMessage};
@@ -81,6 +81,54 @@ struct BookState {
     /// The abort signal of each live call, with its number (a reused request id replaces
     /// the entry; only the owner's number removes it).
     live: HashMap<RequestId, (u64, AbortSignal)>,
+    /// The request ids in use: a request with one of them is refused (see [`id_in_use`]).
+    in_use: HashMap<RequestId, InUse>,
+}
+
+/// Who holds a request id (the id is free again once nobody does).
+#[derive(Default)]
+struct InUse {
+    /// An HTTP request carrying it has not finished answering (see [`CallBook::claim`]).
+    http: bool,
+    /// The SDK handles it and its response has not been sent.
+    handler: bool,
+    /// Cancelled: the SDK drops its response, so the handler lets go of the id when the call
+    /// finishes instead.
+    cancelled: bool,
+}
+
+/// The JSON-RPC error code of a request whose id is in use (`Invalid Request`).
+pub(crate) const INVALID_REQUEST: i64 = -32600;
+
+/// The message of the JSON-RPC error that refuses a request whose id is already in use by a
+/// request of the same session in flight (the first goes on untouched).
+pub(crate) fn id_in_use(id: &RequestId) -> String {
+    let id = serde_json::to_string(id).unwrap_or_else(|_| id.to_string());
+    format!("Invalid Request: request id {id} is already in use by a request in flight")
+}
+
+impl BookState {
+    /// Lets `release` go of `id`'s entry; the id is free once nobody holds it.
+    fn release(&mut self, id: &RequestId, release: impl FnOnce(&mut InUse)) {
+        if let Some(entry) = self.in_use.get_mut(id) {
+            release(entry);
+            if !entry.http && !entry.handler {
+                self.in_use.remove(id);
+            }
+        }
+    }
+}
+
+/// An HTTP request's hold on its request id (see [`CallBook::claim`]); let go when dropped.
+pub(crate) struct IdClaim {
+    book: Arc<BookInner>,
+    id: RequestId,
+}
+
+impl Drop for IdClaim {
+    fn drop(&mut self) {
+        self.book.state.lock().release(&self.id, |entry| entry.http = false);
+    }
 }
 
 impl CallBook {
@@ -109,20 +157,56 @@ impl CallBook {
     /// response stands, even when the call has finished and the response is on its way.
     pub fn cancel(&self, id: &RequestId) -> bool {
         let mut state = self.inner.state.lock();
-        let Some((_, signal)) = state.live.get(id) else { return true };
+        let Some((_, signal)) = state.live.get(id) else {
+            // Not a call (or one already answered): the SDK drops any response to it.
+            state.release(id, |entry| entry.handler = false);
+            return true;
+        };
         // Seal and abort are decided once, atomically: exactly one of them wins.
         signal.abort(AbortReason::new(CLIENT_CANCELLED));
         if signal.is_sealed() {
             return false;
         }
-        // The SDK drops the response now: nothing is left to track.
+        // The SDK drops the response now: nothing is left to track but the id, which stays in
+        // use until the call's handler has returned.
         state.live.remove(id);
+        if let Some(entry) = state.in_use.get_mut(id) {
+            entry.cancelled = true;
+        }
         true
     }
 
     /// The response to `id` is being sent: the call is over for good.
     fn sent(&self, id: &RequestId) {
-        self.inner.state.lock().live.remove(id);
+        let mut state = self.inner.state.lock();
+        state.live.remove(id);
+        state.release(id, |entry| entry.handler = false);
+    }
+
+    /// An HTTP request carrying request id `id` arrived: holds the id until the returned
+    /// claim is dropped (its response finished or abandoned) and, once the SDK took the
+    /// request, until its response is sent. `None` when the id is in use: the request must be
+    /// refused before the SDK sees it (which would route the first request's response to it).
+    pub fn claim(&self, id: &RequestId) -> Option<IdClaim> {
+        let mut state = self.inner.state.lock();
+        if state.in_use.contains_key(id) {
+            return None;
+        }
+        state.in_use.insert(id.clone(), InUse { http: true, ..InUse::default() });
+        Some(IdClaim { book: Arc::clone(&self.inner), id: id.clone() })
+    }
+
+    /// A request with id `id` reaches the SDK; `false` when a request with the same id is
+    /// still being handled (the new one must be refused instead).
+    fn admit_request(&self, id: &RequestId) -> bool {
+        let mut state = self.inner.state.lock();
+        let entry = state.in_use.entry(id.clone()).or_default();
+        if entry.handler {
+            return false;
+        }
+        entry.handler = true;
+        entry.cancelled = false;
+        true
     }
 
     /// The client went away while call `id` ran (its HTTP stream dropped): fires its signal
@@ -171,6 +255,10 @@ impl BookInner {
         // must still be dropped); any other is over.
         if state.live.get(id).is_some_and(|(owner, signal)| *owner == seq && !signal.is_sealed()) {
             state.live.remove(id);
+        }
+        // A cancelled call gets no response: its handler's end frees the id.
+        if !state.live.contains_key(id) && state.in_use.get(id).is_some_and(|entry| entry.cancelled) {
+            state.release(id, |entry| entry.handler = false);
         }
         let mut serving = *self.serving.borrow();
         if seq != serving {
@@ -308,6 +396,19 @@ impl<T: Transport<RoleServer>> Transport<RoleServer> for Ordered<T> {
     async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleServer>> {
         loop {
             let mut message = self.inner.receive().await?;
+            if let JsonRpcMessage::Request(request) = &message
+                && !self.link.book.admit_request(&request.id)
+            {
+                // A reused id while the first request is in flight: the SDK would take the
+                // new request for the old one (and answer one of them never). Refused here;
+                // the first goes on untouched.
+                let id = request.id.clone();
+                let refusal = ErrorData::new(ErrorCode::INVALID_REQUEST, id_in_use(&id), None);
+                if let Err(error) = self.inner.send(ServerJsonRpcMessage::error(refusal, Some(id))).await {
+                    tracing::debug!(%error, "could not refuse a request whose id is in use");
+                }
+                continue;
+            }
             if admit(&self.link, &mut message) {
                 return Some(message);
             }

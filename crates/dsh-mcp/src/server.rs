@@ -237,6 +237,7 @@ impl ServerHandler for McpServer {
             output,
         });
         let result = run_call(call, &context, &signal, &ended, progress).await;
+        session.note_spills(result.value.as_ref());
         let notices: Vec<AgentMessage> = agent.take_inbox().into_iter().map(|(_, message)| message).collect();
         drop(guard);
         Ok(call_tool_result(&result, shape, &notices).into())

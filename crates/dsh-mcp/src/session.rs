@@ -106,6 +106,8 @@ pub(crate) struct McpSession {
     answerer: Mutex<Option<Disposer>>,
     /// Set once the teardown is complete (every closer waits for it).
     closed: tokio::sync::OnceCell<()>,
+    /// The spill files the session's results named (`spillPath`), removed when it ends.
+    spills: Mutex<Vec<PathBuf>>,
 }
 
 impl McpSession {
@@ -123,7 +125,17 @@ impl McpSession {
             ended: CancellationToken::new(),
             answerer: Mutex::new(None),
             closed: tokio::sync::OnceCell::new(),
+            spills: Mutex::new(Vec::new()),
         })
+    }
+
+    /// Notes the spill files a result of this session names (`stdout.spillPath`,
+    /// `stderr.spillPath` of its structured value): the session's output, readable by its
+    /// client until the session ends, and removed then.
+    pub fn note_spills(&self, value: Option<&Value>) {
+        let Some(value) = value else { return };
+        let named = ["stdout", "stderr"].into_iter().filter_map(|stream| value[stream]["spillPath"].as_str());
+        self.spills.lock().extend(named.map(PathBuf::from));
     }
 
     /// Cancelled once the session is ending.
@@ -281,6 +293,17 @@ impl McpSession {
                 agents.unregister(agent.id()).await;
             }
             _ => agent.dispose().await,
+        }
+        // Nothing can read the session's spill files any more: its client is gone with it.
+        let spills = std::mem::take(&mut *self.spills.lock());
+        for spill in spills {
+            match std::fs::remove_file(&spill) {
+                Ok(()) => {}
+                Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+                Err(error) => {
+                    tracing::debug!(%error, spill = %spill.display(), "could not remove a spill file")
+                }
+            }
         }
         tracing::info!(agent = %agent.id(), "MCP session closed");
     }

@@ -385,6 +385,20 @@ enum Parsed {
     Skip,
 }
 
+/// The JSON-RPC error a message (an HTTP request body) gets when it is no usable message:
+/// the answer this server gives the same line over stdio, and a parse error for an empty
+/// body. `None` for a message to pass on (or a malformed notification, never answered).
+pub(crate) fn refusal(raw: &[u8]) -> Option<Value> {
+    if raw.iter().all(u8::is_ascii_whitespace) {
+        let message = "Parse error: the message is empty".to_owned();
+        return Some(error_message(Value::Null, PARSE_ERROR, message));
+    }
+    match parse_line(raw) {
+        Parsed::Reply(error) => Some(error),
+        Parsed::Message(_) | Parsed::Skip => None,
+    }
+}
+
 fn parse_line(raw: &[u8]) -> Parsed {
     let raw = raw.strip_suffix(b"\r").unwrap_or(raw);
     let raw = raw.strip_prefix(UTF8_BOM).unwrap_or(raw);

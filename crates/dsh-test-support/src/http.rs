@@ -131,6 +131,16 @@ impl Conn {
     /// Sends one request on the connection (without waiting for its response).
     pub fn send(&mut self, method: &str, session: Option<&str>, body: Option<&Value>) -> io::Result<()> {
         let body = body.map(Value::to_string).unwrap_or_default();
+        self.send_text(method, session, &body)
+    }
+
+    /// A POST of `body` as it is (JSON or not) in `session`; returns its response.
+    pub fn exchange_raw(&mut self, session: &str, body: &str) -> io::Result<Reply> {
+        self.send_text("POST", Some(session), body)?;
+        self.receive()
+    }
+
+    fn send_text(&mut self, method: &str, session: Option<&str>, body: &str) -> io::Result<()> {
         let mut request = format!(
             "{method} /mcp HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\n\
              Accept: application/json, text/event-stream\r\nAuthorization: Bearer {}\r\n\
@@ -146,7 +156,7 @@ impl Conn {
             }
         }
         request.push_str("\r\n");
-        request.push_str(&body);
+        request.push_str(body);
         self.writer.write_all(request.as_bytes())
     }
 

@@ -106,15 +106,12 @@ pub(crate) fn render_process_read(
             .flatten()
             .map(|p| p.to_string_lossy().into_owned())
             .collect();
-        match (paths.is_empty(), &read.spill_error) {
-            (true, Some(error)) => notices.push(format!(
-                "[some output was dropped from memory; full output could not be kept: {error}]"
-            )),
-            (true, None) => {
-                notices.push("[some output was dropped from memory; full output: (unavailable)]".to_owned())
-            }
-            (false, _) => notices
-                .push(format!("[some output was dropped from memory; full output: {}]", paths.join(", "))),
+        // Without a spill file (never made, the directory full, the file removed) the marker
+        // says `(unavailable)`, as the contract's marker does whatever the reason.
+        if paths.is_empty() {
+            notices.push("[some output was dropped from memory; full output: (unavailable)]".to_owned());
+        } else {
+            notices.push(format!("[some output was dropped from memory; full output: {}]", paths.join(", ")));
         }
     }
     if let Some(sandbox) = sandbox {

@@ -328,3 +328,106 @@ fn an_unwritable_dsh_home_costs_one_warning_and_no_call() {
         )
     );
 }
+
+/// `dsh-bash ARGS` with `stdin`, its `DSH_HOME` a full 64 KiB tmpfs mounted in a mount
+/// namespace of its own (`unshare -m`), so the host's mounts never change.
+fn run_in_full_home(sandbox: &Sandbox, args: &[&str], stdin: &str) -> crate::harness::Run {
+    let home = sandbox.path().join("home");
+    std::fs::create_dir_all(&home).expect("mkdir");
+    let script = "mount --make-rprivate / && mount -t tmpfs -o size=64k,mode=0755 tmpfs \"$DSH_HOME\" || exit 97; \
+                  head -c 1048576 /dev/zero > \"$DSH_HOME/fill\" 2>/dev/null; exec \"$0\" \"$@\"";
+    let mut command = Command::new("unshare");
+    command
+        .args(["-m", "sh", "-c", script, env!("CARGO_BIN_EXE_dsh-bash")])
+        .args(args)
+        .env("DSH_HOME", &home)
+        .env_remove("DSH_MCP_TOKEN")
+        .current_dir(sandbox.path());
+    let out = output(command, stdin.as_bytes());
+    assert_ne!(out.code, Some(97), "the full tmpfs could not be mounted: {out:?}");
+    out
+}
+
+#[test]
+fn a_full_dsh_home_costs_one_warning_and_no_call() {
+    if !root_or_skip("a full DSH_HOME") {
+        return;
+    }
+    let sandbox = Sandbox::new();
+    let home = sandbox.path().join("home");
+    let warning = format!(
+        "dsh-bash: warning: cannot write {}: No space left on device (os error 28); session logs and the job \
+         journal are not kept\n",
+        home.join("sessions").display()
+    );
+    let cwd = std::fs::canonicalize(sandbox.path()).expect("canonical");
+    let lines = [
+        request("bash", json!({"command": "echo one", "description": "d"}), "s", &cwd, 1),
+        request(
+            "bash",
+            json!({"command": "echo two", "description": "d", "run_in_background": true}),
+            "s",
+            &cwd,
+            2,
+        ),
+        request("job_output", json!({"job_id": "bash-1", "wait": true}), "s", &cwd, 3),
+        request("bash", json!({"command": "echo three", "description": "d"}), "t", &cwd, 4),
+    ];
+    let input: String = lines.iter().map(|l| format!("{l}\n")).collect();
+    let out = run_in_full_home(&sandbox, &["batch"], &input);
+    assert_eq!(out.code, Some(0), "{out:?}");
+    let texts: Vec<String> = out.json_lines().iter().map(text).collect();
+    assert_eq!(
+        texts,
+        ["one\n", "started background job bash-1", "two\n[status: completed, exit code: 0]", "three\n"]
+    );
+    assert_eq!(out.stderr, warning);
+    let cwd = cwd.to_str().expect("utf-8");
+    let args = r#"{"command":"echo four","description":"d"}"#;
+    let out = run_in_full_home(&sandbox, &["call", "--session", "s1", "--cwd", cwd, "bash", args], "");
+    assert_eq!(
+        (out.code, out.stdout.as_str(), out.stderr.as_str()),
+        (Some(0), "four\n", warning.as_str()),
+        "{out:?}"
+    );
+}
+
+#[test]
+fn a_background_read_past_a_full_spill_directory_says_unavailable() {
+    if !root_or_skip("a full spill directory") {
+        return;
+    }
+    let sandbox = Sandbox::new();
+    let spill = sandbox.path().join("spill");
+    std::fs::create_dir(&spill).expect("mkdir");
+    let config = sandbox.write("spill.toml", &format!("[subprocess]\nspillDir = {}\n", json!(spill)));
+    let cwd = std::fs::canonicalize(sandbox.path()).expect("canonical");
+    let command = "head -c 300000 /dev/zero | tr '\\0' a; echo";
+    let lines = [
+        request(
+            "bash",
+            json!({"command": command, "description": "d", "run_in_background": true}),
+            "s",
+            &cwd,
+            1,
+        ),
+        request("job_output", json!({"job_id": "bash-1", "wait": true}), "s", &cwd, 2),
+    ];
+    let input: String = lines.iter().map(|l| format!("{l}\n")).collect();
+    // The spill directory a full 64 KiB tmpfs, in a mount namespace of the run's own.
+    let script = "mount --make-rprivate / && mount -t tmpfs -o size=64k,mode=0700 tmpfs \"$SPILL\" || exit 97; \
+                  head -c 1048576 /dev/zero > \"$SPILL/fill\" 2>/dev/null; exec \"$0\" \"$@\"";
+    let mut run = Command::new("unshare");
+    run.args(["-m", "sh", "-c", script, env!("CARGO_BIN_EXE_dsh-bash")])
+        .args(["--config", config.to_str().expect("utf-8"), "batch"])
+        .env("SPILL", &spill)
+        .env("DSH_HOME", sandbox.path().join("home"))
+        .env_remove("DSH_MCP_TOKEN")
+        .current_dir(sandbox.path());
+    let out = output(run, input.as_bytes());
+    assert_eq!(out.code, Some(0), "{out:?}");
+    let texts: Vec<String> = out.json_lines().iter().map(text).collect();
+    assert_eq!(texts[0], "started background job bash-1", "{texts:?}");
+    let end = "a\n[some output was dropped from memory; full output: (unavailable)]\n[status: completed, exit code: 0]";
+    assert!(texts[1].ends_with(end), "{}", &texts[1][texts[1].len().saturating_sub(300)..]);
+}
