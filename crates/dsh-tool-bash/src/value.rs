@@ -401,7 +401,9 @@ mod tests {
         let mut r = result();
         let plain = foreground_value(&r);
         assert!(plain.get("network").is_none());
-        assert!(!output_schema(false, false, false, false, false).to_json().to_string().contains("\"network\""));
+        assert!(
+            !output_schema(false, false, false, false, false).to_json().to_string().contains("\"network\"")
+        );
         r.network = Some(dsh_sandbox::NetworkFacts {
             policy: NetworkMode::Ask,
             denied: vec!["example.com:443".into()],

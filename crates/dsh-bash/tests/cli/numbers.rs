@@ -35,7 +35,7 @@ impl Numbers {
             }
             2 => format!("-0.{}{digits}", "0".repeat((self.next() % 6) as usize)),
             _ => {
-                let sign = if self.next() % 2 == 0 { "-" } else { "" };
+                let sign = if self.next().is_multiple_of(2) { "-" } else { "" };
                 format!("-{}.{}e{sign}{}", &digits[..1], &digits[1..], self.next() % 300)
             }
         }
