@@ -1,5 +1,5 @@
 //! `--executor container`: the bash tool's host-independent conformance cases through one
-//! container per harness, containment inside it, limits, network and teardown.
+//! container per session, containment inside it, limits, network and teardown.
 //!
 //! These need a Docker-compatible engine answering on the local socket and the test image
 //! (`scripts/container-test-image`, built here when missing). Without them the tests skip,
@@ -650,7 +650,19 @@ fn two_mcp_sessions_of_one_server_share_neither_tmp_nor_processes_and_read_their
     let read =
         call(&mut a, &session_a, 7, command(&format!("tail -n 1 {}", crate::harness::shell_quote(&path))));
     assert_eq!(read.trim(), "200000", "the spill file {path} read in the container");
+    // One container each; the one of a session that ends goes with it, the other stays.
+    let harness = server.child.id();
+    assert_eq!(containers_of(harness).len(), 2, "one container per session");
+    assert!((200..300).contains(&a.delete(&session_a).expect("DELETE the session")));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while containers_of(harness).len() != 1 {
+        assert!(Instant::now() < deadline, "the ended session's container was not removed");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let still = call(&mut b, &session_b, 8, command("echo b-still-runs"));
+    assert_eq!(still.trim(), "b-still-runs");
     drop(server);
+    assert!(containers_of(harness).is_empty(), "the harness's end removes the rest");
 }
 
 /// One `dsh-bash --executor container mcp` (stdio) whose client offers `root` as its only
