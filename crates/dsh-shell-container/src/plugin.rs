@@ -61,9 +61,11 @@ impl Plugin for ShellContainerPlugin {
             pids_limit: config.pids_limit,
             network_none: config.network.as_deref() == Some("deny"),
             user: harness_user(),
+            warm: config.warm.unwrap_or(0),
         };
         let tag = uuid::Uuid::new_v4().simple().to_string()[..12].to_owned();
-        let transport = Arc::new(ContainerTransport::new(settings, tag, Some(scope.ctx().downgrade())));
+        let transport = ContainerTransport::new(settings, tag, Some(scope.ctx().downgrade()));
+        transport.prewarm();
         let executor =
             RemoteExecutor::new(Arc::clone(&transport) as Arc<dyn RemoteTransport>, config.local(), service)
                 .map_err(PluginError::config)?;

@@ -41,6 +41,9 @@ pub struct ContainerSettings {
     pub network_none: bool,
     /// `uid:gid` programs run as; `None`: the image's user.
     pub user: Option<String>,
+    /// How many containers to keep created and started ahead (the warm pool), so a new
+    /// session's first call does not wait for a container start; 0: none.
+    pub warm: usize,
 }
 
 enum Readiness {
@@ -79,6 +82,12 @@ pub struct ContainerTransport {
     swept: OnceCell<()>,
     /// The composition, to tie a session's container to its agent's end.
     ctx: Option<WeakContext>,
+    /// Containers created ahead, no session's yet (the warm pool).
+    warm: std::sync::Mutex<Vec<String>>,
+    /// How many warm containers are being created.
+    warming: std::sync::atomic::AtomicUsize,
+    /// This transport, for the tasks that fill the warm pool.
+    me: std::sync::Weak<ContainerTransport>,
 }
 
 fn unavailable(what: &str, error: impl std::fmt::Display) -> RemoteError {
@@ -89,8 +98,8 @@ impl ContainerTransport {
     /// A transport whose containers are named `dsh-<tag>-<n>`. With `ctx`, a session's
     /// container is removed when the session's agent (in the composition's agents
     /// registry) ends. Connects lazily.
-    pub fn new(settings: ContainerSettings, tag: String, ctx: Option<WeakContext>) -> Self {
-        Self {
+    pub fn new(settings: ContainerSettings, tag: String, ctx: Option<WeakContext>) -> Arc<Self> {
+        Arc::new_cyclic(|me| Self {
             settings,
             tag,
             docker: OnceCell::new(),
@@ -99,6 +108,68 @@ impl ContainerTransport {
             closed: std::sync::atomic::AtomicBool::new(false),
             swept: OnceCell::new(),
             ctx,
+            warm: std::sync::Mutex::new(Vec::new()),
+            warming: std::sync::atomic::AtomicUsize::new(0),
+            me: me.clone(),
+        })
+    }
+
+    /// Starts creating containers until [`ContainerSettings::warm`] are ready or being made
+    /// (in tasks of the current runtime; nothing without one, with a named container, or
+    /// after shutdown).
+    pub fn prewarm(&self) {
+        use std::sync::atomic::Ordering;
+        let want = self.settings.warm;
+        if want == 0
+            || self.settings.container.is_some()
+            || self.closed.load(Ordering::Acquire)
+            || tokio::runtime::Handle::try_current().is_err()
+        {
+            return;
+        }
+        let have = self.warm.lock().unwrap_or_else(std::sync::PoisonError::into_inner).len();
+        let pending = self.warming.load(Ordering::Acquire);
+        for _ in (have + pending)..want {
+            self.warming.fetch_add(1, Ordering::AcqRel);
+            let me = self.me.clone();
+            tokio::spawn(async move {
+                let Some(me) = me.upgrade() else { return };
+                let made = async {
+                    let docker = me.docker().await?;
+                    me.create(docker, "", &[]).await
+                }
+                .await;
+                // Pooled before it stops counting as being made: a session waiting for it
+                // sees one or the other.
+                match made {
+                    Ok(id) if me.closed.load(Ordering::Acquire) => {
+                        if let Ok(docker) = me.docker().await {
+                            let _ = docker.remove_container(&id, Some(force())).await;
+                        }
+                    }
+                    Ok(id) => me.warm.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(id),
+                    Err(e) => tracing::warn!(error = %e, "cannot create a warm container"),
+                }
+                me.warming.fetch_sub(1, Ordering::AcqRel);
+            });
+        }
+    }
+
+    /// A warm container for a session whose `roots` need no bind of their own (they lie in
+    /// the workspace): one that is ready, else one being made (waited for: it is nearer
+    /// than a start of our own); `None` when there is none.
+    async fn take_warm(&self, roots: &[PathBuf]) -> Option<String> {
+        if roots.iter().any(|r| r.is_dir() && !r.starts_with(&self.settings.workspace)) {
+            return None;
+        }
+        loop {
+            if let Some(id) = self.warm.lock().unwrap_or_else(std::sync::PoisonError::into_inner).pop() {
+                return Some(id);
+            }
+            if self.warming.load(std::sync::atomic::Ordering::Acquire) == 0 {
+                return None;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
         }
     }
 
@@ -169,7 +240,11 @@ impl ContainerTransport {
                 (name.clone(), false)
             }
             None => {
-                let id = self.create(docker, key, roots).await?;
+                let id = match self.take_warm(roots).await {
+                    Some(id) => id,
+                    None => self.create(docker, key, roots).await?,
+                };
+                self.prewarm();
                 if !key.is_empty() {
                     self.remove_with_session(docker, key, &slot, &id);
                 }
@@ -491,6 +566,13 @@ impl RemoteTransport for ContainerTransport {
             sessions.values().cloned().collect()
         };
         let mut failed = Vec::new();
+        let warm = std::mem::take(&mut *self.warm.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
+        for id in warm {
+            let docker = self.docker().await?;
+            if let Err(e) = docker.remove_container(&id, Some(force())).await {
+                failed.push(format!("cannot remove warm container {id}: {e}"));
+            }
+        }
         for slot in slots {
             let mut readiness = slot.lock().await;
             let previous = std::mem::replace(&mut *readiness, Readiness::Closed);

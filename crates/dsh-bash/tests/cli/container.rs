@@ -554,11 +554,16 @@ struct HttpContainerServer {
 
 impl HttpContainerServer {
     fn start(sandbox: &Sandbox) -> Self {
+        Self::start_with(sandbox, &[])
+    }
+
+    /// Started with the container switches `extra` too.
+    fn start_with(sandbox: &Sandbox, extra: &[&str]) -> Self {
         use std::io::BufRead;
         use std::os::unix::process::CommandExt;
         let token = format!("token-{}", std::process::id());
         let token_file = sandbox.write("mcp-token", &format!("{token}\n"));
-        let mut args = container_args(&[]);
+        let mut args = container_args(extra);
         args.extend(["mcp", "--http", "127.0.0.1:0", "--token-file", token_file.to_str().expect("utf-8")]);
         let mut command = sandbox.command(&args);
         command.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::piped()).process_group(0);
@@ -717,4 +722,39 @@ fn an_mcp_session_whose_root_is_another_directory_runs_there() {
     let text = stdio_call_with_root(&sandbox, &root, "pwd; cat marker; echo written > made-here");
     assert_eq!(text, format!("{}\nin-the-root\n", root.display()), "{text}");
     assert_eq!(std::fs::read_to_string(root.join("made-here")).expect("written in the root"), "written\n");
+}
+
+#[test]
+fn a_warm_container_is_ready_before_a_session_and_serves_its_first_call() {
+    use dsh_test_support::http::Conn;
+    if !engine() {
+        return;
+    }
+    let sandbox = Sandbox::new();
+    let server = HttpContainerServer::start_with(&sandbox, &["--container-warm", "1"]);
+    let harness = server.child.id();
+    // The pool fills before any session exists.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let warm = loop {
+        let containers = containers_of(harness);
+        if containers.len() == 1 {
+            break containers[0].clone();
+        }
+        assert!(Instant::now() < deadline, "no warm container: {containers:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let mut a = Conn::open(&server.authority, &server.token, Duration::from_secs(120)).expect("connect");
+    let session = a.open_session("a").expect("session");
+    let reply = a
+        .call(&session, 1, "bash", json!({"command": "hostname", "description": "d", "timeoutMs": 60000}))
+        .expect("tools/call");
+    // A container's host name is its short id: the first call ran in the warm one.
+    assert_eq!(reply_text(&reply, 1).trim(), warm, "the first call ran in the warm container");
+    // The pool is refilled: the session's container and a new warm one.
+    while containers_of(harness).len() != 2 {
+        assert!(Instant::now() < deadline, "the pool was not refilled");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    drop(server);
+    assert!(containers_of(harness).is_empty(), "the harness's end removes the warm ones too");
 }

@@ -56,7 +56,7 @@ pub(crate) async fn container(c: &Composed, args: &Args) -> anyhow::Result<Outco
         workspace: root.clone(),
         ..ContainerSettings::default()
     };
-    let transport = Arc::new(ContainerTransport::new(settings, session.clone(), None));
+    let transport = ContainerTransport::new(settings, session.clone(), None);
     let params = json!({"n": n, "warmup": warmup, "command": "true", "image": image, "interleaved": true});
     // The first exec creates the container; an engine that does not answer skips the rows.
     if let Err(e) = bare_exec(&transport).await {
