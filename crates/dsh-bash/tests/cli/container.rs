@@ -704,7 +704,6 @@ fn stdio_call_with_root(sandbox: &Sandbox, root: &std::path::Path, command: &str
             break message["result"]["content"][0]["text"].as_str().expect("text").to_owned();
         }
     };
-    drop(send);
     drop(stdin);
     let _ = child.wait();
     text
