@@ -155,6 +155,11 @@ impl ContainerTransport {
         }
     }
 
+    /// How many warm containers are ready now.
+    pub fn warm_ready(&self) -> usize {
+        self.warm.lock().unwrap_or_else(std::sync::PoisonError::into_inner).len()
+    }
+
     /// A warm container for a session whose `roots` need no bind of their own (they lie in
     /// the workspace): one that is ready, else one being made (waited for: it is nearer
     /// than a start of our own); `None` when there is none.
