@@ -202,6 +202,10 @@ pub struct CompositionArgs {
     /// Process limit of the container (shell-container `pidsLimit`).
     #[arg(long, global = true, value_name = "N")]
     pub pids_limit: Option<i64>,
+    /// Containers the container executor keeps started ahead, so a new session's first call
+    /// waits for no container start (shell-container `warm`).
+    #[arg(long, global = true, value_name = "N")]
+    pub container_warm: Option<u32>,
     /// The host of `--executor ssh`: `[user@]host[:port]` (shell-ssh `host`). Its key must be in
     /// the known-hosts file: an unknown host is refused, never added.
     #[arg(long, global = true, value_name = "[USER@]HOST[:PORT]")]

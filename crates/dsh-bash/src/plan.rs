@@ -410,7 +410,7 @@ impl Plan {
         Ok(())
     }
 
-    /// `--image`, `--container`, `--memory`, `--cpus`, `--pids-limit`: the container
+    /// `--image`, `--container`, `--memory`, `--cpus`, `--pids-limit`, `--container-warm`: the container
     /// executor's keys; without it in the plan they are refused.
     fn apply_container_switches(&mut self, args: &CompositionArgs) -> anyhow::Result<()> {
         let values = [
@@ -419,6 +419,7 @@ impl Plan {
             ("--memory", "memory", args.memory.clone().map(Value::String)),
             ("--cpus", "cpus", args.cpus.and_then(serde_json::Number::from_f64).map(Value::Number)),
             ("--pids-limit", "pidsLimit", args.pids_limit.map(Value::from)),
+            ("--container-warm", "warm", args.container_warm.map(Value::from)),
         ];
         for (option, key, value) in values {
             let Some(value) = value else { continue };

@@ -37,6 +37,9 @@ pub struct ContainerExecutorConfig {
     pub pids_limit: Option<i64>,
     /// `allow` (the engine's default network) or `deny` (no network at all).
     pub network: Option<String>,
+    /// Containers kept created ahead (the warm pool), so a new session's first call waits
+    /// for no container start; none when absent.
+    pub warm: Option<usize>,
 }
 
 impl Default for ContainerExecutorConfig {
@@ -56,6 +59,7 @@ impl Default for ContainerExecutorConfig {
             cpus: None,
             pids_limit: None,
             network: None,
+            warm: None,
         }
     }
 }

@@ -61,9 +61,11 @@ impl Plugin for ShellContainerPlugin {
             pids_limit: config.pids_limit,
             network_none: config.network.as_deref() == Some("deny"),
             user: harness_user(),
+            warm: config.warm.unwrap_or(0),
         };
-        let session = uuid::Uuid::new_v4().simple().to_string()[..12].to_owned();
-        let transport = Arc::new(ContainerTransport::new(settings, session));
+        let tag = uuid::Uuid::new_v4().simple().to_string()[..12].to_owned();
+        let transport = ContainerTransport::new(settings, tag, Some(scope.ctx().downgrade()));
+        transport.prewarm();
         let executor =
             RemoteExecutor::new(Arc::clone(&transport) as Arc<dyn RemoteTransport>, config.local(), service)
                 .map_err(PluginError::config)?;
@@ -71,7 +73,7 @@ impl Plugin for ShellContainerPlugin {
         scope.provide(REMOTE_TRANSPORT, Arc::clone(&transport) as Arc<dyn RemoteTransport>)?;
         scope.add(Disposer::new_async(move || async move {
             if let Err(e) = transport.shutdown().await {
-                tracing::warn!(error = %e, "the session's container could not be removed");
+                tracing::warn!(error = %e, "the sessions' containers could not be removed");
             }
         }));
         Ok(())

@@ -1,4 +1,4 @@
-//! The container transport: one container per harness, programs started with `exec`.
+//! The container transport: one container per session, programs started with `exec`.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -13,6 +13,7 @@ use dsh_shell_remote::{RemoteChild, RemoteError, RemoteExecSpec, RemoteExit, Rem
 use futures::StreamExt;
 use std::sync::Arc;
 
+use dsh_core::{AGENTS, WeakContext};
 use tokio::sync::{Mutex, OnceCell, mpsc, oneshot};
 use tokio_util::io::StreamReader;
 
@@ -40,6 +41,9 @@ pub struct ContainerSettings {
     pub network_none: bool,
     /// `uid:gid` programs run as; `None`: the image's user.
     pub user: Option<String>,
+    /// How many containers to keep created and started ahead (the warm pool), so a new
+    /// session's first call does not wait for a container start; 0: none.
+    pub warm: usize,
 }
 
 enum Readiness {
@@ -51,19 +55,39 @@ enum Readiness {
     Closed,
 }
 
-/// Runs programs in one container through the Docker Engine API (the local socket, or
-/// `DOCKER_HOST`; Podman through its Docker-compatible service).
+/// Runs programs in containers through the Docker Engine API (the local socket, or
+/// `DOCKER_HOST`; Podman through its Docker-compatible service): one container per harness
+/// session ([`RemoteExecSpec::session`]), so sessions share neither `/tmp` nor processes.
 ///
-/// The container is created and started by the first [`exec`](RemoteTransport::exec)
+/// A session's container is created and started by its first [`exec`](RemoteTransport::exec)
 /// (labelled with the harness and the session, `init` as PID 1 reaping orphans, the
-/// workspace bound at its own path, the limits applied) and removed by
-/// [`shutdown`](RemoteTransport::shutdown). Before the first container is created,
-/// containers left by harnesses that are gone (crashed) are removed.
+/// workspace and the call's working directory bound at their own paths, the limits applied)
+/// and removed when the session's agent ends, or by [`shutdown`](RemoteTransport::shutdown).
+/// Before the first container is created, containers left by harnesses that are gone
+/// (crashed) are removed. With [`ContainerSettings::container`] every session runs in that
+/// one container (never created or removed here).
 pub struct ContainerTransport {
     settings: ContainerSettings,
-    session: String,
+    /// This harness's tag: containers are named `dsh-<tag>-<n>`.
+    tag: String,
     docker: OnceCell<Docker>,
-    readiness: Arc<Mutex<Readiness>>,
+    /// Each session's container (by session id; `""` for calls without a session, and for
+    /// every call in a named container).
+    sessions: std::sync::Mutex<HashMap<String, Arc<Mutex<Readiness>>>>,
+    /// How many containers were created (names them).
+    created: std::sync::atomic::AtomicU64,
+    /// Set by [`shutdown`](RemoteTransport::shutdown): nothing runs any more.
+    closed: std::sync::atomic::AtomicBool,
+    /// Leftovers of gone harnesses were looked for.
+    swept: OnceCell<()>,
+    /// The composition, to tie a session's container to its agent's end.
+    ctx: Option<WeakContext>,
+    /// Containers created ahead, no session's yet (the warm pool).
+    warm: std::sync::Mutex<Vec<String>>,
+    /// How many warm containers are being created.
+    warming: std::sync::atomic::AtomicUsize,
+    /// This transport, for the tasks that fill the warm pool.
+    me: std::sync::Weak<ContainerTransport>,
 }
 
 fn unavailable(what: &str, error: impl std::fmt::Display) -> RemoteError {
@@ -71,10 +95,108 @@ fn unavailable(what: &str, error: impl std::fmt::Display) -> RemoteError {
 }
 
 impl ContainerTransport {
-    /// A transport for one session (`session` names its container `dsh-<session>` and
-    /// labels it). Connects lazily.
-    pub fn new(settings: ContainerSettings, session: String) -> Self {
-        Self { settings, session, docker: OnceCell::new(), readiness: Arc::new(Mutex::new(Readiness::Idle)) }
+    /// A transport whose containers are named `dsh-<tag>-<n>`. With `ctx`, a session's
+    /// container is removed when the session's agent (in the composition's agents
+    /// registry) ends. Connects lazily.
+    pub fn new(settings: ContainerSettings, tag: String, ctx: Option<WeakContext>) -> Arc<Self> {
+        Arc::new_cyclic(|me| Self {
+            settings,
+            tag,
+            docker: OnceCell::new(),
+            sessions: std::sync::Mutex::new(HashMap::new()),
+            created: std::sync::atomic::AtomicU64::new(0),
+            closed: std::sync::atomic::AtomicBool::new(false),
+            swept: OnceCell::new(),
+            ctx,
+            warm: std::sync::Mutex::new(Vec::new()),
+            warming: std::sync::atomic::AtomicUsize::new(0),
+            me: me.clone(),
+        })
+    }
+
+    /// Starts creating containers until [`ContainerSettings::warm`] are ready or being made
+    /// (in tasks of the current runtime; nothing without one, with a named container, or
+    /// after shutdown).
+    pub fn prewarm(&self) {
+        use std::sync::atomic::Ordering;
+        let want = self.settings.warm;
+        if want == 0
+            || self.settings.container.is_some()
+            || self.closed.load(Ordering::Acquire)
+            || tokio::runtime::Handle::try_current().is_err()
+        {
+            return;
+        }
+        let have = self.warm.lock().unwrap_or_else(std::sync::PoisonError::into_inner).len();
+        let pending = self.warming.load(Ordering::Acquire);
+        for _ in (have + pending)..want {
+            self.warming.fetch_add(1, Ordering::AcqRel);
+            let me = self.me.clone();
+            tokio::spawn(async move {
+                let Some(me) = me.upgrade() else { return };
+                let made = async {
+                    let docker = me.docker().await?;
+                    me.create(docker, "", &[]).await
+                }
+                .await;
+                // Pooled before it stops counting as being made: a session waiting for it
+                // sees one or the other.
+                match made {
+                    Ok(id) if me.closed.load(Ordering::Acquire) => {
+                        if let Ok(docker) = me.docker().await {
+                            let _ = docker.remove_container(&id, Some(force())).await;
+                        }
+                    }
+                    Ok(id) => me.warm.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(id),
+                    Err(e) => tracing::warn!(error = %e, "cannot create a warm container"),
+                }
+                me.warming.fetch_sub(1, Ordering::AcqRel);
+            });
+        }
+    }
+
+    /// How many warm containers are ready now.
+    pub fn warm_ready(&self) -> usize {
+        self.warm.lock().unwrap_or_else(std::sync::PoisonError::into_inner).len()
+    }
+
+    /// A warm container for a session whose `roots` need no bind of their own (they lie in
+    /// the workspace): one that is ready, else one being made (waited for: it is nearer
+    /// than a start of our own); `None` when there is none.
+    async fn take_warm(&self, roots: &[PathBuf]) -> Option<String> {
+        if roots.iter().any(|r| r.is_dir() && !r.starts_with(&self.settings.workspace)) {
+            return None;
+        }
+        loop {
+            if let Some(id) = self.warm.lock().unwrap_or_else(std::sync::PoisonError::into_inner).pop() {
+                return Some(id);
+            }
+            if self.warming.load(std::sync::atomic::Ordering::Acquire) == 0 {
+                return None;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    }
+
+    /// The key of a program's container: its session, or `""` (no session, or one named
+    /// container for all).
+    fn key(&self, session: Option<&str>) -> String {
+        match (&self.settings.container, session) {
+            (None, Some(session)) => session.to_owned(),
+            _ => String::new(),
+        }
+    }
+
+    /// The readiness slot of `key`, made on first use.
+    fn slot(&self, key: &str) -> Arc<Mutex<Readiness>> {
+        let mut sessions = self.sessions.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        Arc::clone(sessions.entry(key.to_owned()).or_insert_with(|| Arc::new(Mutex::new(Readiness::Idle))))
+    }
+
+    /// The slot of `key` if it exists.
+    fn existing_slot(&self, key: &str) -> Option<Arc<Mutex<Readiness>>> {
+        let sessions = self.sessions.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        sessions.get(key).cloned()
     }
 
     /// The settings the transport runs with.
@@ -95,9 +217,14 @@ impl ContainerTransport {
             .await
     }
 
-    /// The container to exec in, created and started on first use.
-    async fn container(&self) -> Result<String, RemoteError> {
-        let mut readiness = self.readiness.lock().await;
+    /// The container of `key` to exec in, created and started on first use with `roots`
+    /// bound too.
+    async fn container(&self, key: &str, roots: &[PathBuf]) -> Result<String, RemoteError> {
+        let slot = self.slot(key);
+        let mut readiness = slot.lock().await;
+        if self.closed.load(std::sync::atomic::Ordering::Acquire) {
+            *readiness = Readiness::Closed;
+        }
         match &*readiness {
             Readiness::Ready { id, .. } => return Ok(id.clone()),
             Readiness::Closed => {
@@ -117,14 +244,49 @@ impl ContainerTransport {
                 }
                 (name.clone(), false)
             }
-            None => (self.create(docker).await?, true),
+            None => {
+                let id = match self.take_warm(roots).await {
+                    Some(id) => id,
+                    None => self.create(docker, key, roots).await?,
+                };
+                self.prewarm();
+                if !key.is_empty() {
+                    self.remove_with_session(docker, key, &slot, &id);
+                }
+                (id, true)
+            }
         };
         *readiness = Readiness::Ready { id: id.clone(), owned };
         Ok(id)
     }
 
-    async fn create(&self, docker: &Docker) -> Result<String, RemoteError> {
-        remove_leftovers(docker).await;
+    /// Ties container `id` to the end of session `session`'s agent: when it ends, the
+    /// container is removed (and a later call of the session would start a new one).
+    fn remove_with_session(&self, docker: &Docker, session: &str, slot: &Arc<Mutex<Readiness>>, id: &str) {
+        let Some(agents) = self.ctx.as_ref().and_then(WeakContext::upgrade).and_then(|ctx| ctx.get(AGENTS))
+        else {
+            return;
+        };
+        let Some(agent) = agents.all().into_iter().find(|a| a.session().header().id == session) else {
+            return;
+        };
+        let (docker, slot, id) = (docker.clone(), Arc::clone(slot), id.to_owned());
+        agent.on_dispose(Box::new(move || {
+            Box::pin(async move {
+                let mut readiness = slot.lock().await;
+                if matches!(&*readiness, Readiness::Ready { id: current, owned: true } if *current == id) {
+                    *readiness = Readiness::Idle;
+                }
+                drop(readiness);
+                if let Err(e) = docker.remove_container(&id, Some(force())).await {
+                    tracing::warn!(container = %id, error = %e, "cannot remove an ended session's container");
+                }
+            })
+        }));
+    }
+
+    async fn create(&self, docker: &Docker, key: &str, roots: &[PathBuf]) -> Result<String, RemoteError> {
+        self.swept.get_or_init(|| remove_leftovers(docker)).await;
         let Some(image) = &self.settings.image else {
             return Err(RemoteError::Unavailable("no image to create the container from".to_owned()));
         };
@@ -133,11 +295,19 @@ impl ContainerTransport {
             format!("{path}:{path}:{mode}")
         };
         let mut binds = vec![same_path(&self.settings.workspace, "rw")];
+        // The session's own directories (an MCP client's root elsewhere), when not already
+        // inside the workspace and there to bind.
+        let mut bound = vec![self.settings.workspace.clone()];
+        for root in roots {
+            if root.is_dir() && !bound.iter().any(|b| root.starts_with(b)) {
+                binds.push(same_path(root, "rw"));
+                bound.push(root.clone());
+            }
+        }
         binds.extend(self.settings.read_only.iter().map(|p| same_path(p, "ro")));
-        let mut labels = HashMap::from([
-            (HARNESS_LABEL.to_owned(), harness_id()),
-            (SESSION_LABEL.to_owned(), self.session.clone()),
-        ]);
+        let session = if key.is_empty() { self.tag.clone() } else { key.to_owned() };
+        let mut labels =
+            HashMap::from([(HARNESS_LABEL.to_owned(), harness_id()), (SESSION_LABEL.to_owned(), session)]);
         if let Some(host) = host_id() {
             labels.insert(HOST_LABEL.to_owned(), host);
         }
@@ -161,7 +331,8 @@ impl ContainerTransport {
             host_config: Some(host),
             ..ContainerCreateBody::default()
         };
-        let name = format!("dsh-{}", self.session);
+        let n = self.created.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let name = format!("dsh-{}-{n}", self.tag);
         let options =
             CreateContainerOptions { name: Some(name.clone()), ..CreateContainerOptions::default() };
         let created = docker
@@ -253,13 +424,14 @@ impl RemoteTransport for ContainerTransport {
     fn describe(&self) -> String {
         match (&self.settings.container, &self.settings.image) {
             (Some(name), _) => format!("container {name}"),
-            (None, Some(image)) => format!("container dsh-{} (image {image})", self.session),
+            (None, Some(image)) => format!("container dsh-{}-… per session (image {image})", self.tag),
             (None, None) => "container (no image)".to_owned(),
         }
     }
 
     async fn exec(&self, spec: RemoteExecSpec) -> Result<RemoteChild, RemoteError> {
-        let container = self.container().await?;
+        let key = self.key(spec.session.as_deref());
+        let container = self.container(&key, &spec.roots).await?;
         let docker = self.docker().await?.clone();
         let env: Vec<String> = spec.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
         let options = CreateExecOptions {
@@ -276,8 +448,8 @@ impl RemoteTransport for ContainerTransport {
         let (container, exec) = match docker.create_exec(&container, options.clone()).await {
             Ok(exec) => (container, exec),
             // It went away since the last call: a new one, once.
-            Err(e) if forget_if_gone(&docker, &self.readiness, &container).await => {
-                let fresh = self.container().await?;
+            Err(e) if forget_if_gone(&docker, &self.slot(&key), &container).await => {
+                let fresh = self.container(&key, &spec.roots).await?;
                 match docker.create_exec(&fresh, options).await {
                     Ok(exec) => (fresh, exec),
                     Err(_) => return Err(failed(e)),
@@ -375,15 +547,16 @@ impl RemoteTransport for ContainerTransport {
         ))
     }
 
-    async fn gone(&self) -> bool {
-        let id = match &*self.readiness.lock().await {
+    async fn gone(&self, session: Option<&str>) -> bool {
+        let Some(slot) = self.existing_slot(&self.key(session)) else { return false };
+        let id = match &*slot.lock().await {
             Readiness::Ready { id, .. } => id.clone(),
             Readiness::Idle | Readiness::Closed => return false,
         };
         let Ok(docker) = self.docker().await else { return false };
         // The engine may still be stopping it: a moment to tell.
         for _ in 0..20 {
-            if forget_if_gone(docker, &self.readiness, &id).await {
+            if forget_if_gone(docker, &slot, &id).await {
                 return true;
             }
             tokio::time::sleep(std::time::Duration::from_millis(100)).await;
@@ -392,13 +565,28 @@ impl RemoteTransport for ContainerTransport {
     }
 
     async fn shutdown(&self) -> Result<(), RemoteError> {
-        let mut readiness = self.readiness.lock().await;
-        let previous = std::mem::replace(&mut *readiness, Readiness::Closed);
-        let Readiness::Ready { id, owned: true } = previous else { return Ok(()) };
-        let docker = self.docker().await?;
-        docker
-            .remove_container(&id, Some(force()))
-            .await
-            .map_err(|e| RemoteError::Failed(format!("cannot remove container {id}: {e}")))
+        self.closed.store(true, std::sync::atomic::Ordering::Release);
+        let slots: Vec<_> = {
+            let sessions = self.sessions.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            sessions.values().cloned().collect()
+        };
+        let mut failed = Vec::new();
+        let warm = std::mem::take(&mut *self.warm.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
+        for id in warm {
+            let docker = self.docker().await?;
+            if let Err(e) = docker.remove_container(&id, Some(force())).await {
+                failed.push(format!("cannot remove warm container {id}: {e}"));
+            }
+        }
+        for slot in slots {
+            let mut readiness = slot.lock().await;
+            let previous = std::mem::replace(&mut *readiness, Readiness::Closed);
+            let Readiness::Ready { id, owned: true } = previous else { continue };
+            let docker = self.docker().await?;
+            if let Err(e) = docker.remove_container(&id, Some(force())).await {
+                failed.push(format!("cannot remove container {id}: {e}"));
+            }
+        }
+        if failed.is_empty() { Ok(()) } else { Err(RemoteError::Failed(failed.join("; "))) }
     }
 }

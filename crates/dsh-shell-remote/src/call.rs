@@ -92,7 +92,10 @@ impl Call {
             cwd: None,
             env: call_env(spec, &id),
             stdin: true,
+            session: spec.dsh_env.as_ref().and_then(|env| env.get(dsh_shell::DSH_SESSION_ID)).cloned(),
+            roots: vec![spec.workdir.clone()],
         };
+        let session = exec.session.clone();
         let child = transport.exec(exec).await?;
         let (end_tx, end) = watch::channel(None);
         let (control, control_rx) = mpsc::unbounded_channel();
@@ -120,7 +123,7 @@ impl Call {
                     .unwrap_or(Ok(RemoteExit { code: None, out_of_memory: false })),
                 None => child.exit.await,
             };
-            if frame.is_none() && transport.gone().await {
+            if frame.is_none() && transport.gone(session.as_deref()).await {
                 err.push(format!("[{far_side} went away during the call]\n").as_bytes());
             }
             out.finish();

@@ -19,6 +19,12 @@ pub struct RemoteExecSpec {
     /// Keep the program's stdin a writable stream ([`RemoteChild::stdin`]); otherwise its
     /// stdin reads end of file at once.
     pub stdin: bool,
+    /// The harness session the program runs for (`DSH_SESSION_ID`); `None`: none. A
+    /// transport that gives each session a far side of its own (a container) keys it by this.
+    pub session: Option<String>,
+    /// Directories of the harness's host the program works in (its working directory), which
+    /// a transport that mounts host directories makes reachable at the same path.
+    pub roots: Vec<PathBuf>,
 }
 
 /// A program started on the far side.
@@ -75,8 +81,9 @@ pub trait RemoteTransport: Send + Sync + 'static {
     async fn probe(&self) -> Result<String, RemoteError>;
     /// Asked when a program ended without its call's status: whether the far side itself
     /// went away meanwhile (its container stopped or was removed). When it did, the
-    /// transport readies a new one for the next `exec`. By default a transport cannot tell.
-    async fn gone(&self) -> bool {
+    /// transport readies a new one for the next `exec`. `session` is the program's
+    /// [`RemoteExecSpec::session`]. By default a transport cannot tell.
+    async fn gone(&self, _session: Option<&str>) -> bool {
         false
     }
     /// Releases the far side (removes the session's container, closes the connection).

@@ -1,5 +1,5 @@
 //! `--executor container`: the bash tool's host-independent conformance cases through one
-//! container per harness, containment inside it, limits, network and teardown.
+//! container per session, containment inside it, limits, network and teardown.
 //!
 //! These need a Docker-compatible engine answering on the local socket and the test image
 //! (`scripts/container-test-image`, built here when missing). Without them the tests skip,
@@ -542,4 +542,218 @@ fn a_killed_harness_leaves_no_command_running_in_its_container() {
     };
     let _ = Command::new("docker").args(["rm", "-f", &ours[0]]).output();
     assert_eq!(left, "", "a command outlived the harness in its container");
+}
+
+/// `dsh-bash --executor container mcp --http` in its own process group, its authority and
+/// token; ended with `SIGTERM` when dropped.
+struct HttpContainerServer {
+    child: std::process::Child,
+    authority: String,
+    token: String,
+}
+
+impl HttpContainerServer {
+    fn start(sandbox: &Sandbox) -> Self {
+        Self::start_with(sandbox, &[])
+    }
+
+    /// Started with the container switches `extra` too.
+    fn start_with(sandbox: &Sandbox, extra: &[&str]) -> Self {
+        use std::io::BufRead;
+        use std::os::unix::process::CommandExt;
+        let token = format!("token-{}", std::process::id());
+        let token_file = sandbox.write("mcp-token", &format!("{token}\n"));
+        let mut args = container_args(extra);
+        args.extend(["mcp", "--http", "127.0.0.1:0", "--token-file", token_file.to_str().expect("utf-8")]);
+        let mut command = sandbox.command(&args);
+        command.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::piped()).process_group(0);
+        let mut child = command.spawn().expect("spawn dsh-bash mcp --http");
+        let mut stderr = std::io::BufReader::new(child.stderr.take().expect("stderr"));
+        let mut line = String::new();
+        stderr.read_line(&mut line).expect("the start line");
+        std::thread::spawn(move || std::io::copy(&mut stderr, &mut std::io::sink()));
+        let authority = dsh_test_support::http::start_line_authority(&line)
+            .unwrap_or_else(|| panic!("no start line: {line:?}"));
+        HttpContainerServer { child, authority, token }
+    }
+}
+
+impl Drop for HttpContainerServer {
+    fn drop(&mut self) {
+        let group = i32::try_from(self.child.id()).expect("a pid");
+        // SAFETY: kill has no memory preconditions; the group is the server's own.
+        unsafe { libc::kill(-group, libc::SIGTERM) };
+        let _ = self.child.wait();
+    }
+}
+
+/// The text of a `tools/call` reply.
+fn reply_text(reply: &dsh_test_support::http::Reply, id: u64) -> String {
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    let response = reply.response(id).unwrap_or_else(|| panic!("no response {id} in {}", reply.body));
+    response["result"]["content"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no content: {response}"))
+        .iter()
+        .filter_map(|block| block["text"].as_str())
+        .collect()
+}
+
+/// The spill file a truncated result's text names.
+fn spill_path(text: &str) -> String {
+    let start = text.find("full output: ").map(|i| i + "full output: ".len());
+    let end = start.and_then(|s| text[s..].find(']').map(|e| s + e));
+    match (start, end) {
+        (Some(s), Some(e)) => text[s..e].to_owned(),
+        _ => panic!("no spill file named in {text:?}"),
+    }
+}
+
+#[test]
+fn two_mcp_sessions_of_one_server_share_neither_tmp_nor_processes_and_read_their_spill_files() {
+    use dsh_test_support::http::Conn;
+    if !engine() {
+        return;
+    }
+    let sandbox = Sandbox::new();
+    let server = HttpContainerServer::start(&sandbox);
+    let patience = Duration::from_secs(120);
+    let mut a = Conn::open(&server.authority, &server.token, patience).expect("connect a");
+    let mut b = Conn::open(&server.authority, &server.token, patience).expect("connect b");
+    let session_a = a.open_session("a").expect("session a");
+    let session_b = b.open_session("b").expect("session b");
+    let call = |conn: &mut Conn, session: &str, id: u64, args: Value| {
+        reply_text(&conn.call(session, id, "bash", args).expect("tools/call"), id)
+    };
+    let command = |command: &str| json!({"command": command, "description": "d", "timeoutMs": 60000});
+    // Session a leaves a file in /tmp and a process running (a background job).
+    call(&mut a, &session_a, 1, command("echo only-a > /tmp/left-by-a"));
+    call(
+        &mut a,
+        &session_a,
+        2,
+        json!({"command": "exec -a sleeper-of-a sleep 600", "description": "d", "run_in_background": true}),
+    );
+    let sees_sleeper = "for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline 2>/dev/null; echo; done | grep -c '^sleeper-of-a' || true";
+    let mut seen_by_a = String::new();
+    for _ in 0..200 {
+        seen_by_a = call(&mut a, &session_a, 3, command(sees_sleeper));
+        if seen_by_a.trim() == "1" {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(seen_by_a.trim(), "1", "session a sees its own job");
+    // Session b sees neither.
+    let tmp = call(&mut b, &session_b, 4, command("cat /tmp/left-by-a 2>&1 || echo no-file"));
+    assert!(tmp.contains("no-file") && !tmp.contains("only-a"), "b read a's /tmp: {tmp}");
+    let procs = call(&mut b, &session_b, 5, command(sees_sleeper));
+    assert_eq!(procs.trim(), "0", "b sees a's processes");
+    // The spill file a result names is readable by a later command of the same session.
+    let big = call(&mut a, &session_a, 6, command("seq 1 200000"));
+    let path = spill_path(&big);
+    let read =
+        call(&mut a, &session_a, 7, command(&format!("tail -n 1 {}", crate::harness::shell_quote(&path))));
+    assert_eq!(read.trim(), "200000", "the spill file {path} read in the container");
+    // One container each; the one of a session that ends goes with it, the other stays.
+    let harness = server.child.id();
+    assert_eq!(containers_of(harness).len(), 2, "one container per session");
+    assert!((200..300).contains(&a.delete(&session_a).expect("DELETE the session")));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while containers_of(harness).len() != 1 {
+        assert!(Instant::now() < deadline, "the ended session's container was not removed");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let still = call(&mut b, &session_b, 8, command("echo b-still-runs"));
+    assert_eq!(still.trim(), "b-still-runs");
+    drop(server);
+    assert!(containers_of(harness).is_empty(), "the harness's end removes the rest");
+}
+
+/// One `dsh-bash --executor container mcp` (stdio) whose client offers `root` as its only
+/// root; the text of one `bash` call of `command`.
+fn stdio_call_with_root(sandbox: &Sandbox, root: &std::path::Path, command: &str) -> String {
+    use std::io::{BufRead, Write};
+    let mut args = container_args(&[]);
+    args.push("mcp");
+    let mut child = sandbox
+        .command(&args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn dsh-bash mcp");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let mut stdout = std::io::BufReader::new(child.stdout.take().expect("stdout"));
+    let mut send = |message: Value| writeln!(stdin, "{message}").expect("write");
+    send(json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {"roots": {"listChanged": false}},
+        "clientInfo": {"name": "rooted", "version": "0"}}}));
+    send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    send(json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "bash",
+        "arguments": {"command": command, "description": "d", "timeoutMs": 60000}}}));
+    let uri = format!("file://{}", root.display());
+    let mut line = String::new();
+    let text = loop {
+        line.clear();
+        assert!(stdout.read_line(&mut line).expect("read") > 0, "the server ended");
+        let message: Value = serde_json::from_str(&line).expect("json");
+        if message["method"] == json!("roots/list") {
+            send(json!({"jsonrpc": "2.0", "id": message["id"], "result": {"roots": [{"uri": uri}]}}));
+        } else if message["id"] == json!(1) {
+            break message["result"]["content"][0]["text"].as_str().expect("text").to_owned();
+        }
+    };
+    drop(stdin);
+    let _ = child.wait();
+    text
+}
+
+#[test]
+fn an_mcp_session_whose_root_is_another_directory_runs_there() {
+    if !engine() {
+        return;
+    }
+    let sandbox = Sandbox::new();
+    let elsewhere = tempfile::tempdir().expect("tempdir");
+    let root = std::fs::canonicalize(elsewhere.path()).expect("canonical");
+    std::fs::write(root.join("marker"), "in-the-root\n").expect("marker");
+    let text = stdio_call_with_root(&sandbox, &root, "pwd; cat marker; echo written > made-here");
+    assert_eq!(text, format!("{}\nin-the-root\n", root.display()), "{text}");
+    assert_eq!(std::fs::read_to_string(root.join("made-here")).expect("written in the root"), "written\n");
+}
+
+#[test]
+fn a_warm_container_is_ready_before_a_session_and_serves_its_first_call() {
+    use dsh_test_support::http::Conn;
+    if !engine() {
+        return;
+    }
+    let sandbox = Sandbox::new();
+    let server = HttpContainerServer::start_with(&sandbox, &["--container-warm", "1"]);
+    let harness = server.child.id();
+    // The pool fills before any session exists.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let warm = loop {
+        let containers = containers_of(harness);
+        if containers.len() == 1 {
+            break containers[0].clone();
+        }
+        assert!(Instant::now() < deadline, "no warm container: {containers:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let mut a = Conn::open(&server.authority, &server.token, Duration::from_secs(120)).expect("connect");
+    let session = a.open_session("a").expect("session");
+    let reply = a
+        .call(&session, 1, "bash", json!({"command": "hostname", "description": "d", "timeoutMs": 60000}))
+        .expect("tools/call");
+    // A container's host name is its short id: the first call ran in the warm one.
+    assert_eq!(reply_text(&reply, 1).trim(), warm, "the first call ran in the warm container");
+    // The pool is refilled: the session's container and a new warm one.
+    while containers_of(harness).len() != 2 {
+        assert!(Instant::now() < deadline, "the pool was not refilled");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    drop(server);
+    assert!(containers_of(harness).is_empty(), "the harness's end removes the warm ones too");
 }

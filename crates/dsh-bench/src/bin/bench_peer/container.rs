@@ -44,6 +44,46 @@ fn docker_exec(container: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The settings of the measured container: `image`, the workspace `root`.
+fn settings_of(image: &str, root: &std::path::Path) -> ContainerSettings {
+    ContainerSettings {
+        image: Some(image.to_owned()),
+        workspace: root.to_path_buf(),
+        ..ContainerSettings::default()
+    }
+}
+
+/// A new session's first call, `reps` times each way: `[cold, warm]` in ms. Cold: a fresh
+/// transport's first exec (it creates and starts the container). Warm: a fresh transport
+/// with a warm pool of one, measured once the pool is ready.
+async fn first_calls(settings: &ContainerSettings, reps: u64) -> anyhow::Result<[Vec<f64>; 2]> {
+    let mut samples: [Vec<f64>; 2] = Default::default();
+    for i in 0..reps {
+        for (slot, warm) in [(0, 0), (1, 1)] {
+            let settings = ContainerSettings { warm, ..settings.clone() };
+            let transport = ContainerTransport::new(
+                settings,
+                format!("benchfirst{}-{i}-{slot}", std::process::id()),
+                None,
+            );
+            transport.prewarm();
+            let deadline = Instant::now() + std::time::Duration::from_secs(60);
+            while transport.warm_ready() < warm {
+                if Instant::now() > deadline {
+                    bail!("the warm pool did not fill within 60 s");
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            }
+            let t = Instant::now();
+            let done = bare_exec(&transport).await;
+            samples[slot].push(ms(t.elapsed()));
+            transport.shutdown().await?;
+            done?;
+        }
+    }
+    Ok(samples)
+}
+
 pub(crate) async fn container(c: &Composed, args: &Args) -> anyhow::Result<Outcome> {
     let n = args.int_at(1, "N")?;
     let warmup = args.int_flag("warmup", 5)?;
@@ -51,12 +91,8 @@ pub(crate) async fn container(c: &Composed, args: &Args) -> anyhow::Result<Outco
     let workspace = tempfile::Builder::new().prefix("dsh-bench-container-").tempdir()?;
     let session = format!("bench{}", std::process::id());
     let root = std::fs::canonicalize(workspace.path())?;
-    let settings = ContainerSettings {
-        image: Some(image.clone()),
-        workspace: root.clone(),
-        ..ContainerSettings::default()
-    };
-    let transport = Arc::new(ContainerTransport::new(settings, session.clone()));
+    let settings = settings_of(&image, &root);
+    let transport = ContainerTransport::new(settings, session.clone(), None);
     let params = json!({"n": n, "warmup": warmup, "command": "true", "image": image, "interleaved": true});
     // The first exec creates the container; an engine that does not answer skips the rows.
     if let Err(e) = bare_exec(&transport).await {
@@ -68,7 +104,7 @@ pub(crate) async fn container(c: &Composed, args: &Args) -> anyhow::Result<Outco
         LocalBashConfig::default(),
         Arc::clone(&c.service),
     )?;
-    let name = format!("dsh-{session}");
+    let name = format!("dsh-{session}-0");
     let request = || ShellExecRequest {
         command: "true".to_owned(),
         workdir: Some(root.clone()),
@@ -100,7 +136,11 @@ pub(crate) async fn container(c: &Composed, args: &Args) -> anyhow::Result<Outco
     .await;
     transport.shutdown().await?;
     let samples = measured?;
+    let first = first_calls(&settings_of(&image, &root), (n / 10).clamp(3, 10)).await?;
     let mut results = Map::new();
+    for (key, s) in ["first_call_cold", "first_call_warm"].into_iter().zip(&first) {
+        results.insert(key.into(), Value::Object(stats(s)));
+    }
     for (key, s) in ["docker_exec", "bollard_exec", "executor_run"].into_iter().zip(&samples) {
         results.insert(key.into(), Value::Object(stats(s)));
     }

@@ -448,6 +448,10 @@ fn container(d: &Lines, t: &mut Table) {
         d.med("rust", "container", &[], "results.run_vs_docker_exec_p50"),
         Target::RatioAtMost(1.2, "<= 1.2x docker exec (same moments)"),
     );
+    let cold = d.med("rust", "container", &[], "results.first_call_cold.p50_ms");
+    t.info("a new session's first call, no warm pool (container start)", Unit::Ms, cold, None);
+    let warm = d.med("rust", "container", &[], "results.first_call_warm.p50_ms");
+    t.info("a new session's first call, --container-warm 1", Unit::Ms, warm, cold);
 }
 
 fn network_proxy(d: &Lines, t: &mut Table) {
