@@ -18,7 +18,7 @@ use serde_json::{Value, json};
 
 use super::cell::{Mode, User, World};
 use super::host;
-use super::matrix::{Skip, over_matrix};
+use super::matrix::{Skip, over_matrix_alone};
 
 /// Processes the outer group allows: above the harness's default per-call limit (4096) plus
 /// what the `nobody` user already runs, far below the host's `pid_max`.
@@ -260,14 +260,14 @@ fn check_fork_bomb(world: &World, confined: bool, delegated: bool) -> Result<(),
 
 #[test]
 fn limits_a_confined_fork_bomb_ends_with_the_fact_and_the_next_call_works() {
-    over_matrix("limits_a_confined_fork_bomb_ends_with_the_fact_and_the_next_call_works", |world| {
+    over_matrix_alone("limits_a_confined_fork_bomb_ends_with_the_fact_and_the_next_call_works", |world| {
         check_fork_bomb(world, true, false)
     });
 }
 
 #[test]
 fn limits_a_fork_bomb_of_an_unprivileged_user_with_a_delegated_group_ends_with_the_fact() {
-    over_matrix(
+    over_matrix_alone(
         "limits_a_fork_bomb_of_an_unprivileged_user_with_a_delegated_group_ends_with_the_fact",
         |world| {
             // The subject is the unprivileged user: root makes groups anywhere (the tests above).
@@ -286,7 +286,7 @@ fn limits_a_fork_bomb_of_an_unprivileged_user_with_a_delegated_group_ends_with_t
 #[test]
 fn limits_an_unconfined_fork_bomb_ends_with_the_fact_and_the_next_call_works() {
     // The runner is irrelevant unconfined: the matrix's users are what matters.
-    over_matrix("limits_an_unconfined_fork_bomb_ends_with_the_fact_and_the_next_call_works", |world| {
+    over_matrix_alone("limits_an_unconfined_fork_bomb_ends_with_the_fact_and_the_next_call_works", |world| {
         if world.cell.runner.name() != "landlock" {
             return Ok(());
         }
@@ -299,7 +299,7 @@ const MEMORY_HOG: &str = "python3 -c 'a = []\nwhile True: a.append(bytearray(16 
 
 #[test]
 fn limits_a_memory_hog_ends_at_the_configured_limit_and_the_next_call_works() {
-    over_matrix("limits_a_memory_hog_ends_at_the_configured_limit_and_the_next_call_works", |world| {
+    over_matrix_alone("limits_a_memory_hog_ends_at_the_configured_limit_and_the_next_call_works", |world| {
         world.require("python3")?;
         let memory = "[bash-local]\nmemory = \"256m\"";
         world.configure(memory);
@@ -339,7 +339,7 @@ echo \"limit: $(cat /sys/fs/cgroup/pids$g/pids.max)\"";
 
 #[test]
 fn limits_a_confined_command_cannot_raise_or_leave_its_group() {
-    over_matrix("limits_a_confined_command_cannot_raise_or_leave_its_group", |world| {
+    over_matrix_alone("limits_a_confined_command_cannot_raise_or_leave_its_group", |world| {
         // `nobody` has a group of its own only when one is delegated to it, and then owns the
         // group's files: the case that matters most.
         let delegated = world.cell.user == User::Nobody;

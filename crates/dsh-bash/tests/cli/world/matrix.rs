@@ -8,7 +8,7 @@
 use std::any::Any;
 use std::collections::HashMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Mutex, OnceLock, RwLock};
 
 use super::cell::{Cell, Runner, User, World};
 use super::host;
@@ -27,8 +27,25 @@ const CELLS: [Cell; 4] = [
     Cell { runner: Runner::Bwrap, user: User::Nobody },
 ];
 
+/// Held shared by every matrix run and exclusively by one that loads the host on purpose (a
+/// fork bomb, a memory hog): such an attack never runs beside another, whose processes it
+/// would starve.
+static HOST_LOAD: RwLock<()> = RwLock::new(());
+
 /// Runs `attack` in every cell; panics listing every cell that failed.
 pub fn over_matrix(test: &str, attack: Attack) {
+    let _shared = HOST_LOAD.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+    run_cells(test, attack);
+}
+
+/// [`over_matrix`] for an attack that loads the whole host (a fork bomb, a memory hog): it
+/// runs while no other matrix attack does.
+pub fn over_matrix_alone(test: &str, attack: Attack) {
+    let _exclusive = HOST_LOAD.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+    run_cells(test, attack);
+}
+
+fn run_cells(test: &str, attack: Attack) {
     let mut failures = Vec::new();
     for cell in CELLS {
         match availability(cell) {
