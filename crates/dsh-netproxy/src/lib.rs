@@ -20,7 +20,8 @@
 //!   [`NetworkGate::with_credentials`]): a `CONNECT` to a bound host has its TLS ended here
 //!   and each request gets the value in place of the session's placeholder before it goes on,
 //!   over verified TLS, to the host; a plain-HTTP request to a bound host is rewritten the same
-//!   way. Every other destination is relayed untouched. Each addition is recorded for the
+//!   way only when the host's address is loopback (a secret never crosses a network in
+//!   cleartext). Every other destination is relayed untouched. Each addition is recorded for the
 //!   calls running at that moment ([`CallGuard::finish_with_credentials`]).
 //!
 //! One namespace (and one gate) serves a session: calls of a session that run at the same
@@ -513,7 +514,8 @@ async fn handle(mut client: TcpStream, gate: &NetworkGate) -> std::io::Result<()
             client.write_all(b"HTTP/1.1 200 Connection established\r\n\r\n").await?;
         }
         Request::Forward { head, userinfo, .. } => {
-            let head = match gate.credentials.as_ref().filter(|v| v.binds(&host, port)) {
+            let cleartext_ok = upstream.peer_addr().is_ok_and(|a| cleartext_stays_on_this_host(&a));
+            let head = match gate.credentials.as_ref().filter(|v| cleartext_ok && v.binds(&host, port)) {
                 Some(vault) => forward_with_credentials(vault, gate, &head, userinfo.as_deref(), &host, port),
                 None => head,
             };
@@ -535,6 +537,19 @@ async fn handle(mut client: TcpStream, gate: &NetworkGate) -> std::io::Result<()
             let _ = client.shutdown().await;
             let _ = upstream.shutdown().await;
             Ok(())
+        }
+    }
+}
+
+/// Whether a secret may go to `upstream` in a plain-HTTP request: only when the address is
+/// this host's loopback, where no network carries it. Anywhere else a bound secret travels
+/// only inside TLS whose server certificate was verified; a plain-HTTP request keeps the
+/// placeholder.
+fn cleartext_stays_on_this_host(upstream: &SocketAddr) -> bool {
+    match upstream.ip() {
+        std::net::IpAddr::V4(ip) => ip.is_loopback(),
+        std::net::IpAddr::V6(ip) => {
+            ip.is_loopback() || ip.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback())
         }
     }
 }
@@ -594,6 +609,27 @@ async fn connect(addrs: &[SocketAddr]) -> std::io::Result<TcpStream> {
         }
     }
     Err(last)
+}
+
+#[cfg(test)]
+mod cleartext_tests {
+    use super::cleartext_stays_on_this_host;
+
+    #[test]
+    fn a_secret_goes_in_cleartext_only_to_this_hosts_loopback() {
+        for (addr, ok) in [
+            ("127.0.0.1:80", true),
+            ("127.1.2.3:8080", true),
+            ("[::1]:80", true),
+            ("[::ffff:127.0.0.1]:80", true),
+            ("192.0.2.2:80", false),
+            ("10.0.0.5:80", false),
+            ("[2001:db8::1]:80", false),
+            ("[::ffff:192.0.2.2]:80", false),
+        ] {
+            assert_eq!(cleartext_stays_on_this_host(&addr.parse().expect("an address")), ok, "{addr}");
+        }
+    }
 }
 
 #[cfg(test)]
