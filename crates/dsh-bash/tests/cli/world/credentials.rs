@@ -51,10 +51,10 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.wfile.write(body)
     def log_message(self, *args):
         pass
-server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+server = http.server.ThreadingHTTPServer((sys.argv[5] if sys.argv[5:] else "127.0.0.1", 0), Handler)
 context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
 context.load_cert_chain(sys.argv[1], sys.argv[2])
-if sys.argv[4:] != ["plain"]:
+if sys.argv[4:5] != ["plain"]:
     server.socket = context.wrap_socket(server.socket, server_side=True)
 print(server.server_address[1], flush=True)
 server.serve_forever()
@@ -79,7 +79,12 @@ impl TlsServer {
     /// [`TlsServer::start`], serving plain HTTP when `plain` (its files in a directory of
     /// their own under `dir`).
     fn start_as(world: &World, dir: &Path, plain: bool) -> TlsServer {
-        let dir = &dir.join(if plain { "plain" } else { "tls" });
+        Self::start_on(world, dir, plain, "127.0.0.1")
+    }
+
+    /// [`TlsServer::start_as`] listening on `address`.
+    fn start_on(world: &World, dir: &Path, plain: bool, address: &str) -> TlsServer {
+        let dir = &dir.join(format!("{}-{address}", if plain { "plain" } else { "tls" }));
         std::fs::create_dir_all(dir).expect("a server directory");
         let ca_key = rcgen::KeyPair::generate().expect("a CA key");
         let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("CA params");
@@ -109,7 +114,8 @@ impl TlsServer {
             .arg(&cert_file)
             .arg(&key_file)
             .arg(&log)
-            .args(plain.then_some("plain"))
+            .arg(if plain { "plain" } else { "tls" })
+            .arg(address)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -383,6 +389,61 @@ fn a_bound_host_that_fails_verification_gets_nothing() {
             "the command is told why: {out:#?}"
         );
         assert!(server.requests().is_empty(), "an unverified host got a request: {:#?}", server.requests());
+        assert!(!out.text.contains("[network: credential"), "{out:#?}");
+        Ok(())
+    });
+}
+
+/// This machine's address on its first global IPv4 interface (`ip -4 -o addr show scope
+/// global`): reached through a network interface, not loopback.
+fn non_loopback_address() -> String {
+    let out =
+        Command::new("ip").args(["-4", "-o", "addr", "show", "scope", "global"]).output().expect("run ip");
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.split_whitespace()
+        .skip_while(|w| *w != "inet")
+        .nth(1)
+        .and_then(|cidr| cidr.split('/').next())
+        .map(str::to_owned)
+        .unwrap_or_else(|| panic!("test setup: this machine has no global IPv4 address: {text:?}"))
+}
+
+#[test]
+fn a_bound_secret_never_goes_in_cleartext_beyond_loopback() {
+    over_matrix("a_bound_secret_never_goes_in_cleartext_beyond_loopback", |world| {
+        require_tools(world)?;
+        let address = non_loopback_address();
+        let plain = TlsServer::start_on(world, &world.outside, true, &address);
+        let port = plain.port;
+        let secret = host::unique("world-secret-value");
+        // Bound without a port, as a user binding a host would: port 80 style plain HTTP to
+        // the host's real (non-loopback) address must keep the placeholder.
+        let flags = [
+            "--network".to_owned(),
+            "deny".to_owned(),
+            "--allow-host".to_owned(),
+            format!("{address}:{port}"),
+            "--credential".to_owned(),
+            format!("WORLD_TOKEN={address}"),
+        ];
+        let command = format!(
+            r#"echo "ENV=$WORLD_TOKEN"; curl -sS -m 20 -H "Authorization: Bearer $WORLD_TOKEN" http://{address}:{port}/far"#
+        );
+        let mut args = flags.to_vec();
+        args.extend(world.call_args(Mode::WorkspaceWrite, None, &command));
+        let output = world.dsh(&args).env("WORLD_TOKEN", &secret).output().expect("spawn dsh-bash");
+        let out = Outcome::parse(&output);
+        let placeholder = out
+            .stdout
+            .lines()
+            .find_map(|l| l.strip_prefix("ENV="))
+            .unwrap_or_else(|| panic!("no ENV line: {out:#?}"))
+            .to_owned();
+        let requests = plain.requests();
+        let far = seen(&requests, "/far");
+        assert_eq!(far.len(), 1, "the request went through: {requests:#?} {out:#?}");
+        assert!(far[0].ends_with(&format!(" auth=Bearer {placeholder} key=None")), "{requests:#?}");
+        assert!(!far[0].contains(&secret), "the value crossed a network in cleartext: {requests:#?}");
         assert!(!out.text.contains("[network: credential"), "{out:#?}");
         Ok(())
     });
