@@ -566,6 +566,15 @@ impl RemoteTransport for ContainerTransport {
 
     async fn shutdown(&self) -> Result<(), RemoteError> {
         self.closed.store(true, std::sync::atomic::Ordering::Release);
+        // A warm container still being made is removed by its own task once made (it sees
+        // `closed`): wait for those tasks, so none is dropped with the runtime before it
+        // removed what it made (bounded, as an engine that hangs must not hold the exit).
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while self.warming.load(std::sync::atomic::Ordering::Acquire) > 0
+            && std::time::Instant::now() < deadline
+        {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
         let slots: Vec<_> = {
             let sessions = self.sessions.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
             sessions.values().cloned().collect()
