@@ -20,6 +20,7 @@ pub mod plugins;
 pub mod prompt;
 pub mod services;
 pub mod session;
+pub mod time;
 pub mod tools;
 
 pub use abort::{AbortReason, AbortSignal, Deadline, DeadlineRangeError, MAX_TIMER_DELAY_MS};

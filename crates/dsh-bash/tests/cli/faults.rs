@@ -297,19 +297,7 @@ fn an_unwritable_dsh_home_costs_one_warning_and_no_call() {
         "Permission denied (os error 13)"
     };
     let cwd = std::fs::canonicalize(sandbox.path()).expect("canonical");
-    let lines = [
-        request("bash", json!({"command": "echo one", "description": "d"}), "s", &cwd, 1),
-        request(
-            "bash",
-            json!({"command": "echo two", "description": "d", "run_in_background": true}),
-            "s",
-            &cwd,
-            2,
-        ),
-        request("job_output", json!({"job_id": "bash-1", "wait": true}), "s", &cwd, 3),
-        request("bash", json!({"command": "echo three", "description": "d"}), "s", &cwd, 4),
-    ];
-    let input: String = lines.iter().map(|l| format!("{l}\n")).collect();
+    let input = one_two_three(&cwd, "s");
     let out = output(sandbox.command(&["batch"]), input.as_bytes());
     if root {
         umount(&home);
@@ -334,18 +322,51 @@ fn an_unwritable_dsh_home_costs_one_warning_and_no_call() {
 fn run_in_full_home(sandbox: &Sandbox, args: &[&str], stdin: &str) -> crate::harness::Run {
     let home = sandbox.path().join("home");
     std::fs::create_dir_all(&home).expect("mkdir");
-    let script = "mount --make-rprivate / && mount -t tmpfs -o size=64k,mode=0755 tmpfs \"$DSH_HOME\" || exit 97; \
-                  head -c 1048576 /dev/zero > \"$DSH_HOME/fill\" 2>/dev/null; exec \"$0\" \"$@\"";
+    run_over_full_tmpfs(sandbox, &home, "0755", args, stdin)
+}
+
+/// `dsh-bash ARGS` with `stdin` (its `DSH_HOME` under the sandbox), `full` a full 64 KiB
+/// tmpfs of `mode` mounted in a mount namespace of the run's own (`unshare -m`), so the
+/// host's mounts never change.
+fn run_over_full_tmpfs(
+    sandbox: &Sandbox,
+    full: &std::path::Path,
+    mode: &str,
+    args: &[&str],
+    stdin: &str,
+) -> crate::harness::Run {
+    let script = "mount --make-rprivate / && mount -t tmpfs -o size=64k,mode=$FULL_MODE tmpfs \"$FULL\" || exit 97; \
+                  head -c 1048576 /dev/zero > \"$FULL/fill\" 2>/dev/null; exec \"$0\" \"$@\"";
     let mut command = Command::new("unshare");
     command
         .args(["-m", "sh", "-c", script, env!("CARGO_BIN_EXE_dsh-bash")])
         .args(args)
-        .env("DSH_HOME", &home)
+        .env("FULL", full)
+        .env("FULL_MODE", mode)
+        .env("DSH_HOME", sandbox.path().join("home"))
         .env_remove("DSH_MCP_TOKEN")
         .current_dir(sandbox.path());
     let out = output(command, stdin.as_bytes());
     assert_ne!(out.code, Some(97), "the full tmpfs could not be mounted: {out:?}");
     out
+}
+
+/// A batch of one session's calls: `echo one`, a background `echo two` read to its end, then
+/// `echo three` in `last_session`.
+fn one_two_three(cwd: &std::path::Path, last_session: &str) -> String {
+    let lines = [
+        request("bash", json!({"command": "echo one", "description": "d"}), "s", cwd, 1),
+        request(
+            "bash",
+            json!({"command": "echo two", "description": "d", "run_in_background": true}),
+            "s",
+            cwd,
+            2,
+        ),
+        request("job_output", json!({"job_id": "bash-1", "wait": true}), "s", cwd, 3),
+        request("bash", json!({"command": "echo three", "description": "d"}), last_session, cwd, 4),
+    ];
+    lines.iter().map(|l| format!("{l}\n")).collect()
 }
 
 #[test]
@@ -361,19 +382,7 @@ fn a_full_dsh_home_costs_one_warning_and_no_call() {
         home.join("sessions").display()
     );
     let cwd = std::fs::canonicalize(sandbox.path()).expect("canonical");
-    let lines = [
-        request("bash", json!({"command": "echo one", "description": "d"}), "s", &cwd, 1),
-        request(
-            "bash",
-            json!({"command": "echo two", "description": "d", "run_in_background": true}),
-            "s",
-            &cwd,
-            2,
-        ),
-        request("job_output", json!({"job_id": "bash-1", "wait": true}), "s", &cwd, 3),
-        request("bash", json!({"command": "echo three", "description": "d"}), "t", &cwd, 4),
-    ];
-    let input: String = lines.iter().map(|l| format!("{l}\n")).collect();
+    let input = one_two_three(&cwd, "t");
     let out = run_in_full_home(&sandbox, &["batch"], &input);
     assert_eq!(out.code, Some(0), "{out:?}");
     let texts: Vec<String> = out.json_lines().iter().map(text).collect();
@@ -415,16 +424,13 @@ fn a_background_read_past_a_full_spill_directory_says_unavailable() {
     ];
     let input: String = lines.iter().map(|l| format!("{l}\n")).collect();
     // The spill directory a full 64 KiB tmpfs, in a mount namespace of the run's own.
-    let script = "mount --make-rprivate / && mount -t tmpfs -o size=64k,mode=0700 tmpfs \"$SPILL\" || exit 97; \
-                  head -c 1048576 /dev/zero > \"$SPILL/fill\" 2>/dev/null; exec \"$0\" \"$@\"";
-    let mut run = Command::new("unshare");
-    run.args(["-m", "sh", "-c", script, env!("CARGO_BIN_EXE_dsh-bash")])
-        .args(["--config", config.to_str().expect("utf-8"), "batch"])
-        .env("SPILL", &spill)
-        .env("DSH_HOME", sandbox.path().join("home"))
-        .env_remove("DSH_MCP_TOKEN")
-        .current_dir(sandbox.path());
-    let out = output(run, input.as_bytes());
+    let out = run_over_full_tmpfs(
+        &sandbox,
+        &spill,
+        "0700",
+        &["--config", config.to_str().expect("utf-8"), "batch"],
+        &input,
+    );
     assert_eq!(out.code, Some(0), "{out:?}");
     let texts: Vec<String> = out.json_lines().iter().map(text).collect();
     assert_eq!(texts[0], "started background job bash-1", "{texts:?}");

@@ -8,24 +8,9 @@ use std::time::Duration;
 
 use crate::harness::Sandbox;
 use crate::mcp::{TOKEN_VAR, authority, start_server, stop};
+use crate::security_http::closed_by_server;
 
 const TOKEN: &str = "tok-8c2f55e013";
-
-/// Reads until the server closes the connection (EOF or reset); fails if it has not after
-/// `within`, a bound far above the configured timeouts.
-fn closed_by_server(stream: &mut TcpStream, within: Duration) -> Vec<u8> {
-    stream.set_read_timeout(Some(within)).expect("timeout");
-    let mut seen = Vec::new();
-    let mut buf = [0u8; 4096];
-    loop {
-        match stream.read(&mut buf) {
-            Ok(0) => return seen,
-            Ok(n) => seen.extend_from_slice(&buf[..n]),
-            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return seen,
-            Err(e) => panic!("the server kept the connection open ({e}); read so far: {seen:?}"),
-        }
-    }
-}
 
 /// Whether a fresh connection is answered (a request without a token gets its 401), asked
 /// until it is (the server learns of freed slots and descriptors asynchronously).

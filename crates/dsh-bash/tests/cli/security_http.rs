@@ -87,7 +87,7 @@ fn bad_origin_options_are_usage_errors() {
 
 /// Reads until the server closes the connection (EOF or reset); fails if it has not after
 /// `within`, a bound far above the configured timeouts.
-fn closed_by_server(stream: &mut TcpStream, within: Duration) -> Vec<u8> {
+pub(crate) fn closed_by_server(stream: &mut TcpStream, within: Duration) -> Vec<u8> {
     stream.set_read_timeout(Some(within)).expect("timeout");
     let mut seen = Vec::new();
     let mut buf = [0u8; 4096];
