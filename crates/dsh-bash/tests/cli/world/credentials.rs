@@ -220,21 +220,14 @@ curl -sS -m 20 -H "Authorization: Bearer $WORLD_TOKEN" http://localhost:{plain_p
 curl -sS -m 20 "http://x-access-token:$WORLD_TOKEN@localhost:{plain_port}/userinfo"
 true"#
         );
-        let mut args = flags.to_vec();
-        args.extend(world.call_args(Mode::WorkspaceWrite, None, &command));
-        let output = world.dsh(&args).env("WORLD_TOKEN", &secret).output().expect("spawn dsh-bash");
+        let output = call_with_secret(world, &flags, &command, &secret);
         let whole =
             format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
         let out = Outcome::parse(&output);
         let requests = server.requests();
 
         // The command holds the placeholder, everywhere it can look.
-        let placeholder = out
-            .stdout
-            .lines()
-            .find_map(|l| l.strip_prefix("ENV="))
-            .unwrap_or_else(|| panic!("no ENV line: {out:#?}"))
-            .to_owned();
+        let placeholder = placeholder_of(&out);
         assert!(placeholder.starts_with("dsh-cred-world-token-") && placeholder.len() > 40, "{out:#?}");
         assert!(out.stdout.contains(&format!("PROC=WORLD_TOKEN={placeholder}\n")), "{out:#?}");
         for line in out.stdout.lines().filter(|l| l.starts_with("ANY=")) {
@@ -323,6 +316,23 @@ true"#
     });
 }
 
+/// `dsh-bash FLAGS call` of `command` under workspace-write, the harness holding `secret` as
+/// `$WORLD_TOKEN`.
+fn call_with_secret(world: &World, flags: &[String], command: &str, secret: &str) -> std::process::Output {
+    let mut args = flags.to_vec();
+    args.extend(world.call_args(Mode::WorkspaceWrite, None, command));
+    world.dsh(&args).env("WORLD_TOKEN", secret).output().expect("spawn dsh-bash")
+}
+
+/// What the command printed as `ENV=<its $WORLD_TOKEN>`.
+fn placeholder_of(out: &Outcome) -> String {
+    out.stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("ENV="))
+        .unwrap_or_else(|| panic!("no ENV line: {out:#?}"))
+        .to_owned()
+}
+
 /// The client port of the `/urllib` request (a connection of its own).
 fn urllib_port(requests: &[String]) -> String {
     seen(requests, "/urllib").first().and_then(|l| l.split(' ').next()).unwrap_or_default().to_owned()
@@ -379,9 +389,7 @@ fn a_bound_host_that_fails_verification_gets_nothing() {
         let command = format!(
             r#"curl -sS -m 20 -H "Authorization: Bearer $WORLD_TOKEN" https://localhost:{port}/bound; true"#
         );
-        let mut args = flags.to_vec();
-        args.extend(world.call_args(Mode::WorkspaceWrite, None, &command));
-        let output = world.dsh(&args).env("WORLD_TOKEN", &secret).output().expect("spawn dsh-bash");
+        let output = call_with_secret(world, &flags, &command, &secret);
         let out = Outcome::parse(&output);
         assert!(
             out.stdout
@@ -429,16 +437,9 @@ fn a_bound_secret_never_goes_in_cleartext_beyond_loopback() {
         let command = format!(
             r#"echo "ENV=$WORLD_TOKEN"; curl -sS -m 20 -H "Authorization: Bearer $WORLD_TOKEN" http://{address}:{port}/far"#
         );
-        let mut args = flags.to_vec();
-        args.extend(world.call_args(Mode::WorkspaceWrite, None, &command));
-        let output = world.dsh(&args).env("WORLD_TOKEN", &secret).output().expect("spawn dsh-bash");
+        let output = call_with_secret(world, &flags, &command, &secret);
         let out = Outcome::parse(&output);
-        let placeholder = out
-            .stdout
-            .lines()
-            .find_map(|l| l.strip_prefix("ENV="))
-            .unwrap_or_else(|| panic!("no ENV line: {out:#?}"))
-            .to_owned();
+        let placeholder = placeholder_of(&out);
         let requests = plain.requests();
         let far = seen(&requests, "/far");
         assert_eq!(far.len(), 1, "the request went through: {requests:#?} {out:#?}");
