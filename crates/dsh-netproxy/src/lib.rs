@@ -514,8 +514,10 @@ async fn handle(mut client: TcpStream, gate: &NetworkGate) -> std::io::Result<()
             client.write_all(b"HTTP/1.1 200 Connection established\r\n\r\n").await?;
         }
         Request::Forward { head, userinfo, .. } => {
-            let cleartext_ok = upstream.peer_addr().is_ok_and(|a| cleartext_stays_on_this_host(&a));
-            let head = match gate.credentials.as_ref().filter(|v| cleartext_ok && v.binds(&host, port)) {
+            let bound = gate.credentials.as_ref().filter(|v| {
+                v.binds(&host, port) && upstream.peer_addr().is_ok_and(|a| cleartext_stays_on_this_host(&a))
+            });
+            let head = match bound {
                 Some(vault) => forward_with_credentials(vault, gate, &head, userinfo.as_deref(), &host, port),
                 None => head,
             };
