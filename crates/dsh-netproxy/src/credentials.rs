@@ -24,10 +24,8 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, Serve
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+use crate::head::MAX_HEADERS;
 use crate::{MAX_HEAD, NetworkGate};
-
-/// The most headers a relayed request or response may carry.
-const MAX_HEADERS: usize = 128;
 
 /// One bound secret and the placeholder confined commands hold for it.
 struct Bound {

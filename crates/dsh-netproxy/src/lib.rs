@@ -33,6 +33,7 @@
 #![forbid(unsafe_code)]
 
 mod credentials;
+mod head;
 
 pub use credentials::CredentialVault;
 
@@ -48,6 +49,8 @@ use dsh_sandbox::{
 use parking_lot::Mutex;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
+
+use crate::head::{BadRequest, Request, parse_head};
 
 /// The largest request head the proxy reads.
 const MAX_HEAD: usize = 16 * 1024;
@@ -337,91 +340,6 @@ pub fn serve(proxy: &Arc<ProxyListener>, gate: Arc<NetworkGate>) -> std::io::Res
     Ok(())
 }
 
-/// A parsed request head.
-#[derive(Debug, PartialEq, Eq)]
-enum Request {
-    /// `CONNECT host:port`.
-    Connect { host: String, port: u16 },
-    /// A plain-HTTP request in absolute form, re-written to origin form for the destination
-    /// (the URL's userinfo, if any, apart).
-    Forward { host: String, port: u16, head: Vec<u8>, userinfo: Option<String> },
-}
-
-/// Why a head could not be used: the status line and a message.
-#[derive(Debug, PartialEq, Eq)]
-struct BadRequest(&'static str, String);
-
-fn parse_head(head: &[u8]) -> Result<Request, BadRequest> {
-    let bad = |msg: String| BadRequest("400 Bad Request", msg);
-    let text = std::str::from_utf8(head).map_err(|_| bad("the request head is not UTF-8".into()))?;
-    let mut lines = text.split("\r\n");
-    let request_line = lines.next().unwrap_or_default();
-    let mut parts = request_line.split(' ');
-    let (Some(method), Some(target), Some(version), None) =
-        (parts.next(), parts.next(), parts.next(), parts.next())
-    else {
-        return Err(bad(format!("malformed request line {request_line:?}")));
-    };
-    if method.eq_ignore_ascii_case("CONNECT") {
-        let (host, port) =
-            split_authority(target, None).ok_or_else(|| bad(format!("bad CONNECT target {target:?}")))?;
-        return Ok(Request::Connect { host, port });
-    }
-    let Some(rest) = target
-        .strip_prefix("http://")
-        .or_else(|| target.get(..7).filter(|p| p.eq_ignore_ascii_case("http://")).map(|_| &target[7..]))
-    else {
-        return Err(bad(format!(
-            "only CONNECT and absolute http:// requests are proxied (got {method} {target})"
-        )));
-    };
-    let (authority, path) = match rest.find(['/', '?']) {
-        Some(i) if rest.as_bytes()[i] == b'/' => (&rest[..i], &rest[i..]),
-        Some(i) => (&rest[..i], &rest[i..]),
-        None => (rest, "/"),
-    };
-    let path = if path.starts_with('?') { format!("/{path}") } else { path.to_owned() };
-    let (userinfo, authority) = match authority.rsplit_once('@') {
-        Some((userinfo, authority)) => (Some(userinfo.to_owned()), authority),
-        None => (None, authority),
-    };
-    let (host, port) =
-        split_authority(authority, Some(80)).ok_or_else(|| bad(format!("bad target {target:?}")))?;
-    let mut out = format!("{method} {path} {version}\r\n").into_bytes();
-    for line in lines {
-        let name = line.split(':').next().unwrap_or_default().trim();
-        if name.eq_ignore_ascii_case("proxy-connection") || name.eq_ignore_ascii_case("proxy-authorization") {
-            continue;
-        }
-        out.extend_from_slice(line.as_bytes());
-        out.extend_from_slice(b"\r\n");
-    }
-    // `lines` ended with the two empty strings of the final CRLFCRLF: the head is whole.
-    while out.ends_with(b"\r\n\r\n\r\n") {
-        out.truncate(out.len() - 2);
-    }
-    Ok(Request::Forward { host, port, head: out, userinfo })
-}
-
-/// `host:port`, `[v6]:port`, or `host` with `default` port.
-fn split_authority(authority: &str, default: Option<u16>) -> Option<(String, u16)> {
-    let (host, port) = if let Some(rest) = authority.strip_prefix('[') {
-        let (host, after) = rest.split_once(']')?;
-        (host, after.strip_prefix(':'))
-    } else {
-        match authority.rsplit_once(':') {
-            Some((h, p)) if !h.contains(':') => (h, Some(p)),
-            Some(_) => return None,
-            None => (authority, None),
-        }
-    };
-    let port = match port {
-        Some(p) => p.parse::<u16>().ok().filter(|p| *p != 0)?,
-        None => default?,
-    };
-    (!host.is_empty()).then(|| (host.to_owned(), port))
-}
-
 /// `host:port` as the command spelled the host (`[v6]:port` for IPv6).
 fn spelled_host_port(host: &str, port: u16) -> String {
     if host.contains(':') { format!("[{host}]:{port}") } else { format!("{host}:{port}") }
@@ -638,36 +556,6 @@ mod cleartext_tests {
 mod tests {
     use super::*;
     use dsh_sandbox::{HostPattern, NetworkApprovalFuture};
-
-    #[test]
-    fn parses_connect_and_absolute_requests() {
-        assert_eq!(
-            parse_head(b"CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n"),
-            Ok(Request::Connect { host: "example.com".into(), port: 443 })
-        );
-        assert_eq!(
-            parse_head(b"CONNECT [::1]:8443 HTTP/1.1\r\n\r\n"),
-            Ok(Request::Connect { host: "::1".into(), port: 8443 })
-        );
-        let Ok(Request::Forward { host, port, head, .. }) = parse_head(
-            b"GET http://localhost:8080/a/b?c=1 HTTP/1.1\r\nHost: localhost:8080\r\nProxy-Connection: keep-alive\r\nAccept: */*\r\n\r\n",
-        ) else {
-            panic!("not a forward");
-        };
-        assert_eq!((host.as_str(), port), ("localhost", 8080));
-        assert_eq!(
-            String::from_utf8(head).unwrap(),
-            "GET /a/b?c=1 HTTP/1.1\r\nHost: localhost:8080\r\nAccept: */*\r\n\r\n"
-        );
-        let Ok(Request::Forward { port, head, .. }) = parse_head(b"GET http://h?x HTTP/1.0\r\n\r\n") else {
-            panic!("not a forward");
-        };
-        assert_eq!(port, 80);
-        assert!(head.starts_with(b"GET /?x HTTP/1.0\r\n"));
-        assert!(parse_head(b"GET /relative HTTP/1.1\r\n\r\n").is_err());
-        assert!(parse_head(b"CONNECT host HTTP/1.1\r\n\r\n").is_err());
-        assert!(parse_head(b"CONNECT a:b:c HTTP/1.1\r\n\r\n").is_err());
-    }
 
     struct Scripted(NetworkApproval, Arc<Mutex<Vec<String>>>);
     impl NetworkApprover for Scripted {
