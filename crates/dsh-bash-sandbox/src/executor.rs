@@ -235,7 +235,7 @@ impl SandboxBashExecutor {
             return Ok(Some(Arc::clone(found)));
         }
         let fail = |why: String| ShellError::Other(format!("cannot set up the bound credentials: {why}"));
-        let vault = CredentialVault::new(&credentials).map_err(fail)?;
+        let vault = CredentialVault::new(&credentials).map_err(|e| fail(e.to_string()))?;
         let dir = tempfile::Builder::new()
             .prefix("dsh-credentials-")
             .tempdir()

@@ -13,6 +13,7 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use base64::Engine as _;
@@ -26,6 +27,42 @@ use tokio::net::TcpStream;
 
 use crate::head::MAX_HEADERS;
 use crate::{MAX_HEAD, NetworkGate};
+
+/// Why a session's credential vault could not be made, or a bound host's certificate.
+#[derive(Debug, thiserror::Error)]
+pub enum CredentialError {
+    /// The file of upstream certificate authorities could not be read.
+    #[error("cannot read the upstream certificate authorities {}: {source}", file.display())]
+    UpstreamCa {
+        /// The file named by the user.
+        file: PathBuf,
+        /// Why it could not be read.
+        source: rustls::pki_types::pem::Error,
+    },
+    /// The file of upstream certificate authorities has no certificate in it.
+    #[error("{} holds no PEM certificate", .0.display())]
+    NoPemCertificate(PathBuf),
+    /// No upstream file was named and the host's trust store is empty.
+    #[error("the host's trust store holds no certificate authority")]
+    EmptyTrustStore,
+    /// None of the upstream authorities could be used by TLS.
+    #[error("no usable certificate authority to verify bound hosts against")]
+    NoUsableAuthority,
+    /// TLS could not be configured.
+    #[error("cannot configure TLS: {0}")]
+    Tls(#[source] rustls::Error),
+    /// The session's certificate authority could not be made.
+    #[error("cannot make the session's certificate authority: {0}")]
+    Authority(#[source] rcgen::Error),
+    /// A certificate for a bound host could not be made.
+    #[error("cannot make a certificate for {host}: {source}")]
+    Leaf {
+        /// The bound host.
+        host: String,
+        /// What rcgen said.
+        source: rcgen::Error,
+    },
+}
 
 /// One bound secret and the placeholder confined commands hold for it.
 struct Bound {
@@ -85,15 +122,13 @@ fn pem_certificate(der: &[u8]) -> String {
 
 /// The certificates upstream servers are verified against: the user's file, else the host's
 /// trust store.
-fn upstream_roots(credentials: &Credentials) -> Result<Vec<CertificateDer<'static>>, String> {
+fn upstream_roots(credentials: &Credentials) -> Result<Vec<CertificateDer<'static>>, CredentialError> {
     if let Some(file) = &credentials.upstream_ca {
         let certs = CertificateDer::pem_file_iter(file)
             .and_then(|iter| iter.collect::<Result<Vec<_>, _>>())
-            .map_err(|e| {
-                format!("cannot read the upstream certificate authorities {}: {e}", file.display())
-            })?;
+            .map_err(|source| CredentialError::UpstreamCa { file: file.clone(), source })?;
         if certs.is_empty() {
-            return Err(format!("{} holds no PEM certificate", file.display()));
+            return Err(CredentialError::NoPemCertificate(file.clone()));
         }
         return Ok(certs);
     }
@@ -102,36 +137,34 @@ fn upstream_roots(credentials: &Credentials) -> Result<Vec<CertificateDer<'stati
         tracing::debug!(error = %error, "a certificate of the host's trust store was not loaded");
     }
     if found.certs.is_empty() {
-        return Err("the host's trust store holds no certificate authority".to_owned());
+        return Err(CredentialError::EmptyTrustStore);
     }
     Ok(found.certs)
 }
 
 impl CredentialVault {
     /// A session's vault for `credentials`: fresh placeholders and a fresh authority.
-    pub fn new(credentials: &Credentials) -> Result<Self, String> {
+    pub fn new(credentials: &Credentials) -> Result<Self, CredentialError> {
         let roots = upstream_roots(credentials)?;
         let mut store = rustls::RootCertStore::empty();
         let (added, _) = store.add_parsable_certificates(roots.iter().cloned());
         if added == 0 {
-            return Err("no usable certificate authority to verify bound hosts against".to_owned());
+            return Err(CredentialError::NoUsableAuthority);
         }
         let mut upstream = rustls::ClientConfig::builder_with_provider(provider())
             .with_safe_default_protocol_versions()
-            .map_err(|e| format!("cannot configure TLS: {e}"))?
+            .map_err(CredentialError::Tls)?
             .with_root_certificates(store)
             .with_no_client_auth();
         upstream.alpn_protocols = vec![b"http/1.1".to_vec()];
 
-        let ca_key =
-            rcgen::KeyPair::generate().map_err(|e| format!("cannot make the session's CA key: {e}"))?;
-        let mut params = rcgen::CertificateParams::new(Vec::<String>::new())
-            .map_err(|e| format!("cannot make the session's CA: {e}"))?;
+        let ca_key = rcgen::KeyPair::generate().map_err(CredentialError::Authority)?;
+        let mut params =
+            rcgen::CertificateParams::new(Vec::<String>::new()).map_err(CredentialError::Authority)?;
         params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Constrained(0));
         params.distinguished_name.push(rcgen::DnType::CommonName, "dsh-bash session credential proxy");
         params.key_usages = vec![rcgen::KeyUsagePurpose::KeyCertSign, rcgen::KeyUsagePurpose::CrlSign];
-        let ca_cert =
-            params.self_signed(&ca_key).map_err(|e| format!("cannot sign the session's CA: {e}"))?;
+        let ca_cert = params.self_signed(&ca_key).map_err(CredentialError::Authority)?;
 
         // The commands' bundle: the host's trust store (so unbound hosts verify as before),
         // the user's file of upstream authorities when named, and the session's authority.
@@ -188,28 +221,26 @@ impl CredentialVault {
     }
 
     /// The TLS configuration the proxy answers a command's handshake for `host` with.
-    fn server_config(&self, host: &str) -> Result<Arc<rustls::ServerConfig>, String> {
+    fn server_config(&self, host: &str) -> Result<Arc<rustls::ServerConfig>, CredentialError> {
         let host = dsh_sandbox::normalize_host(host);
         if let Some(config) = self.leaves.lock().get(&host) {
             return Ok(Arc::clone(config));
         }
-        let key = rcgen::KeyPair::generate().map_err(|e| format!("cannot make a key for {host}: {e}"))?;
-        let mut params = rcgen::CertificateParams::new(vec![host.clone()])
-            .map_err(|e| format!("cannot make a certificate for {host}: {e}"))?;
+        let leaf_error = |source| CredentialError::Leaf { host: host.clone(), source };
+        let key = rcgen::KeyPair::generate().map_err(leaf_error)?;
+        let mut params = rcgen::CertificateParams::new(vec![host.clone()]).map_err(leaf_error)?;
         params.distinguished_name.push(rcgen::DnType::CommonName, host.clone());
         params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ServerAuth];
         params.key_usages = vec![rcgen::KeyUsagePurpose::DigitalSignature];
-        let leaf = params
-            .signed_by(&key, &self.ca_cert, &self.ca_key)
-            .map_err(|e| format!("cannot sign a certificate for {host}: {e}"))?;
+        let leaf = params.signed_by(&key, &self.ca_cert, &self.ca_key).map_err(leaf_error)?;
         let chain = vec![leaf.der().clone(), self.ca_cert.der().clone()];
         let private = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der()));
         let mut config = rustls::ServerConfig::builder_with_provider(provider())
             .with_safe_default_protocol_versions()
-            .map_err(|e| format!("cannot configure TLS: {e}"))?
+            .map_err(CredentialError::Tls)?
             .with_no_client_auth()
             .with_single_cert(chain, private)
-            .map_err(|e| format!("cannot use the certificate for {host}: {e}"))?;
+            .map_err(CredentialError::Tls)?;
         // HTTP/2 would need a relay of its own: the command is offered HTTP/1.1 only.
         config.alpn_protocols = vec![b"http/1.1".to_vec()];
         let config = Arc::new(config);
@@ -514,18 +545,18 @@ fn header_facts(headers: &[httparse::Header<'_>], version: u8) -> (Option<Framin
     (framing, close, expect_continue)
 }
 
-fn parse_request(head: &[u8]) -> Result<Head, String> {
+fn parse_request(head: &[u8]) -> Result<Head, RelayError> {
     let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut request = httparse::Request::new(&mut headers);
     match request.parse(head) {
         Ok(httparse::Status::Complete(_)) => {}
-        Ok(httparse::Status::Partial) => return Err("an incomplete request head".to_owned()),
-        Err(e) => return Err(format!("a malformed request head: {e}")),
+        Ok(httparse::Status::Partial) => return Err(RelayError::Incomplete("request")),
+        Err(e) => return Err(RelayError::Malformed("request", e)),
     }
     let (framing, close, expect_continue) = header_facts(request.headers, request.version.unwrap_or(1));
     let framing = match framing {
         Some(Framing::UntilClose) => {
-            return Err("a request body in a transfer coding other than chunked".to_owned());
+            return Err(RelayError::TransferCoding);
         }
         Some(f) => f,
         None => Framing::None,
@@ -539,13 +570,13 @@ fn parse_request(head: &[u8]) -> Result<Head, String> {
     })
 }
 
-fn parse_response(head: &[u8], method: &str) -> Result<Head, String> {
+fn parse_response(head: &[u8], method: &str) -> Result<Head, RelayError> {
     let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut response = httparse::Response::new(&mut headers);
     match response.parse(head) {
         Ok(httparse::Status::Complete(_)) => {}
-        Ok(httparse::Status::Partial) => return Err("an incomplete response head".to_owned()),
-        Err(e) => return Err(format!("a malformed response head: {e}")),
+        Ok(httparse::Status::Partial) => return Err(RelayError::Incomplete("response")),
+        Err(e) => return Err(RelayError::Malformed("response", e)),
     }
     let status = response.code.unwrap_or_default();
     let (framing, close, _) = header_facts(response.headers, response.version.unwrap_or(1));
@@ -560,6 +591,39 @@ fn parse_response(head: &[u8], method: &str) -> Result<Head, String> {
     };
     let close = close || framing == Framing::UntilClose;
     Ok(Head { method: method.to_owned(), status, framing, close, expect_continue: false })
+}
+
+/// Why one request or response of an intercepted connection could not be relayed.
+#[derive(Debug, thiserror::Error)]
+enum RelayError {
+    /// The head ended before its empty line (`request` or `response`).
+    #[error("an incomplete {0} head")]
+    Incomplete(&'static str),
+    /// The head is not HTTP/1.x (`request` or `response`).
+    #[error("a malformed {0} head: {1}")]
+    Malformed(&'static str, #[source] httparse::Error),
+    /// A request body framed neither by length nor by chunks.
+    #[error("a request body in a transfer coding other than chunked")]
+    TransferCoding,
+    /// The bound host could not be connected to.
+    #[error("cannot connect: {0}")]
+    Connect(#[source] std::io::Error),
+    /// The bound host's name cannot be a TLS server name.
+    #[error("{name} is not a TLS server name: {source}")]
+    ServerName {
+        /// The host.
+        name: String,
+        /// What rustls said.
+        source: rustls::pki_types::InvalidDnsNameError,
+    },
+    /// The TLS handshake with the bound host failed (its certificate included).
+    #[error("TLS with {name} failed: {source}")]
+    Handshake {
+        /// The host.
+        name: String,
+        /// What the handshake said.
+        source: std::io::Error,
+    },
 }
 
 /// `head` without its `Expect: 100-continue` line (the proxy answers it itself).
@@ -592,15 +656,17 @@ async fn connect_upstream(
     vault: &CredentialVault,
     host: &str,
     addrs: &[SocketAddr],
-) -> Result<Upstream, String> {
-    let tcp = crate::connect(addrs).await.map_err(|e| format!("cannot connect: {e}"))?;
+) -> Result<Upstream, RelayError> {
+    let tcp = crate::connect(addrs).await.map_err(RelayError::Connect)?;
     let _ = tcp.set_nodelay(true);
     let name = dsh_sandbox::normalize_host(host);
-    let server_name =
-        ServerName::try_from(name.clone()).map_err(|e| format!("{name} is not a TLS server name: {e}"))?;
+    let server_name = ServerName::try_from(name.clone())
+        .map_err(|source| RelayError::ServerName { name: name.clone(), source })?;
     let connector = tokio_rustls::TlsConnector::from(Arc::clone(&vault.upstream));
-    let tls =
-        connector.connect(server_name, tcp).await.map_err(|e| format!("TLS with {name} failed: {e}"))?;
+    let tls = connector
+        .connect(server_name, tcp)
+        .await
+        .map_err(|source| RelayError::Handshake { name: name.clone(), source })?;
     Ok(Peer::new(tls, Vec::new()))
 }
 
@@ -628,7 +694,7 @@ pub(crate) async fn intercept(
         let request = match parse_request(&head) {
             Ok(request) => request,
             Err(why) => {
-                client.io.write_all(&made_up("400 Bad Request", &why)).await?;
+                client.io.write_all(&made_up("400 Bad Request", &why.to_string())).await?;
                 break;
             }
         };

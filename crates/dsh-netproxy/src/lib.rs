@@ -35,7 +35,7 @@
 mod credentials;
 mod head;
 
-pub use credentials::CredentialVault;
+pub use credentials::{CredentialError, CredentialVault};
 
 use std::collections::HashSet;
 use std::net::SocketAddr;
