@@ -36,6 +36,50 @@ pub struct SandboxBashExecutor {
     surfaces: parking_lot::Mutex<HashMap<Vec<PathBuf>, Arc<parking_lot::Mutex<Watch>>>>,
     /// The bound credentials of each session (by session id; `None`: the calls without one).
     credentials: parking_lot::Mutex<HashMap<Option<String>, Arc<SessionCredentials>>>,
+    /// How many confined commands (calls and background jobs, every mode) of each session run.
+    activity: Arc<Activity>,
+}
+
+/// How many confined commands of each session run now (by session id).
+type Activity = parking_lot::Mutex<HashMap<Option<String>, usize>>;
+
+/// One confined command of a session, counted while it runs. When the session's last one
+/// ends, the provider ends what its commands left behind ([`SandboxProvider::end_strays`]),
+/// before any other confined command starts (the count's lock is held meanwhile) and before
+/// the auto-run surfaces are checked: a process that left its call cannot change them later,
+/// while no confined command is known to write there.
+struct SessionActive {
+    activity: Arc<Activity>,
+    session: Option<String>,
+    provider: Arc<dyn SandboxProvider>,
+}
+
+impl SessionActive {
+    fn begin(activity: &Arc<Activity>, session: Option<&str>, provider: &Arc<dyn SandboxProvider>) -> Self {
+        *activity.lock().entry(session.map(str::to_owned)).or_default() += 1;
+        Self {
+            activity: Arc::clone(activity),
+            session: session.map(str::to_owned),
+            provider: Arc::clone(provider),
+        }
+    }
+}
+
+impl Drop for SessionActive {
+    fn drop(&mut self) {
+        let mut all = self.activity.lock();
+        let count = all.entry(self.session.clone()).or_default();
+        *count = count.saturating_sub(1);
+        if *count == 0 {
+            all.remove(&self.session);
+            if !self.provider.end_strays(self.session.as_deref()) {
+                tracing::warn!(
+                    session = self.session.as_deref().unwrap_or("-"),
+                    "processes left by the session's confined commands did not end"
+                );
+            }
+        }
+    }
 }
 
 /// A session's bound credentials: its vault (placeholders, certificate authority) and the
@@ -80,6 +124,8 @@ fn private_dir(dir: &Path) {
 /// goes to its session's quarantine directory (the count of running commands goes down
 /// however it is dropped).
 struct Running {
+    /// The session's count of running confined commands; dropped first when the command ends.
+    active: Option<SessionActive>,
     watch: Option<Arc<parking_lot::Mutex<Watch>>>,
     /// `<DSH_HOME>/quarantine/<session>`.
     dir: PathBuf,
@@ -88,6 +134,7 @@ struct Running {
 impl Running {
     /// The command ended: quarantine what changed, and say so on stderr.
     fn end(mut self) -> Vec<Quarantined> {
+        drop(self.active.take());
         let Some(watch) = self.watch.take() else { return Vec::new() };
         let mut watch = watch.lock();
         watch.running = watch.running.saturating_sub(1);
@@ -97,6 +144,7 @@ impl Running {
 
 impl Drop for Running {
     fn drop(&mut self) {
+        drop(self.active.take());
         if let Some(watch) = self.watch.take() {
             let mut watch = watch.lock();
             watch.running = watch.running.saturating_sub(1);
@@ -151,6 +199,7 @@ impl SandboxBashExecutor {
             proxies: parking_lot::Mutex::new(Vec::new()),
             surfaces: parking_lot::Mutex::new(HashMap::new()),
             credentials: parking_lot::Mutex::new(HashMap::new()),
+            activity: Arc::new(parking_lot::Mutex::new(HashMap::new())),
         }
     }
 
@@ -169,8 +218,9 @@ impl SandboxBashExecutor {
     fn surfaces_before(&self, policy: &SandboxExecutionPolicy) -> (Running, Vec<Quarantined>) {
         let dir =
             quarantine_home().join(dsh_sandbox::surfaces::session_dir_name(policy.session_id.as_deref()));
+        let active = Some(SessionActive::begin(&self.activity, policy.session_id.as_deref(), &self.provider));
         if policy.mode != SandboxMode::WorkspaceWrite {
-            return (Running { watch: None, dir }, Vec::new());
+            return (Running { active, watch: None, dir }, Vec::new());
         }
         let roots = Self::roots_of(policy);
         let (watch, fresh) = {
@@ -202,7 +252,7 @@ impl SandboxBashExecutor {
             guard.running += 1;
             quarantined
         };
-        (Running { watch: Some(watch), dir }, quarantined)
+        (Running { active, watch: Some(watch), dir }, quarantined)
     }
 
     /// After an unconfined command (`danger-full-access`, or an approved escalation): what it

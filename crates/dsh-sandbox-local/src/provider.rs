@@ -328,6 +328,13 @@ impl SandboxProvider for LocalSandboxProvider {
         self.worlds.share(Some(session), path);
     }
 
+    /// The in-process runner's commands of one session share the PID namespace of its
+    /// pre-built world: whatever is left there but its init is killed. Bubblewrap gives each
+    /// command a PID namespace of its own, ended with it.
+    fn end_strays(&self, session: Option<&str>) -> bool {
+        self.worlds.session_dir(session).is_none_or(|dir| self.prepared.end_strays(&dir))
+    }
+
     fn toolchain_caches(&self) -> Option<dsh_sandbox::ToolchainCaches> {
         self.config.toolchain_caches()
     }

@@ -53,6 +53,13 @@ impl SessionWorlds {
         }
     }
 
+    /// The directory behind `session`'s private `/tmp` and `/dev/shm`, once a world was made
+    /// for it.
+    pub(crate) fn session_dir(&self, session: Option<&str>) -> Option<PathBuf> {
+        let state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        state.sessions.iter().find(|(id, _)| id.as_deref() == session).map(|(_, dir)| dir.clone())
+    }
+
     /// The writable roots and the world of a command under `policy`.
     pub(crate) fn spec(
         &self,

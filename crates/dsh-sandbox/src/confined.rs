@@ -191,6 +191,17 @@ pub trait SandboxProvider: Send + Sync {
     /// own files (its spill files), which no other session's commands may see.
     fn share_read_only_with_session(&self, _session: Option<&str>, _path: &std::path::Path) {}
 
+    /// Ends what is left of `session`'s confined commands (`None`: the calls without a
+    /// session) once none of them runs: a descendant that left its call's process group
+    /// (`setsid`, a double fork) does not outlive the last command of its session, so it
+    /// cannot change the workspace while no confined command is known to run there. Called by
+    /// the executor when the session's last confined call or job ends, before a new one
+    /// starts. Providers whose commands each get a process world of their own, ended with
+    /// the command, need do nothing. False when something could not be ended.
+    fn end_strays(&self, _session: Option<&str>) -> bool {
+        true
+    }
+
     /// The toolchain caches of this provider's `workspace-write` commands: a root they may
     /// write, and the variables that point their tools there ([`crate::ToolchainCaches`]).
     /// `None` (the default): they get none, and their tools use the user's caches as the

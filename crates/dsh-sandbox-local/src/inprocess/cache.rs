@@ -84,6 +84,23 @@ impl PreparedCache {
         Ok(prepared)
     }
 
+    /// Ends the processes left in the PID namespaces of the worlds whose private `/tmp` lies
+    /// in `session_dir` (one session's worlds: one per mode and set of roots); false when some
+    /// did not end.
+    pub(crate) fn end_strays(&self, session_dir: &std::path::Path) -> bool {
+        let worlds: Vec<Arc<Prepared>> = {
+            let state = self.lock();
+            state
+                .entries
+                .iter()
+                .filter(|(key, _)| key.world.as_ref().is_some_and(|w| w.tmp.starts_with(session_dir)))
+                .map(|(_, prepared)| Arc::clone(prepared))
+                .collect()
+        };
+        // Every world is swept, also after one that did not end.
+        worlds.iter().map(|prepared| prepared.end_strays()).collect::<Vec<_>>().into_iter().all(|ended| ended)
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }

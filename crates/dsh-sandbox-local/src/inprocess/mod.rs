@@ -197,6 +197,12 @@ impl Prepared {
 }
 
 impl Prepared {
+    /// Ends the processes left in this world's PID namespace (see [`Template::end_strays`]);
+    /// false when some did not end.
+    pub(crate) fn end_strays(&self) -> bool {
+        self.template.as_ref().is_none_or(Template::end_strays)
+    }
+
     /// The ruleset for a command starting now: the one made last, or a new one when a
     /// directory its read rules expand has changed since (an entry added, removed or
     /// replaced), so what the host added there is readable and what replaced a denied path is

@@ -26,6 +26,52 @@ use super::child::{self, MountPlan, StepError, Template};
 use super::record::{self, Step};
 use super::world::WorldPlan;
 
+/// How many times [`Template::end_strays`] looks again for processes it has not seen end.
+const STRAY_ROUNDS: usize = 500;
+
+impl Template {
+    /// Kills every process of the PID namespace but its init, through the namespace's own
+    /// `/proc` (each process's directory there is a handle to it, so a recycled number is never
+    /// signalled), and waits until they are gone (each round 1 ms apart, at most
+    /// [`STRAY_ROUNDS`]; what forks meanwhile is found in the next round). Called only while no
+    /// command of the world runs: what is left then is a descendant that left its call.
+    /// False when some are still there after the last round.
+    pub(crate) fn end_strays(&self) -> bool {
+        let Some(proc) = &self.proc else { return true };
+        let dir = format!("/proc/self/fd/{}", proc.as_raw_fd());
+        for _ in 0..STRAY_ROUNDS {
+            let Ok(entries) = std::fs::read_dir(&dir) else { return false };
+            let mut left = false;
+            for entry in entries.flatten() {
+                let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+                    continue;
+                };
+                if pid == 1 {
+                    continue;
+                }
+                left = true;
+                if let Ok(process) = File::open(entry.path()) {
+                    // SAFETY: pidfd_send_signal on a /proc/<pid> directory fd we own, no siginfo.
+                    unsafe {
+                        libc::syscall(
+                            libc::SYS_pidfd_send_signal,
+                            process.as_raw_fd(),
+                            libc::SIGKILL,
+                            std::ptr::null::<libc::siginfo_t>(),
+                            0u32,
+                        )
+                    };
+                }
+            }
+            if !left {
+                return true;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        false
+    }
+}
+
 /// Builds the namespaces in a helper child and keeps fds to them.
 pub(crate) fn create(plan: &MountPlan, alive: Option<RawFd>) -> Result<Template, TemplateError> {
     let (ready_read, ready_write) = pipe()?;

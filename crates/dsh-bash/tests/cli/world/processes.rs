@@ -1,10 +1,13 @@
 //! The command sees and signals no process of the host, and nothing it started outlives a
 //! `dsh-bash` killed with SIGKILL.
 
+use std::io::{BufRead, BufReader, Write};
 use std::process::Stdio;
 use std::time::Duration;
 
-use super::cell::{Mode, User, World};
+use serde_json::json;
+
+use super::cell::{Mode, Outcome, User, World};
 use super::host::{self, Outsider, argv_of, pids_with, q, wait_until};
 use super::matrix::{Skip, over_matrix};
 
@@ -100,4 +103,68 @@ fn attack_sigkill_harness(world: &World) -> Result<(), Skip> {
 #[test]
 fn world_dies_with_a_sigkilled_harness() {
     over_matrix("world_dies_with_a_sigkilled_harness", attack_sigkill_harness);
+}
+
+/// A descendant that leaves its call (`setsid`, its parent gone) and changes an auto-run file
+/// later, while no call of the session runs, must not get its change taken for the user's:
+/// it ends with the last command of its session, before it can plant. The plant here would
+/// set git's `core.fsmonitor` (run by the user's next `git status`) and write an `.envrc`.
+fn attack_stray_plants_later(world: &World) -> Result<(), Skip> {
+    world.require("git")?;
+    let marker = world.outside.join(format!("stray-{}", host::unique_number()));
+    let tag = host::unique_number();
+    world.host_sh(
+        "git init -q && git config user.email u@example.com && git config user.name u \
+         && echo hi > a.txt && git add a.txt && git commit -qm init",
+    );
+    let plant = format!(
+        "(setsid sh -c 'sleep 2; git config core.fsmonitor \"touch {m}\"; echo export X=1 > .envrc; \
+         exec sleep 303.{tag}' </dev/null >/dev/null 2>&1 &); echo started",
+        m = marker.display()
+    );
+    // Two calls of one session with a pause between them: the plant would come while none runs.
+    let line = |id: u32, command: &str| {
+        json!({"tool": "bash", "session": "s1", "cwd": world.ws, "id": id,
+               "args": {"command": command, "description": "d", "timeoutMs": 60000}})
+        .to_string()
+            + "\n"
+    };
+    let mut child = world
+        .dsh(&["--sandbox".into(), Mode::WorkspaceWrite.name().into(), "batch".into()])
+        .stdin(Stdio::piped())
+        .spawn()
+        .expect("spawn dsh-bash batch");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
+    stdin.write_all(line(1, &plant).as_bytes()).expect("write the first call");
+    let mut first = String::new();
+    stdout.read_line(&mut first).expect("read the first answer");
+    std::thread::sleep(Duration::from_secs(4));
+    let census = format!("ps -eo args | grep -c '30[3]\\.{tag}' || true");
+    stdin.write_all(line(2, &census).as_bytes()).expect("write the second call");
+    drop(stdin);
+    let mut second = String::new();
+    stdout.read_line(&mut second).expect("read the second answer");
+    let _ = child.wait();
+    for pid in pids_with(&format!("303.{tag}")) {
+        host::sigkill(pid);
+    }
+    let second = Outcome::from_value(&serde_json::from_str(&second).expect("a JSON answer"));
+    // The user's own git, outside, as the user would run it.
+    let _ = world.host_command("git").arg("status").output().expect("spawn git status");
+    let mut problems = Vec::new();
+    if marker.exists() {
+        problems.push("the stray's fsmonitor ran in the user's git status".to_owned());
+    }
+    if world.ws.join(".envrc").exists() {
+        problems.push("the stray's .envrc is in the workspace".to_owned());
+    }
+    // The second call's count of strays is shown, not judged: the plant is what matters.
+    assert!(problems.is_empty(), "{}\nfirst: {first}\nstrays seen next: {second:#?}", problems.join("; "));
+    Ok(())
+}
+
+#[test]
+fn world_ends_what_a_call_leaves_before_it_can_plant() {
+    over_matrix("world_ends_what_a_call_leaves_before_it_can_plant", attack_stray_plants_later);
 }
