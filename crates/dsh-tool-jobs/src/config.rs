@@ -46,41 +46,53 @@ impl Default for ToolJobsConfig {
     }
 }
 
-fn at_least_one(key: &str, value: f64) -> Result<(), String> {
-    if value >= 1.0 {
-        Ok(())
-    } else {
-        Err(format!("tool-jobs: {key} must be at least 1 (got {})", js_number_text(value)))
+/// A `tool-jobs` setting that breaks a rule; each says so with its exact message.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum ToolJobsConfigError {
+    /// A number below 1 (`key`, the value given).
+    #[error("tool-jobs: {key} must be at least 1 (got {got})", key = .0, got = js_number_text(*.1))]
+    BelowOne(&'static str, f64),
+    /// `waitTimeoutMs` above `maxWaitTimeoutMs`.
+    #[error("tool-jobs: waitTimeoutMs ({}) exceeds maxWaitTimeoutMs ({})", js_number_text(*.0), js_number_text(*.1))]
+    WaitAboveMax(f64, f64),
+    /// A fractional or unsafe-integer `maxConsecutiveWakes`.
+    #[error("tool-jobs: maxConsecutiveWakes ({}) must be a whole number of turns", js_number_text(*.0))]
+    WakesNotWhole(f64),
+    /// A `completionDelivery` other than `wakeup` or `quiet` (the value given).
+    #[error("tool-jobs: completionDelivery must be \"wakeup\" or \"quiet\" (got {})", serde_json::Value::String(.0.clone()))]
+    Delivery(String),
+}
+
+impl From<ToolJobsConfigError> for dsh_core::ConfigError {
+    fn from(error: ToolJobsConfigError) -> Self {
+        dsh_core::ConfigError(error.to_string())
     }
+}
+
+fn at_least_one(key: &'static str, value: f64) -> Result<(), ToolJobsConfigError> {
+    if value >= 1.0 { Ok(()) } else { Err(ToolJobsConfigError::BelowOne(key, value)) }
 }
 
 impl ToolJobsConfig {
     /// Checks every rule, each with its exact message: every value is at least 1, delivery is
     /// `wakeup` or `quiet`, `waitTimeoutMs` ≤ `maxWaitTimeoutMs`, and wakes are a whole number.
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), ToolJobsConfigError> {
         at_least_one("waitTimeoutMs", self.wait_timeout_ms)?;
         at_least_one("maxWaitTimeoutMs", self.max_wait_timeout_ms)?;
         self.delivery()?;
         at_least_one("maxConsecutiveWakes", self.max_consecutive_wakes)?;
         if self.wait_timeout_ms > self.max_wait_timeout_ms {
-            return Err(format!(
-                "tool-jobs: waitTimeoutMs ({}) exceeds maxWaitTimeoutMs ({})",
-                js_number_text(self.wait_timeout_ms),
-                js_number_text(self.max_wait_timeout_ms)
-            ));
+            return Err(ToolJobsConfigError::WaitAboveMax(self.wait_timeout_ms, self.max_wait_timeout_ms));
         }
         let wakes = self.max_consecutive_wakes;
         if !(wakes.fract() == 0.0 && wakes <= MAX_SAFE_INTEGER) {
-            return Err(format!(
-                "tool-jobs: maxConsecutiveWakes ({}) must be a whole number of turns",
-                js_number_text(wakes)
-            ));
+            return Err(ToolJobsConfigError::WakesNotWhole(wakes));
         }
         Ok(())
     }
 
     /// The checked form (every rule of [`Self::check`], with its exact message).
-    pub fn checked(self) -> Result<CheckedToolJobsConfig, String> {
+    pub fn checked(self) -> Result<CheckedToolJobsConfig, ToolJobsConfigError> {
         self.check()?;
         Ok(CheckedToolJobsConfig {
             delivery: self.delivery()?,
@@ -91,14 +103,11 @@ impl ToolJobsConfig {
     }
 
     /// The parsed delivery mode.
-    pub fn delivery(&self) -> Result<CompletionDelivery, String> {
+    pub fn delivery(&self) -> Result<CompletionDelivery, ToolJobsConfigError> {
         match self.completion_delivery.as_str() {
             "wakeup" => Ok(CompletionDelivery::Wakeup),
             "quiet" => Ok(CompletionDelivery::Quiet),
-            other => Err(format!(
-                "tool-jobs: completionDelivery must be \"wakeup\" or \"quiet\" (got {})",
-                serde_json::Value::String(other.to_owned())
-            )),
+            other => Err(ToolJobsConfigError::Delivery(other.to_owned())),
         }
     }
 }

@@ -15,7 +15,7 @@ mod plugin;
 mod render;
 mod tools;
 
-pub use config::{CheckedToolJobsConfig, CompletionDelivery, ToolJobsConfig};
+pub use config::{CheckedToolJobsConfig, CompletionDelivery, ToolJobsConfig, ToolJobsConfigError};
 pub use input_tool::{JOB_INPUT_DESCRIPTION, JobInputTool};
 pub use notice::{
     SUMMARY_MAX_UTF16, WAITING_LINE_MAX_CHARS, completion_notice, completion_summary, waiting_notice,
