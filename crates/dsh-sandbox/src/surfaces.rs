@@ -226,7 +226,7 @@ pub struct Surfaces {
     dirs: Mutex<HashMap<PathBuf, (Meta, Arc<Listing>)>>,
     framework: Mutex<HashMap<PathBuf, (Meta, bool)>>,
     /// The gitlinks of the git indexes read, by their identity (and how they were read).
-    indexes: Mutex<HashMap<PathBuf, (Meta, IndexRead, Arc<IndexLinks>)>>,
+    indexes: Mutex<HashMap<PathBuf, ParsedIndex>>,
     /// The directories looked at in the current discovery pass.
     pass: Mutex<HashMap<PathBuf, Option<Arc<Listing>>>>,
 }
@@ -237,6 +237,9 @@ enum Entry {
     File,
     Dir,
 }
+
+/// An index as parsed: its identity, how it was read, its gitlinks.
+type ParsedIndex = (Meta, IndexRead, Arc<IndexLinks>);
 
 /// A directory's entries by name.
 type Listing = BTreeMap<std::ffi::OsString, Entry>;
