@@ -77,6 +77,10 @@ const WALK_LIMIT: usize = 256;
 const NEST_DEPTH: usize = 4;
 /// Surface files up to this size are kept (as pinned) so a changed one can be put back.
 const KEEP_LIMIT: u64 = 1 << 20;
+/// A git index larger than this is not read for the nested repositories it holds.
+const INDEX_LIMIT: u64 = 64 << 20;
+/// The mode of a gitlink (a nested repository's commit) in a git index.
+const GITLINK: u32 = 0o160000;
 
 /// What kind of surface a path is: how its change is judged and undone.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -221,6 +225,8 @@ pub struct Surfaces {
     keys: Mutex<HashMap<PathBuf, (Meta, Keys)>>,
     dirs: Mutex<HashMap<PathBuf, (Meta, Arc<Listing>)>>,
     framework: Mutex<HashMap<PathBuf, (Meta, bool)>>,
+    /// The gitlinks of the git indexes read, by their identity (and how they were read).
+    indexes: Mutex<HashMap<PathBuf, ParsedIndex>>,
     /// The directories looked at in the current discovery pass.
     pass: Mutex<HashMap<PathBuf, Option<Arc<Listing>>>>,
 }
@@ -231,6 +237,9 @@ enum Entry {
     File,
     Dir,
 }
+
+/// An index as parsed: its identity, how it was read, its gitlinks.
+type ParsedIndex = (Meta, IndexRead, Arc<IndexLinks>);
 
 /// A directory's entries by name.
 type Listing = BTreeMap<std::ffi::OsString, Entry>;
@@ -249,6 +258,7 @@ impl Surfaces {
             keys: Mutex::new(HashMap::new()),
             dirs: Mutex::new(HashMap::new()),
             framework: Mutex::new(HashMap::new()),
+            indexes: Mutex::new(HashMap::new()),
             pass: Mutex::new(HashMap::new()),
         }
     }
@@ -757,6 +767,16 @@ impl Surfaces {
                     }
                 }
             }
+            // Nested repositories the index holds as gitlinks, named in `.gitmodules` or not:
+            // git looks into each (`git status`, `git diff`), running what its config names.
+            for path in self.gitlinks(gitdir, &config) {
+                let sub = worktree.join(path);
+                if let Some(sub_git) =
+                    self.entry(&sub, ".git").and_then(|entry| self.resolve_dot_git(&sub, entry))
+                {
+                    self.git_dir(&sub_git, Some(&sub), depth + 1, visited, out);
+                }
+            }
         }
         // Linked worktrees: their own config.worktree, and wherever their .git file leads.
         let worktrees = common.join("worktrees");
@@ -791,6 +811,67 @@ impl Surfaces {
         }
     }
 
+    /// The paths (relative to the work tree) of the gitlinks in the index of `gitdir`, whose
+    /// repository's config is `config` (its `extensions.objectFormat` sizes the object ids).
+    /// A split index's shared index counts too; when a gitlink of the split index replaces a
+    /// shared entry by position (its path left out), every path of the shared index is taken.
+    /// Paths that are not plain relative ones (`..`, `.git`, absolute) are left out: git never
+    /// writes them, and nothing outside the work tree is looked at through them.
+    fn gitlinks(&self, gitdir: &Path, config: &Path) -> Vec<PathBuf> {
+        if self.entry(gitdir, "index") != Some(Entry::File) {
+            return Vec::new();
+        }
+        let sha256 = self
+            .config_value(config, "extensions.objectformat")
+            .is_some_and(|f| f.eq_ignore_ascii_case("sha256"));
+        let raw = if sha256 { 32 } else { 20 };
+        let Some(index) = self.index_links(&gitdir.join("index"), IndexRead { raw, every_path: false })
+        else {
+            return Vec::new();
+        };
+        let mut paths = index.gitlinks.clone();
+        if let Some(shared) = &index.shared {
+            let every_path = index.replaces_by_position;
+            if let Some(shared) =
+                self.index_links(&gitdir.join(format!("sharedindex.{shared}")), IndexRead { raw, every_path })
+            {
+                paths.extend(shared.gitlinks.iter().cloned());
+            }
+        }
+        paths.retain(|p| {
+            !p.as_os_str().is_empty()
+                && p.components().all(|c| matches!(c, Component::Normal(n) if n != ".git"))
+        });
+        paths.sort();
+        paths.dedup();
+        paths
+    }
+
+    /// The gitlinks of the index at `path`, parsed once per identity of the file.
+    fn index_links(&self, path: &Path, how: IndexRead) -> Option<Arc<IndexLinks>> {
+        let meta = Meta::of(&fs::metadata(path).ok()?);
+        let cache = self.indexes.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((m, h, links)) = cache.get(path)
+            && *m == meta
+            && *h == how
+        {
+            return Some(Arc::clone(links));
+        }
+        drop(cache);
+        // The identity kept is the one of the file read (it may have been replaced since the
+        // stat), and only once its change time is past the clock's tick, so a rewrite in the
+        // same tick is never taken for the file read.
+        let (meta, bytes) = read_regular_with_meta(path, INDEX_LIMIT)?;
+        let links = Arc::new(parse_index(&bytes, how)?);
+        let mut cache = self.indexes.lock().unwrap_or_else(|p| p.into_inner());
+        if settled(&meta) {
+            cache.insert(path.to_path_buf(), (meta, how, Arc::clone(&links)));
+        } else {
+            cache.remove(path);
+        }
+        Some(links)
+    }
+
     /// Collects git directories (a directory holding `HEAD`) under `dir`, `depth` levels deep.
     fn find_git_dirs(&self, dir: &Path, depth: usize, out: &mut Vec<PathBuf>) {
         let Some(listing) = self.list(dir) else { return };
@@ -803,6 +884,121 @@ impl Surfaces {
             }
         }
     }
+}
+
+/// How an index is read: the size of its object ids, and whether every path is wanted (else
+/// only gitlinks').
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct IndexRead {
+    raw: usize,
+    every_path: bool,
+}
+
+/// What a git index says of nested repositories.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct IndexLinks {
+    /// The paths of its gitlinks (of every entry, when read for every path).
+    gitlinks: Vec<PathBuf>,
+    /// The object id (hex) of the shared index a split index names (its `link` extension).
+    shared: Option<String>,
+    /// Whether a gitlink without a path replaces an entry of the shared index.
+    replaces_by_position: bool,
+}
+
+/// Whether a file's last change is older than [`SETTLED`] (a rewrite in the same clock
+/// tick can no longer leave its times as they are).
+fn settled(meta: &Meta) -> bool {
+    let changed = std::time::UNIX_EPOCH
+        + std::time::Duration::new(meta.ctime.0.max(0) as u64, meta.ctime.1.clamp(0, 999_999_999) as u32);
+    std::time::SystemTime::now().duration_since(changed).is_ok_and(|age| age > SETTLED)
+}
+
+/// The gitlinks of a git index (format versions 2, 3 and 4, as git writes them: `DIRC`, the
+/// version, the entry count, the entries, the extensions, the checksum), read from `bytes`
+/// without running git. `None` when the bytes are not an index of these versions.
+fn parse_index(bytes: &[u8], how: IndexRead) -> Option<IndexLinks> {
+    use std::os::unix::ffi::OsStrExt;
+    let be32 =
+        |at: usize| -> Option<u32> { Some(u32::from_be_bytes(bytes.get(at..at + 4)?.try_into().ok()?)) };
+    let end = bytes.len().checked_sub(how.raw)?;
+    if end < 12 || &bytes[..4] != b"DIRC" {
+        return None;
+    }
+    let version = be32(4)?;
+    if !(2..=4).contains(&version) {
+        return None;
+    }
+    let count = be32(8)?;
+    let mut out = IndexLinks::default();
+    let mut pos = 12;
+    // Version 4: each path is the previous one less its last `strip` bytes, then a suffix.
+    let mut name: Vec<u8> = Vec::new();
+    for _ in 0..count {
+        // ctime, mtime, dev, ino, mode, uid, gid, size (4 bytes each), the object id, flags.
+        let fixed = 40 + how.raw + 2;
+        if pos + fixed > end {
+            return None;
+        }
+        let mode = be32(pos + 24)?;
+        let flags = u16::from_be_bytes([bytes[pos + 40 + how.raw], bytes[pos + 41 + how.raw]]);
+        let mut at = pos + fixed;
+        if flags & 0x4000 != 0 {
+            if version < 3 {
+                return None;
+            }
+            at += 2;
+        }
+        if version == 4 {
+            let (strip, used) = decode_varint(bytes.get(at..end)?)?;
+            at += used;
+            name.truncate(name.len().checked_sub(usize::try_from(strip).ok()?)?);
+            let nul = bytes.get(at..end)?.iter().position(|b| *b == 0)?;
+            name.extend_from_slice(&bytes[at..at + nul]);
+            pos = at + nul + 1;
+        } else {
+            let nul = bytes.get(at..end)?.iter().position(|b| *b == 0)?;
+            name.clear();
+            name.extend_from_slice(&bytes[at..at + nul]);
+            // Padded with 1 to 8 NULs to a multiple of 8 bytes.
+            pos += (at - pos + nul + 8) & !7;
+        }
+        let gitlink = mode & 0o170000 == GITLINK;
+        if gitlink && name.is_empty() {
+            out.replaces_by_position = true;
+        } else if gitlink || (how.every_path && !name.is_empty()) {
+            out.gitlinks.push(PathBuf::from(std::ffi::OsStr::from_bytes(&name)));
+        }
+    }
+    // Extensions: a signature, a size, the data.
+    while pos + 8 <= end {
+        let size = usize::try_from(be32(pos + 4)?).ok()?;
+        if &bytes[pos..pos + 4] == b"link" {
+            let id = bytes.get(pos + 8..pos + 8 + how.raw)?;
+            if id.iter().any(|b| *b != 0) {
+                out.shared = Some(id.iter().map(|b| format!("{b:02x}")).collect());
+            }
+        }
+        pos = pos.checked_add(8 + size)?;
+    }
+    Some(out)
+}
+
+/// Git's offset varint (index version 4): the value and the bytes it took.
+fn decode_varint(bytes: &[u8]) -> Option<(u64, usize)> {
+    let mut used = 0;
+    let mut c = *bytes.first()?;
+    used += 1;
+    let mut value = u64::from(c & 127);
+    while c & 128 != 0 {
+        value = value.checked_add(1)?;
+        if value >> 57 != 0 {
+            return None;
+        }
+        c = *bytes.get(used)?;
+        used += 1;
+        value = (value << 7) + u64::from(c & 127);
+    }
+    Some((value, used))
 }
 
 /// `core.hooksPath` as git resolves it: `~/` from the home, relative from the work tree.
@@ -847,6 +1043,11 @@ fn read_small(path: &Path, m: &fs::Metadata) -> Option<Vec<u8>> {
 /// without blocking and checked on the open descriptor, so a FIFO or a device a command put
 /// there (or swapped in) is never read.
 fn read_regular(path: &Path, limit: u64) -> Option<Vec<u8>> {
+    read_regular_with_meta(path, limit).map(|(_, bytes)| bytes)
+}
+
+/// [`read_regular`], with the identity of the file read.
+fn read_regular_with_meta(path: &Path, limit: u64) -> Option<(Meta, Vec<u8>)> {
     use std::io::Read;
     use std::os::unix::fs::OpenOptionsExt;
     let file = fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(path).ok()?;
@@ -856,7 +1057,7 @@ fn read_regular(path: &Path, limit: u64) -> Option<Vec<u8>> {
     }
     let mut bytes = Vec::with_capacity(m.len() as usize);
     file.take(limit + 1).read_to_end(&mut bytes).ok()?;
-    (bytes.len() as u64 <= limit).then_some(bytes)
+    (bytes.len() as u64 <= limit).then_some((Meta::of(&m), bytes))
 }
 
 /// A small pointer file (`.git`, `commondir`, `gitdir`) as text.
@@ -911,7 +1112,11 @@ fn git() -> Command {
 }
 
 /// Whether `key` (as git lists it: section and name lower-case) names a command git runs,
-/// a place it runs commands from, or a file it includes.
+/// a place it runs commands from, or a file it includes: every key of git-config(1) whose
+/// value git (or `git lfs`) runs as a command or program without the user naming it on the
+/// command line. Not among them: keys that only choose among programs named elsewhere
+/// (`ssh.variant`, `merge.tool`, `man.viewer`, `help.browser`) or a hook that stays a hook
+/// (`receive.procReceiveRefs` names refs for the `proc-receive` hook, itself a surface).
 pub fn is_code_key(key: &str, value: &str) -> bool {
     let (section, rest) = key.split_once('.').unwrap_or((key, ""));
     let (sub, name) = match rest.rsplit_once('.') {
@@ -931,6 +1136,8 @@ pub fn is_code_key(key: &str, value: &str) -> bool {
                 | "alternaterefscommand"
         ),
         ("sequence", None, "editor") | ("diff", None, "external") | ("gpg", None, "program") => true,
+        // The ssh signing key is asked of this command when none is configured.
+        ("gpg", Some("ssh"), "defaultkeycommand") => true,
         ("diff", Some(_), "textconv" | "command" | "cmd") => true,
         ("difftool" | "mergetool", Some(_), "cmd" | "path") => true,
         ("merge", Some(_), "driver") => true,
@@ -948,7 +1155,16 @@ pub fn is_code_key(key: &str, value: &str) -> bool {
         ("pager", _, _) => !matches!(value, "true" | "false" | "yes" | "no" | "on" | "off" | "1" | "0" | ""),
         ("interactive", None, "difffilter") | ("web", None, "browser") => true,
         ("browser" | "man", Some(_), "cmd" | "path") => true,
-        ("sendemail", _, "smtpserver" | "tocmd" | "cccmd") => true,
+        ("sendemail", _, "smtpserver" | "tocmd" | "cccmd" | "sendmailcmd" | "headercmd") => true,
+        // `git archive --format=<format>` pipes through it; `git commit --trailer` and
+        // `git interpret-trailers` run a trailer's command.
+        ("tar", Some(_), "command") | ("trailer", Some(_), "command" | "cmd") => true,
+        ("imap", None, "tunnel") | ("instaweb", None, "httpd") | ("guitool", Some(_), "cmd") => true,
+        // `git init` and `git clone` copy its hooks into the new repository.
+        ("init", None, "templatedir") => true,
+        // git-lfs: custom transfer agents and extensions are programs it runs.
+        ("lfs", Some(_), "path" | "clean" | "smudge") => true,
+        ("lfs", None, "standalonetransferagent") => true,
         _ => false,
     }
 }
@@ -1086,6 +1302,38 @@ mod tests {
             ("submodule.a.update", "!x"),
             ("credential.https://h.helper", "x"),
             ("hook.lint.command", "x"),
+            ("gpg.ssh.defaultkeycommand", "ssh-add -L"),
+            ("gpg.ssh.program", "x"),
+            ("gpg.x509.program", "x"),
+            ("core.alternaterefscommand", "x"),
+            ("core.gitproxy", "x"),
+            ("core.sshcommand", "x"),
+            ("uploadpack.packobjectshook", "x"),
+            ("credential.helper", "store"),
+            ("credential.https://h.example/a.b.helper", "x"),
+            ("mergetool.kd.cmd", "x"),
+            ("difftool.kd.cmd", "x"),
+            ("difftool.kd.path", "x"),
+            ("pager.log", "less -R"),
+            ("interactive.difffilter", "x"),
+            ("web.browser", "x"),
+            ("browser.ff.cmd", "x"),
+            ("man.woman.cmd", "x"),
+            ("sendemail.tocmd", "x"),
+            ("sendemail.work.cccmd", "x"),
+            ("sendemail.sendmailcmd", "x"),
+            ("sendemail.headercmd", "x"),
+            ("sendemail.smtpserver", "/usr/bin/x"),
+            ("tar.tgz.command", "gzip"),
+            ("trailer.sign.cmd", "x"),
+            ("trailer.sign.command", "x"),
+            ("imap.tunnel", "x"),
+            ("instaweb.httpd", "x"),
+            ("guitool.run.cmd", "x"),
+            ("init.templatedir", "/x"),
+            ("lfs.customtransfer.t.path", "x"),
+            ("lfs.extension.e.clean", "x"),
+            ("lfs.standalonetransferagent", "t"),
         ] {
             assert!(is_code_key(key, value), "{key}");
         }
@@ -1097,9 +1345,49 @@ mod tests {
             ("user.name", "x"),
             ("core.bare", "false"),
             ("pager.log", "false"),
+            ("gpg.format", "ssh"),
+            ("commit.gpgsign", "true"),
+            ("user.signingkey", "~/.ssh/id.pub"),
+            ("gpg.ssh.allowedsignersfile", "x"),
+            ("ssh.variant", "simple"),
+            ("merge.tool", "kd"),
+            ("receive.procreceiverefs", "refs/for"),
+            ("trailer.sign.key", "Signed-off-by"),
+            ("extensions.objectformat", "sha256"),
         ] {
             assert!(!is_code_key(key, value), "{key}");
         }
+    }
+
+    #[test]
+    fn gitlinks_are_read_from_every_index_format() {
+        for (init, index) in [
+            ("git init -q", "true"),
+            ("git init -q", "echo c > c && git add -N c"),
+            ("git init -q", "git update-index --index-version 4"),
+            ("git init -q --object-format=sha256", "true"),
+            ("git init -q", "git update-index --split-index"),
+        ] {
+            let dir = tempfile::tempdir().unwrap();
+            let root = dir.path().canonicalize().unwrap();
+            sh(
+                &root,
+                &format!(
+                    "{init} && echo a > a && mkdir -p d/e && echo b > d/e/b && git add a d \
+                     && git -c user.name=a -c user.email=a@b commit -qm x \
+                     && git update-index --add --cacheinfo 160000,$(git rev-parse HEAD),nested/sub \
+                     && {index} && git update-index --add --cacheinfo 160000,$(git rev-parse HEAD),late"
+                ),
+            );
+            let surfaces = Surfaces::new(std::slice::from_ref(&root), None);
+            let links = surfaces.gitlinks(&root.join(".git"), &root.join(".git/config"));
+            assert_eq!(links, [Path::new("late"), Path::new("nested/sub")], "{init}; {index}");
+        }
+        let how = IndexRead { raw: 20, every_path: false };
+        assert_eq!(parse_index(b"DIRC\0\0\0\x05\0\0\0\0", how), None, "an unknown version");
+        let mut bytes = b"DIRC\0\0\0\x02\0\0\0\x01".to_vec();
+        bytes.extend([0; 40]);
+        assert_eq!(parse_index(&bytes, how), None, "a truncated entry");
     }
 
     #[test]

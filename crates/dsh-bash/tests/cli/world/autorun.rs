@@ -256,6 +256,60 @@ fn autorun_a_submodules_fsmonitor_and_hooks_are_quarantined() {
     over_matrix("autorun_a_submodules_fsmonitor_and_hooks_are_quarantined", submodule);
 }
 
+fn ssh_signing_key_command(world: &World) -> Result<(), Skip> {
+    world.require("git")?;
+    user_repository(world);
+    let m = marker(world, "ssh-key-command");
+    // Signing with an ssh key and no key named: git asks gpg.ssh.defaultKeyCommand for one.
+    let out = confined(
+        world,
+        &format!(
+            "git config commit.gpgsign true && git config gpg.format ssh \
+             && git config gpg.ssh.defaultKeyCommand 'touch {}'",
+            m.display()
+        ),
+    );
+    out.ok();
+    commit_as_the_user(world);
+    held(world, &out, &m, &[".git/config"]);
+    assert_eq!(world.host_sh("git config gpg.format"), "ssh\n", "the data keys stay: {out:#?}");
+    Ok(())
+}
+
+#[test]
+fn autorun_an_ssh_signing_key_command_is_quarantined() {
+    over_matrix("autorun_an_ssh_signing_key_command_is_quarantined", ssh_signing_key_command);
+}
+
+fn nested_repository(world: &World) -> Result<(), Skip> {
+    world.require("git")?;
+    user_repository(world);
+    let m = marker(world, "nested");
+    // A repository in the work tree, added to the outer index as a gitlink (no .gitmodules):
+    // the user's `git status` outside looks into it, and runs its fsmonitor.
+    let out = confined(
+        world,
+        &format!(
+            "mkdir sub && cd sub && git init -q && git -c user.email=a@b -c user.name=a commit -q \
+             --allow-empty -m x && cd .. && git add sub && {} && git -C sub config core.fsmonitor \"$PWD/fsm.sh\"",
+            plant("fsm.sh", &m)
+        ),
+    );
+    out.ok();
+    world.host_sh(&format!("{GIT_ENV} git status >/dev/null 2>&1; true"));
+    held(world, &out, &m, &["sub/.git/config"]);
+    assert!(world.ws.join("sub/.git/HEAD").is_file(), "the nested repository stays: {out:#?}");
+    Ok(())
+}
+
+#[test]
+fn autorun_a_nested_repositorys_fsmonitor_reached_through_the_index_is_quarantined() {
+    over_matrix(
+        "autorun_a_nested_repositorys_fsmonitor_reached_through_the_index_is_quarantined",
+        nested_repository,
+    );
+}
+
 fn hooks_path(world: &World) -> Result<(), Skip> {
     world.require("git")?;
     user_repository(world);
