@@ -16,7 +16,9 @@ use crate::transport::RemoteTransport;
 /// Runs `bash -c <command>` on the far side of a [`RemoteTransport`], with the local
 /// executor's request rules (defaults, caps, messages: [`dsh_bash_local::resolve`]) and its
 /// results: output is collected on the harness's side by the [`SubprocessService`]'s
-/// collectors (tail-bounded, spilled to its spill directory, redacted), timeouts and aborts
+/// collectors (tail-bounded, spilled to its spill directory, redacted), a spilled stream is
+/// copied into the session's own directory on the far side and results name that copy
+/// (where the session's next command can read it), timeouts and aborts
 /// end every process of the call (`TERM`, the grace, `KILL`), and exit facts tell an exit
 /// from a signal.
 ///
