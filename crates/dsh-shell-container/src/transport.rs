@@ -191,7 +191,8 @@ impl ContainerTransport {
     fn session_roots(&self, key: &str, roots: &[PathBuf]) -> Vec<PathBuf> {
         let mut all = roots.to_vec();
         if !key.is_empty()
-            && let Some(agents) = self.ctx.as_ref().and_then(WeakContext::upgrade).and_then(|ctx| ctx.get(AGENTS))
+            && let Some(agents) =
+                self.ctx.as_ref().and_then(WeakContext::upgrade).and_then(|ctx| ctx.get(AGENTS))
             && let Some(agent) = agents.get(key)
         {
             all.extend(agent.roots().into_iter().filter(|r| !all.contains(r)).collect::<Vec<_>>());

@@ -86,15 +86,6 @@ impl RemoteExecutor {
         CallSpills::new(&self.far, session_of(spec))
     }
 
-    /// Makes the session's spill directory on the far side ahead (in a task), so a job's
-    /// reads can name its spill file there as soon as it spills.
-    pub(crate) fn prepare_spills(&self, spec: &ShellExecSpec) {
-        let (far, session) = (Arc::clone(&self.far), session_of(spec));
-        tokio::spawn(async move {
-            let _ = far.dir(session.as_deref()).await;
-        });
-    }
-
     /// The transport commands run through.
     pub fn transport(&self) -> &Arc<dyn RemoteTransport> {
         &self.transport

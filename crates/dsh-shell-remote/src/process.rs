@@ -4,9 +4,7 @@ use std::sync::Arc;
 
 use dsh_bash_local::{ReadCursor, ReleasedOutput};
 use dsh_core::AbortSignal;
-use dsh_shell::{
-    ProcessStatus, ShellExecSpec, ShellProcess, ShellProcessRead, ShellSandboxInfo,
-};
+use dsh_shell::{ProcessStatus, ShellExecSpec, ShellProcess, ShellProcessRead, ShellSandboxInfo};
 use dsh_subprocess::OutputCollector;
 use futures::future::BoxFuture;
 use parking_lot::Mutex;
@@ -77,7 +75,6 @@ impl RemoteShellProcess {
             input,
         };
         let spills = executor.call_spills(&spec);
-        executor.prepare_spills(&spec);
         let process = Arc::new(Self {
             transport: Arc::clone(executor.transport()),
             grace_ms: executor.grace_ms(),
@@ -266,5 +263,4 @@ impl ShellProcess for RemoteShellProcess {
     fn out_of_memory(&self) -> bool {
         self.state.lock().out_of_memory
     }
-
 }

@@ -2,8 +2,8 @@
 //! grows, into a directory of the session's own on the far side, and results and reads name
 //! that copy, so the session's next command can read it there.
 //!
-//! Each session gets one directory on the far side, made on its first spill (or its first
-//! job): `${TMPDIR:-/tmp}/dsh-spill-XXXXXX`, mode `0700`, made exclusively. A spilled stream is
+//! Each session gets one directory on the far side, made on its first spill (not ahead: it
+//! would hold a channel of an SSH host's `MaxSessions` that a command may need): `${TMPDIR:-/tmp}/dsh-spill-XXXXXX`, mode `0700`, made exclusively. A spilled stream is
 //! copied by one program on the far side (`cat` into a file created exclusively, mode
 //! `0600`) fed from the harness's spill file, from when the spill opens until the stream is
 //! complete; a foreground result and a job's settlement wait for the copy. The harness keeps
@@ -84,7 +84,9 @@ impl FarSpills {
         let run = run(&self.transport, vec![DIR_SCRIPT.to_owned()], session);
         match run.await {
             Ok((0, out)) if out.starts_with('/') => Ok(out),
-            Ok((code, out)) => Err(format!("cannot make a spill directory there (exit {code}): {}", out.trim())),
+            Ok((code, out)) => {
+                Err(format!("cannot make a spill directory there (exit {code}): {}", out.trim()))
+            }
             Err(e) => Err(format!("cannot make a spill directory there: {e}")),
         }
     }
@@ -249,14 +251,16 @@ async fn copy(
     let dir = spills.dir(session).await?;
     let name = local.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let far = format!("{dir}/{name}");
-    let argv = vec!["bash".to_owned(), "-c".to_owned(), COPY_SCRIPT.to_owned(), "dsh-spill".to_owned(), far.clone()];
+    let argv =
+        vec!["bash".to_owned(), "-c".to_owned(), COPY_SCRIPT.to_owned(), "dsh-spill".to_owned(), far.clone()];
     let spec = RemoteExecSpec {
         argv,
         stdin: true,
         session: session.map(str::to_owned),
         ..RemoteExecSpec::default()
     };
-    let mut child = spills.transport.exec(spec).await.map_err(|e| format!("cannot copy the spill file there: {e}"))?;
+    let mut child =
+        spills.transport.exec(spec).await.map_err(|e| format!("cannot copy the spill file there: {e}"))?;
     *mirror.far.lock() = Some(Ok(PathBuf::from(&far)));
     let mut writer = child.stdin.take().ok_or("cannot copy the spill file there: no stdin")?;
     let mut said = Vec::new();
@@ -275,7 +279,10 @@ async fn copy(
                 if n == 0 {
                     break;
                 }
-                writer.write_all(&buf[..n]).await.map_err(|e| format!("copying the spill file there: {e}"))?;
+                writer
+                    .write_all(&buf[..n])
+                    .await
+                    .map_err(|e| format!("copying the spill file there: {e}"))?;
             }
             // More output, or the stream is complete (then nothing more comes).
             if stream.wait_for_total(seen + 1).await == seen {
@@ -284,7 +291,10 @@ async fn copy(
                     if n == 0 {
                         break;
                     }
-                    writer.write_all(&buf[..n]).await.map_err(|e| format!("copying the spill file there: {e}"))?;
+                    writer
+                        .write_all(&buf[..n])
+                        .await
+                        .map_err(|e| format!("copying the spill file there: {e}"))?;
                 }
                 writer.shutdown().await.map_err(|e| format!("copying the spill file there: {e}"))?;
                 drop(writer);

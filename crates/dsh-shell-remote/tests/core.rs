@@ -229,7 +229,11 @@ async fn bf_08_output_beyond_the_tail_spills_where_the_command_runs() {
     let spill = result.stdout.spill_path.expect("spilled");
     assert!(!spill.starts_with(dir.path()), "{}", spill.display());
     let far_dir = spill.parent().expect("a directory").to_path_buf();
-    assert!(far_dir.file_name().is_some_and(|n| n.to_string_lossy().starts_with("dsh-spill-")), "{}", spill.display());
+    assert!(
+        far_dir.file_name().is_some_and(|n| n.to_string_lossy().starts_with("dsh-spill-")),
+        "{}",
+        spill.display()
+    );
     assert_eq!(std::fs::read_to_string(&spill).expect("spill file"), all);
     executor.release().await;
     assert!(!far_dir.exists(), "the far side's spill directory outlived the harness");

@@ -666,7 +666,10 @@ fn two_mcp_sessions_of_one_server_share_neither_tmp_nor_processes_nor_spill_file
         call(&mut a, &session_a, 7, command(&format!("tail -n 1 {}", crate::harness::shell_quote(&path))));
     assert_eq!(read.trim(), "200000", "the spill file {path} read in the container");
     // Another session's container cannot read it: it is in a's container only.
-    let probe = format!("cat {} >/dev/null 2>&1 && echo readable || echo unreadable", crate::harness::shell_quote(&path));
+    let probe = format!(
+        "cat {} >/dev/null 2>&1 && echo readable || echo unreadable",
+        crate::harness::shell_quote(&path)
+    );
     let other = call(&mut b, &session_b, 10, command(&probe));
     assert_eq!(other.trim(), "unreadable", "session b read a's spill file {path}");
     // One container each; the one of a session that ends goes with it, the other stays.
@@ -788,7 +791,10 @@ fn every_mcp_root_of_a_session_is_in_its_container() {
     let texts = stdio_calls_with_roots(
         &sandbox,
         &[&first, &second],
-        &[("pwd; echo one > made-in-first", None), ("pwd; cat marker; echo two > made-in-second", Some(&second))],
+        &[
+            ("pwd; echo one > made-in-first", None),
+            ("pwd; cat marker; echo two > made-in-second", Some(&second)),
+        ],
     );
     assert_eq!(texts[0], format!("{}\n", first.display()));
     assert_eq!(texts[1], format!("{}\nin-the-second-root\n", second.display()));

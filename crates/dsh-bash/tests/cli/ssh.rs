@@ -203,20 +203,33 @@ fn bf_08_and_10_output_is_bounded_and_spilled_on_the_host_where_later_commands_r
     // harness's spill directory, although the host is this machine here).
     assert!(!Path::new(&stdout_spill).starts_with(&spill), "{stdout_spill}");
     let far_dir = Path::new(&stdout_spill).parent().expect("a directory").to_path_buf();
-    assert!(far_dir.file_name().is_some_and(|n| n.to_string_lossy().starts_with("dsh-spill-")), "{stdout_spill}");
+    assert!(
+        far_dir.file_name().is_some_and(|n| n.to_string_lossy().starts_with("dsh-spill-")),
+        "{stdout_spill}"
+    );
     let second = ask(2, bash("echo ok; for i in $(seq 1 100); do printf \"line-%04d\\n\" $i >&2; done"));
     let stderr_spill = second["structured"]["stderr"]["spillPath"].as_str().expect("a spill path").to_owned();
-    assert!(stderr_spill.ends_with("-stderr.log") && stderr_spill.starts_with(&*far_dir.to_string_lossy()), "{stderr_spill}");
-    assert_eq!(text(&second), format!("ok\n[stderr]\n{tail}\n[output truncated; full output: {stderr_spill}]"));
+    assert!(
+        stderr_spill.ends_with("-stderr.log") && stderr_spill.starts_with(&*far_dir.to_string_lossy()),
+        "{stderr_spill}"
+    );
+    assert_eq!(
+        text(&second),
+        format!("ok\n[stderr]\n{tail}\n[output truncated; full output: {stderr_spill}]")
+    );
     // A job's spill file is on the host too.
-    ask(3, json!({"tool": "bash", "args": {"description": "d", "run_in_background": true,
-        "command": "for i in $(seq 1 100); do printf \"job-%04d\\n\" $i; done"}}));
+    ask(
+        3,
+        json!({"tool": "bash", "args": {"description": "d", "run_in_background": true,
+        "command": "for i in $(seq 1 100); do printf \"job-%04d\\n\" $i; done"}}),
+    );
     let read = ask(4, json!({"tool": "job_output", "args": {"job_id": "bash-1", "wait": true}}));
     let job_spill = named_spill(text(&read));
     assert!(job_spill.starts_with(&*far_dir.to_string_lossy()), "{}", text(&read));
     // A later command of the session reads all three there, complete; the directory is
     // the session's alone.
-    let quoted: Vec<String> = [&stdout_spill, &stderr_spill, &job_spill].iter().map(|p| crate::harness::shell_quote(p)).collect();
+    let quoted: Vec<String> =
+        [&stdout_spill, &stderr_spill, &job_spill].iter().map(|p| crate::harness::shell_quote(p)).collect();
     let command = format!(
         "for f in {}; do cat \"$f\" | wc -c; done; stat -c %a {}",
         quoted.join(" "),
