@@ -39,11 +39,15 @@ const COPY_SCRIPT: &str = r#"umask 077; set -C; exec cat > "$1""#;
 /// Removes the files (or directories) it is given.
 const REMOVE_SCRIPT: &str = r#"rm -rf -- "$@""#;
 
+/// A session's spill directory on the far side, made once: its path, or why it could not
+/// be made.
+type DirCell = Arc<OnceCell<Result<String, String>>>;
+
 /// The far side's spill directories of an executor's sessions.
 pub(crate) struct FarSpills {
     transport: Arc<dyn RemoteTransport>,
     /// Each session's directory (by session id; `""` for calls without one), made once.
-    dirs: Mutex<HashMap<String, Arc<OnceCell<Result<String, String>>>>>,
+    dirs: Mutex<HashMap<String, DirCell>>,
     /// The composition, to remove a session's directory when its agent ends.
     ctx: Mutex<Option<WeakContext>>,
     me: Weak<FarSpills>,
