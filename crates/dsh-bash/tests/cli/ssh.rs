@@ -229,7 +229,7 @@ fn bf_08_and_10_output_is_bounded_and_spilled_on_the_host_where_later_commands_r
     // A later command of the session reads all three there, complete; the directory is
     // the session's alone.
     let quoted: Vec<String> =
-        [&stdout_spill, &stderr_spill, &job_spill].iter().map(|p| crate::harness::shell_quote(p)).collect();
+        [&stdout_spill, &stderr_spill, &job_spill].iter().map(crate::harness::shell_quote).collect();
     let command = format!(
         "for f in {}; do cat \"$f\" | wc -c; done; stat -c %a {}",
         quoted.join(" "),
