@@ -66,6 +66,8 @@ pub struct Agent {
     dispose_hooks: Mutex<Vec<(u64, Effect)>>,
     next_hook: AtomicU64,
     disposed: AtomicBool,
+    /// The directories the session's client works in (its `file://` roots), when it said.
+    roots: Mutex<Vec<PathBuf>>,
 }
 
 impl std::fmt::Debug for Agent {
@@ -91,6 +93,7 @@ impl Agent {
             dispose_hooks: Mutex::new(Vec::new()),
             next_hook: AtomicU64::new(1),
             disposed: AtomicBool::new(false),
+            roots: Mutex::new(Vec::new()),
         })
     }
 
@@ -169,6 +172,17 @@ impl Agent {
     /// Forgets a dispose hook.
     pub fn cancel_on_dispose(&self, id: u64) {
         self.dispose_hooks.lock().retain(|(h, _)| *h != id);
+    }
+
+    /// Records the directories the session's client works in (an MCP client's `file://`
+    /// roots), for executors that must make them reachable (a container binds them).
+    pub fn set_roots(&self, roots: Vec<PathBuf>) {
+        *self.roots.lock() = roots;
+    }
+
+    /// The directories recorded by [`Agent::set_roots`] (none by default).
+    pub fn roots(&self) -> Vec<PathBuf> {
+        self.roots.lock().clone()
     }
 
     /// True once [`Agent::dispose`] has started.

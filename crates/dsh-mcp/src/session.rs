@@ -22,7 +22,7 @@ use tokio_util::sync::CancellationToken;
 use crate::approval::{InFlightCalls, elicitation_answerer, supports_elicitation};
 use crate::options::McpOptions;
 use crate::order::CallBook;
-use crate::roots::first_file_root;
+use crate::roots::{file_uri_path, first_file_root};
 
 /// The level completion notices are logged at.
 const NOTICE_LEVEL: LoggingLevel = LoggingLevel::Notice;
@@ -177,10 +177,11 @@ impl McpSession {
     }
 
     async fn create_agent(&self) -> Arc<Agent> {
-        let cwd = self.resolve_cwd().await;
+        let (cwd, roots) = self.resolve_cwd().await;
         let id = format!("mcp-{}", uuid::Uuid::new_v4());
         tracing::info!(agent = %id, cwd = %cwd.display(), "MCP session agent");
         let agent = Agent::new(id.clone(), Some(cwd));
+        agent.set_roots(roots);
         let ctx = &self.shared.ctx;
         if let Some(persistence) = ctx.get(SESSION_PERSISTENCE) {
             persistence.attach(agent.session());
@@ -209,8 +210,9 @@ impl McpSession {
         agent
     }
 
-    /// The first `file://` root the client offers, else the workspace root, else our cwd.
-    async fn resolve_cwd(&self) -> PathBuf {
+    /// The first `file://` root the client offers, else the workspace root, else our cwd;
+    /// and every `file://` root the client offers.
+    async fn resolve_cwd(&self) -> (PathBuf, Vec<PathBuf>) {
         let offers_roots = self.peer.peer_info().is_some_and(|info| info.capabilities.roots.is_some());
         if offers_roots {
             let listed =
@@ -218,7 +220,8 @@ impl McpSession {
             match listed {
                 Ok(Ok(result)) => {
                     if let Some(root) = first_file_root(result.roots.iter().map(|r| r.uri.as_str())) {
-                        return root;
+                        let all = result.roots.iter().filter_map(|r| file_uri_path(&r.uri)).collect();
+                        return (root, all);
                     }
                 }
                 Ok(Err(error)) => tracing::warn!(%error, "roots/list failed"),
@@ -226,9 +229,9 @@ impl McpSession {
             }
         }
         if let Some(root) = &self.shared.options.workspace_root {
-            return root.clone();
+            return (root.clone(), Vec::new());
         }
-        std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"))
+        (std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/")), Vec::new())
     }
 
     /// Marks a call in flight: the first one opens a turn and makes the agent busy.

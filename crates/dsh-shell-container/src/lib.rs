@@ -1,9 +1,9 @@
 //! The container executor (a **provider** of the `shell` seam, plugin `shell-container`).
 //!
 //! [`ContainerTransport`] is a [`dsh_shell_remote::RemoteTransport`] over the Docker Engine
-//! API (`bollard`; Podman through its Docker-compatible service): one container per harness,
+//! API (`bollard`; Podman through its Docker-compatible service): one container per session,
 //! created on first use from an image (or an existing container named by config), the
-//! workspace bind-mounted at its own path, memory/CPU/process limits and `network none`
+//! workspace and the session's roots bind-mounted at their own paths, memory/CPU/process limits and `network none`
 //! from config, removed at teardown. The executor itself is
 //! [`dsh_shell_remote::RemoteExecutor`]: everything the `shell` contract promises is built
 //! there, once, for every transport.

@@ -43,19 +43,10 @@ impl Plugin for ShellContainerPlugin {
             None => std::env::current_dir()
                 .map_err(|e| PluginError::config(format!("shell-container: no workspace: {e}")))?,
         };
-        // Spill files stay on the harness's side; commands read them at the reported paths.
-        let read_only = match service.spill_dir() {
-            Ok(dir) => vec![dir],
-            Err(e) => {
-                tracing::warn!(error = %e, "the spill directory is not shared with the container");
-                Vec::new()
-            }
-        };
         let settings = ContainerSettings {
             image: config.image.clone(),
             container: config.container.clone(),
             workspace,
-            read_only,
             memory: config.memory.as_deref().and_then(parse_memory),
             nano_cpus: config.cpus.map(|c| (c * 1e9) as i64),
             pids_limit: config.pids_limit,
@@ -66,12 +57,16 @@ impl Plugin for ShellContainerPlugin {
         let tag = uuid::Uuid::new_v4().simple().to_string()[..12].to_owned();
         let transport = ContainerTransport::new(settings, tag, Some(scope.ctx().downgrade()));
         transport.prewarm();
-        let executor =
+        let executor = Arc::new(
             RemoteExecutor::new(Arc::clone(&transport) as Arc<dyn RemoteTransport>, config.local(), service)
-                .map_err(PluginError::config)?;
-        scope.provide(SHELL, Arc::new(executor) as Arc<dyn ShellExecutor>)?;
+                .map_err(PluginError::config)?,
+        );
+        executor.tie_to(scope.ctx().downgrade());
+        scope.provide(SHELL, Arc::clone(&executor) as Arc<dyn ShellExecutor>)?;
         scope.provide(REMOTE_TRANSPORT, Arc::clone(&transport) as Arc<dyn RemoteTransport>)?;
         scope.add(Disposer::new_async(move || async move {
+            // The spill directories in a named container (one per session, shared).
+            executor.release().await;
             if let Err(e) = transport.shutdown().await {
                 tracing::warn!(error = %e, "the sessions' containers could not be removed");
             }

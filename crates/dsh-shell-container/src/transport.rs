@@ -28,9 +28,6 @@ pub struct ContainerSettings {
     pub container: Option<String>,
     /// Bind-mounted read-write at the same path (the workspace).
     pub workspace: PathBuf,
-    /// Further host directories bind-mounted read-only at the same path (the spill
-    /// directory, so commands can read the spill files they are told about).
-    pub read_only: Vec<PathBuf>,
     /// Memory limit in bytes (swap included: no swap beyond it).
     pub memory: Option<i64>,
     /// CPU limit in billionths of a CPU.
@@ -160,9 +157,10 @@ impl ContainerTransport {
         self.warm.lock().unwrap_or_else(std::sync::PoisonError::into_inner).len()
     }
 
-    /// A warm container for a session whose `roots` need no bind of their own (they lie in
-    /// the workspace): one that is ready, else one being made (waited for: it is nearer
-    /// than a start of our own); `None` when there is none.
+    /// A warm container for a session whose `roots` need no bind of their own (they all lie
+    /// in the workspace, as a warm container binds nothing else): one that is ready, else
+    /// one being made (waited for: it is nearer than a start of our own); `None` when there
+    /// is none.
     async fn take_warm(&self, roots: &[PathBuf]) -> Option<String> {
         if roots.iter().any(|r| r.is_dir() && !r.starts_with(&self.settings.workspace)) {
             return None;
@@ -185,6 +183,21 @@ impl ContainerTransport {
             (None, Some(session)) => session.to_owned(),
             _ => String::new(),
         }
+    }
+
+    /// The directories a container for session `key` binds besides the workspace: `roots`
+    /// (the call's working directory) and every root the session's client named (its MCP
+    /// `file://` roots, recorded on its agent).
+    fn session_roots(&self, key: &str, roots: &[PathBuf]) -> Vec<PathBuf> {
+        let mut all = roots.to_vec();
+        if !key.is_empty()
+            && let Some(agents) =
+                self.ctx.as_ref().and_then(WeakContext::upgrade).and_then(|ctx| ctx.get(AGENTS))
+            && let Some(agent) = agents.get(key)
+        {
+            all.extend(agent.roots().into_iter().filter(|r| !all.contains(r)).collect::<Vec<_>>());
+        }
+        all
     }
 
     /// The readiness slot of `key`, made on first use.
@@ -295,7 +308,7 @@ impl ContainerTransport {
             format!("{path}:{path}:{mode}")
         };
         let mut binds = vec![same_path(&self.settings.workspace, "rw")];
-        // The session's own directories (an MCP client's root elsewhere), when not already
+        // The session's own directories (every MCP root of its client elsewhere), when not
         // inside the workspace and there to bind.
         let mut bound = vec![self.settings.workspace.clone()];
         for root in roots {
@@ -304,7 +317,6 @@ impl ContainerTransport {
                 bound.push(root.clone());
             }
         }
-        binds.extend(self.settings.read_only.iter().map(|p| same_path(p, "ro")));
         let session = if key.is_empty() { self.tag.clone() } else { key.to_owned() };
         let mut labels =
             HashMap::from([(HARNESS_LABEL.to_owned(), harness_id()), (SESSION_LABEL.to_owned(), session)]);
@@ -431,7 +443,8 @@ impl RemoteTransport for ContainerTransport {
 
     async fn exec(&self, spec: RemoteExecSpec) -> Result<RemoteChild, RemoteError> {
         let key = self.key(spec.session.as_deref());
-        let container = self.container(&key, &spec.roots).await?;
+        let roots = self.session_roots(&key, &spec.roots);
+        let container = self.container(&key, &roots).await?;
         let docker = self.docker().await?.clone();
         let env: Vec<String> = spec.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
         let options = CreateExecOptions {
@@ -449,7 +462,7 @@ impl RemoteTransport for ContainerTransport {
             Ok(exec) => (container, exec),
             // It went away since the last call: a new one, once.
             Err(e) if forget_if_gone(&docker, &self.slot(&key), &container).await => {
-                let fresh = self.container(&key, &spec.roots).await?;
+                let fresh = self.container(&key, &roots).await?;
                 match docker.create_exec(&fresh, options).await {
                     Ok(exec) => (fresh, exec),
                     Err(_) => return Err(failed(e)),
@@ -545,6 +558,10 @@ impl RemoteTransport for ContainerTransport {
             version.version.as_deref().unwrap_or("?"),
             version.api_version.as_deref().unwrap_or("?")
         ))
+    }
+
+    fn session_private(&self) -> bool {
+        self.settings.container.is_none()
     }
 
     async fn gone(&self, session: Option<&str>) -> bool {

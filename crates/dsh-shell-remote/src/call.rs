@@ -13,6 +13,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{mpsc, watch};
 
 use crate::frame::{FrameFact, FrameFilter};
+use crate::spill::CallSpills;
 use crate::transport::{RemoteError, RemoteExecSpec, RemoteExit, RemoteTransport};
 
 /// The call script (see `scripts/call.sh`).
@@ -56,6 +57,8 @@ pub(crate) struct Call {
     end: watch::Receiver<Option<CallEnd>>,
     /// The call's control stream (kills), written by its writer task.
     control: mpsc::UnboundedSender<Control>,
+    /// The far side's copies of its spilled streams.
+    spills: Arc<CallSpills>,
 }
 
 /// How many chunks of input may wait for a command that does not read them.
@@ -65,15 +68,16 @@ impl Call {
     /// Starts `spec`'s command through `transport`, collecting into `stdout` and `stderr`;
     /// with `input`, the command's stdin stays open and takes what arrives there (until the
     /// sender is dropped). The call script's own stdin carries the command's input, kills
-    /// and the harness's heartbeat (its lease). Fails only when the transport cannot start
-    /// the call script.
+    /// and the harness's heartbeat (its lease). A stream that spills is copied to the far
+    /// side through `spills`, and the call ends once the copies are complete. Fails only
+    /// when the transport cannot start the call script.
     pub(crate) async fn start(
         transport: &Arc<dyn RemoteTransport>,
         spec: &ShellExecSpec,
-        stdout: Arc<OutputCollector>,
-        stderr: Arc<OutputCollector>,
+        (stdout, stderr): (Arc<OutputCollector>, Arc<OutputCollector>),
         input: Option<mpsc::Receiver<Vec<u8>>>,
         grace: Duration,
+        spills: Arc<CallSpills>,
     ) -> Result<Arc<Call>, RemoteError> {
         let id = uuid::Uuid::new_v4().simple().to_string();
         let exec = RemoteExecSpec {
@@ -96,6 +100,8 @@ impl Call {
             roots: vec![spec.workdir.clone()],
         };
         let session = exec.session.clone();
+        spills.watch(&stdout);
+        spills.watch(&stderr);
         let child = transport.exec(exec).await?;
         let (end_tx, end) = watch::channel(None);
         let (control, control_rx) = mpsc::unbounded_channel();
@@ -108,6 +114,7 @@ impl Call {
         let transport = Arc::clone(transport);
         let (out, err) = (Arc::clone(&stdout), Arc::clone(&stderr));
         let (started_tx, _) = watch::channel(false);
+        let copies = Arc::clone(&spills);
         tokio::spawn(async move {
             // Once the status frame came, the command is over: a process detached from the
             // call that still holds its streams holds them for at most the grace.
@@ -128,9 +135,10 @@ impl Call {
             }
             out.finish();
             err.finish();
+            copies.settled().await;
             end_tx.send_replace(Some(call_end(frame, exit, &workdir)));
         });
-        Ok(Arc::new(Call { stdout, stderr, end, control }))
+        Ok(Arc::new(Call { stdout, stderr, end, control, spills }))
     }
 
     /// Sends `signal` (`TERM` escalating to `KILL` after `grace_ms`, or `INT`) to every
@@ -150,6 +158,14 @@ impl Call {
             Ok(end) => end.clone().unwrap_or_else(|| CallEnd::Lost("the call was lost".to_owned())),
             Err(_) => CallEnd::Lost("the call was lost".to_owned()),
         }
+    }
+
+    /// A collected stream's final state in the seam's terms, naming the far side's copy of
+    /// its spill file.
+    pub(crate) fn collected(&self, collector: &OutputCollector) -> CollectedOutput {
+        let mut stream = collected(collector);
+        (stream.spill_path, stream.spill_error) = self.spills.far(stream.spill_path, stream.spill_error);
+        stream
     }
 
     /// The latest line of output, from whichever stream was written last.

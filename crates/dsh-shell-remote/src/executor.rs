@@ -10,12 +10,15 @@ use dsh_subprocess::{CaptureLimits, OutputCollector, SubprocessService};
 
 use crate::call::{Call, CallEnd, collected};
 use crate::process::RemoteShellProcess;
+use crate::spill::{CallSpills, FarSpills};
 use crate::transport::RemoteTransport;
 
 /// Runs `bash -c <command>` on the far side of a [`RemoteTransport`], with the local
 /// executor's request rules (defaults, caps, messages: [`dsh_bash_local::resolve`]) and its
 /// results: output is collected on the harness's side by the [`SubprocessService`]'s
-/// collectors (tail-bounded, spilled to its spill directory, redacted), timeouts and aborts
+/// collectors (tail-bounded, spilled to its spill directory, redacted), a spilled stream is
+/// copied into the session's own directory on the far side and results name that copy
+/// (where the session's next command can read it), timeouts and aborts
 /// end every process of the call (`TERM`, the grace, `KILL`), and exit facts tell an exit
 /// from a signal.
 ///
@@ -29,6 +32,8 @@ pub struct RemoteExecutor {
     transport: Arc<dyn RemoteTransport>,
     config: LocalBashConfig,
     service: Arc<SubprocessService>,
+    /// The sessions' spill directories on the far side.
+    far: Arc<FarSpills>,
 }
 
 /// A foreground run whose future is dropped (its caller went away) must not leave the
@@ -60,7 +65,25 @@ impl RemoteExecutor {
         service: Arc<SubprocessService>,
     ) -> Result<Self, ConfigError> {
         config.validate()?;
-        Ok(Self { transport, config, service })
+        let far = FarSpills::new(Arc::clone(&transport));
+        Ok(Self { transport, config, service, far })
+    }
+
+    /// Removes a session's spill directory on the far side when the session's agent (in
+    /// `ctx`'s agents registry) ends.
+    pub fn tie_to(&self, ctx: dsh_core::WeakContext) {
+        self.far.tie_to(ctx);
+    }
+
+    /// Removes every session's spill directory on the far side (at the harness's end,
+    /// before the transport shuts down). Best effort: a failure is logged.
+    pub async fn release(&self) {
+        self.far.remove_all().await;
+    }
+
+    /// The far side's copies of the spill files of a call for `spec`.
+    pub(crate) fn call_spills(&self, spec: &ShellExecSpec) -> Arc<CallSpills> {
+        CallSpills::new(&self.far, session_of(spec))
     }
 
     /// The transport commands run through.
@@ -113,6 +136,11 @@ impl RemoteExecutor {
     }
 }
 
+/// The session a call runs for (`DSH_SESSION_ID`).
+fn session_of(spec: &ShellExecSpec) -> Option<String> {
+    spec.dsh_env.as_ref().and_then(|env| env.get(dsh_shell::DSH_SESSION_ID)).cloned()
+}
+
 /// Why a call was lost, followed by what it printed before (its streams' tails), so output
 /// received before the far side went away is not lost with it.
 fn lost_with_output(message: &str, call: &Call) -> String {
@@ -148,8 +176,9 @@ impl ShellExecutor for RemoteExecutor {
         if let Some(reason) = deadline.signal().reason() {
             return Err(ShellError::AbortedBeforeSpawn(reason.message.clone()));
         }
-        let (stdout, stderr) = self.collectors(spec.stdout_max_bytes);
-        let call = Call::start(&self.transport, &spec, stdout, stderr, None, self.grace())
+        let streams = self.collectors(spec.stdout_max_bytes);
+        let spills = self.call_spills(&spec);
+        let call = Call::start(&self.transport, &spec, streams, None, self.grace(), spills)
             .await
             .map_err(|e| self.unavailable(e))?;
         let mut guard =
@@ -181,8 +210,8 @@ impl ShellExecutor for RemoteExecutor {
                 timed_out,
                 aborted,
                 timeout: spec.timeout,
-                stdout: collected(&call.stdout),
-                stderr: collected(&call.stderr),
+                stdout: call.collected(&call.stdout),
+                stderr: call.collected(&call.stderr),
                 sandbox: None,
                 network: None,
                 out_of_memory,

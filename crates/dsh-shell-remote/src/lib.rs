@@ -22,6 +22,7 @@ mod call;
 mod executor;
 mod frame;
 mod process;
+mod spill;
 mod transport;
 
 use std::sync::Arc;

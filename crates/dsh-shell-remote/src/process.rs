@@ -4,9 +4,7 @@ use std::sync::Arc;
 
 use dsh_bash_local::{ReadCursor, ReleasedOutput};
 use dsh_core::AbortSignal;
-use dsh_shell::{
-    ProcessStatus, ShellExecSpec, ShellProcess, ShellProcessRead, ShellSandboxInfo, SpillObserver,
-};
+use dsh_shell::{ProcessStatus, ShellExecSpec, ShellProcess, ShellProcessRead, ShellSandboxInfo};
 use dsh_subprocess::OutputCollector;
 use futures::future::BoxFuture;
 use parking_lot::Mutex;
@@ -14,6 +12,7 @@ use tokio::sync::{mpsc, watch};
 
 use crate::call::{Call, CallEnd, INPUT_QUEUE};
 use crate::executor::RemoteExecutor;
+use crate::spill::CallSpills;
 use crate::transport::RemoteTransport;
 
 struct State {
@@ -44,6 +43,8 @@ pub struct RemoteShellProcess {
     grace_ms: u64,
     state: Mutex<State>,
     done: watch::Sender<bool>,
+    /// The far side's copies of its spilled streams.
+    spills: Arc<CallSpills>,
 }
 
 impl RemoteShellProcess {
@@ -73,18 +74,21 @@ impl RemoteShellProcess {
             kill_requested: false,
             input,
         };
+        let spills = executor.call_spills(&spec);
         let process = Arc::new(Self {
             transport: Arc::clone(executor.transport()),
             grace_ms: executor.grace_ms(),
             state: Mutex::new(state),
             done: watch::Sender::new(false),
+            spills: Arc::clone(&spills),
         });
         let running = Arc::clone(&process);
         let kind = executor.transport().kind();
         let grace = executor.grace();
         tokio::spawn(async move {
             let signal = spec.signal.clone();
-            let end = match Call::start(&running.transport, &spec, stdout, stderr, input_rx, grace).await {
+            let streams = (stdout, stderr);
+            let end = match Call::start(&running.transport, &spec, streams, input_rx, grace, spills).await {
                 Ok(call) => running.supervise(call, signal.as_ref()).await,
                 Err(e) => CallEnd::Lost(format!("{kind} executor: {e}")),
             };
@@ -186,11 +190,18 @@ impl ShellProcess for RemoteShellProcess {
         let note = state.note.take().unwrap_or_default();
         let settled = *self.done.borrow();
         let State { streams, cursor, released, .. } = &mut *state;
-        let (read, at_end) = cursor.read(streams.as_ref().map(|(o, e)| (&**o, &**e)), released, note);
+        let (mut read, at_end) = cursor.read(streams.as_ref().map(|(o, e)| (&**o, &**e)), released, note);
         if settled && at_end {
             // Settled (its streams are complete) and read to the end: release the output.
             state.streams = None;
         }
+        drop(state);
+        // The spill files a read names are the far side's copies.
+        let error = read.spill_error.take();
+        let (stdout, out_error) = self.spills.far(read.stdout_spill_path.take(), None);
+        let (stderr, err_error) = self.spills.far(read.stderr_spill_path.take(), None);
+        (read.stdout_spill_path, read.stderr_spill_path) = (stdout, stderr);
+        read.spill_error = error.or(out_error).or(err_error);
         read
     }
 
@@ -251,11 +262,5 @@ impl ShellProcess for RemoteShellProcess {
 
     fn out_of_memory(&self) -> bool {
         self.state.lock().out_of_memory
-    }
-
-    fn watch_spills(&self, observer: SpillObserver) {
-        let Some((out, err)) = self.state.lock().streams.clone() else { return };
-        out.watch_spill(Arc::clone(&observer));
-        err.watch_spill(observer);
     }
 }

@@ -86,6 +86,11 @@ pub trait RemoteTransport: Send + Sync + 'static {
     async fn gone(&self, _session: Option<&str>) -> bool {
         false
     }
+    /// Whether each session's far side is its own and goes when the session ends (a
+    /// container per session): what a session leaves there needs no removal of its own.
+    fn session_private(&self) -> bool {
+        false
+    }
     /// Releases the far side (removes the session's container, closes the connection).
     /// Idempotent; an `exec` afterwards fails.
     async fn shutdown(&self) -> Result<(), RemoteError>;

@@ -217,7 +217,7 @@ async fn ex_06_a_missing_workdir_is_a_spawn_failure() {
 }
 
 #[tokio::test]
-async fn bf_08_output_beyond_the_tail_spills_on_the_harness_side() {
+async fn bf_08_output_beyond_the_tail_spills_where_the_command_runs() {
     let dir = tempfile::tempdir().expect("tempdir");
     let config = LocalBashConfig { max_output_bytes: 100.0, ..LocalBashConfig::default() };
     let executor = executor_with(config, dir.path());
@@ -225,9 +225,18 @@ async fn bf_08_output_beyond_the_tail_spills_on_the_harness_side() {
     let all: String = (1..=100).map(|i| format!("line-{i:04}\n")).collect();
     assert_eq!(result.stdout.text, all[900..]);
     assert!(result.stdout.truncated);
+    // The result names the far side's copy, in a directory of the session's own there.
     let spill = result.stdout.spill_path.expect("spilled");
-    assert!(spill.starts_with(dir.path()), "{}", spill.display());
-    assert_eq!(std::fs::read_to_string(spill).expect("spill file"), all);
+    assert!(!spill.starts_with(dir.path()), "{}", spill.display());
+    let far_dir = spill.parent().expect("a directory").to_path_buf();
+    assert!(
+        far_dir.file_name().is_some_and(|n| n.to_string_lossy().starts_with("dsh-spill-")),
+        "{}",
+        spill.display()
+    );
+    assert_eq!(std::fs::read_to_string(&spill).expect("spill file"), all);
+    executor.release().await;
+    assert!(!far_dir.exists(), "the far side's spill directory outlived the harness");
 }
 
 #[tokio::test]

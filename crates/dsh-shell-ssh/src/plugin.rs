@@ -125,12 +125,16 @@ impl Plugin for ShellSshPlugin {
         let remote: Arc<dyn RemoteTransport> = transport.clone();
         let executor = RemoteExecutor::new(Arc::clone(&remote), config.executor.clone(), service)
             .map_err(|e| PluginError::config(e.to_string().replacen("bash-local:", "shell-ssh:", 1)))?;
-        let executor: Arc<dyn ShellExecutor> = Arc::new(executor);
-        scope.provide(SHELL, executor)?;
+        let executor = Arc::new(executor);
+        // A session's spill directory on the host goes when the session ends.
+        executor.tie_to(scope.ctx().downgrade());
+        scope.provide(SHELL, Arc::clone(&executor) as Arc<dyn ShellExecutor>)?;
         scope.provide(REMOTE_TRANSPORT, remote)?;
         scope.provide(SSH_TRANSPORT, transport.clone())?;
         // Disposed after the jobs (loaded later, disposed earlier) ended their processes.
         scope.add(Disposer::new_async(move || async move {
+            // The spill directories still there, while the connection is open.
+            executor.release().await;
             if let Err(e) = transport.shutdown().await {
                 tracing::warn!(error = %e, "closing the SSH connection");
             }

@@ -162,7 +162,7 @@ fn bf_cases_pass_through_the_container_executor() {
 }
 
 #[test]
-fn bf_08_truncated_output_spills_on_the_harness_side_and_the_command_can_read_it() {
+fn bf_08_truncated_output_spills_in_the_container_and_the_command_reads_it_there() {
     if !engine() {
         return;
     }
@@ -173,24 +173,34 @@ fn bf_08_truncated_output_spills_on_the_harness_side_and_the_command_can_read_it
         "container.toml",
         &format!("[subprocess]\nspillDir = \"{spill}\"\n[shell-container]\nmaxOutputBytes = 100\n"),
     );
+    let background = json!({"tool": "bash", "id": 4, "args": {"description": "d", "run_in_background": true,
+        "command": r#"for i in $(seq 1 100); do printf "job-%04d\n" $i; done"#}});
     let lines = batch(
         &sandbox,
         &["--config", path.to_str().expect("utf-8")],
         &[
             bash(1, r#"for i in $(seq 1 100); do printf "line-%04d\n" $i; done"#),
-            // The spill directory is bound read-only into the container at the same path.
-            bash(
-                2,
-                &format!("cat {spill}/*-stdout.log | wc -l; touch {spill}/x 2>/dev/null || echo read-only"),
-            ),
+            // The session's spill files are in its own container's /tmp; the harness's spill
+            // directory is not in the container at all.
+            bash(2, "for f in /tmp/dsh-spill-*/*-stdout.log; do echo \"$f\"; cat \"$f\" | wc -c; done"),
+            bash(3, &format!("ls {spill} >/dev/null 2>&1 || echo not-bound")),
+            background,
+            json!({"tool": "job_output", "id": 5, "args": {"job_id": "bash-1", "wait": true}}),
+            bash(6, "cat /tmp/dsh-spill-*/*-stdout.log | wc -c"),
         ],
     );
     let all: String = (1..=100).map(|i| format!("line-{i:04}\n")).collect();
     let path = lines[0]["structured"]["stdout"]["spillPath"].as_str().expect("spill path");
-    assert!(path.starts_with(spill), "{path}");
+    assert!(path.starts_with("/tmp/dsh-spill-") && !path.starts_with(spill), "{path}");
     assert_eq!(text(&lines[0]), format!("{}\n[output truncated; full output: {path}]", &all[900..]));
-    assert_eq!(std::fs::read_to_string(path).expect("spill file"), all);
-    assert_eq!(text(&lines[1]), "100\nread-only\n");
+    assert_eq!(text(&lines[1]), format!("{path}\n{}\n", all.len()));
+    assert_eq!(text(&lines[2]), "not-bound\n");
+    // A job's read names its spill file in the container too, complete once it settled.
+    let job = text(&lines[4]);
+    let job_path = spill_path(job);
+    assert!(job_path.starts_with("/tmp/dsh-spill-") && job_path != path, "{job}");
+    let job_all: usize = (1..=100).map(|i| format!("job-{i:04}\n").len()).sum();
+    assert_eq!(text(&lines[5]), format!("{}\n", all.len() + job_all));
 }
 
 #[test]
@@ -610,7 +620,7 @@ fn spill_path(text: &str) -> String {
 }
 
 #[test]
-fn two_mcp_sessions_of_one_server_share_neither_tmp_nor_processes_and_read_their_spill_files() {
+fn two_mcp_sessions_of_one_server_share_neither_tmp_nor_processes_nor_spill_files() {
     use dsh_test_support::http::Conn;
     if !engine() {
         return;
@@ -655,6 +665,13 @@ fn two_mcp_sessions_of_one_server_share_neither_tmp_nor_processes_and_read_their
     let read =
         call(&mut a, &session_a, 7, command(&format!("tail -n 1 {}", crate::harness::shell_quote(&path))));
     assert_eq!(read.trim(), "200000", "the spill file {path} read in the container");
+    // Another session's container cannot read it: it is in a's container only.
+    let probe = format!(
+        "cat {} >/dev/null 2>&1 && echo readable || echo unreadable",
+        crate::harness::shell_quote(&path)
+    );
+    let other = call(&mut b, &session_b, 10, command(&probe));
+    assert_eq!(other.trim(), "unreadable", "session b read a's spill file {path}");
     // One container each; the one of a session that ends goes with it, the other stays.
     let harness = server.child.id();
     assert_eq!(containers_of(harness).len(), 2, "one container per session");
@@ -707,6 +724,82 @@ fn stdio_call_with_root(sandbox: &Sandbox, root: &std::path::Path, command: &str
     drop(stdin);
     let _ = child.wait();
     text
+}
+
+/// One `dsh-bash --executor container mcp` (stdio) whose client offers `roots`; the texts of
+/// one `bash` call of each `(command, workdir)` in turn.
+fn stdio_calls_with_roots(
+    sandbox: &Sandbox,
+    roots: &[&std::path::Path],
+    calls: &[(&str, Option<&std::path::Path>)],
+) -> Vec<String> {
+    use std::io::{BufRead, Write};
+    let mut args = container_args(&[]);
+    args.push("mcp");
+    let mut child = sandbox
+        .command(&args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn dsh-bash mcp");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let mut stdout = std::io::BufReader::new(child.stdout.take().expect("stdout"));
+    let mut send = |message: Value| writeln!(stdin, "{message}").expect("write");
+    send(json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {"roots": {"listChanged": false}},
+        "clientInfo": {"name": "rooted", "version": "0"}}}));
+    send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    let uris: Vec<Value> = roots.iter().map(|r| json!({"uri": format!("file://{}", r.display())})).collect();
+    let mut texts = Vec::new();
+    for (i, (command, workdir)) in calls.iter().enumerate() {
+        let id = i + 1;
+        let mut arguments = json!({"command": command, "description": "d", "timeoutMs": 60000});
+        if let Some(dir) = workdir {
+            arguments["workdir"] = json!(dir.display().to_string());
+        }
+        send(json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": "bash", "arguments": arguments}}));
+        let mut line = String::new();
+        let text = loop {
+            line.clear();
+            assert!(stdout.read_line(&mut line).expect("read") > 0, "the server ended");
+            let message: Value = serde_json::from_str(&line).expect("json");
+            if message["method"] == json!("roots/list") {
+                send(json!({"jsonrpc": "2.0", "id": message["id"], "result": {"roots": uris}}));
+            } else if message["id"] == json!(id) {
+                break message["result"]["content"][0]["text"].as_str().expect("text").to_owned();
+            }
+        };
+        texts.push(text);
+    }
+    drop(stdin);
+    let _ = child.wait();
+    texts
+}
+
+#[test]
+fn every_mcp_root_of_a_session_is_in_its_container() {
+    if !engine() {
+        return;
+    }
+    let sandbox = Sandbox::new();
+    let (first, second) = (tempfile::tempdir().expect("tempdir"), tempfile::tempdir().expect("tempdir"));
+    let first = std::fs::canonicalize(first.path()).expect("canonical");
+    let second = std::fs::canonicalize(second.path()).expect("canonical");
+    std::fs::write(second.join("marker"), "in-the-second-root\n").expect("marker");
+    let texts = stdio_calls_with_roots(
+        &sandbox,
+        &[&first, &second],
+        &[
+            ("pwd; echo one > made-in-first", None),
+            ("pwd; cat marker; echo two > made-in-second", Some(&second)),
+        ],
+    );
+    assert_eq!(texts[0], format!("{}\n", first.display()));
+    assert_eq!(texts[1], format!("{}\nin-the-second-root\n", second.display()));
+    assert_eq!(std::fs::read_to_string(first.join("made-in-first")).expect("written"), "one\n");
+    assert_eq!(std::fs::read_to_string(second.join("made-in-second")).expect("written"), "two\n");
 }
 
 #[test]

@@ -152,8 +152,19 @@ fn bf_timeouts_kill_the_remote_process_tree() {
     assert_no_master_left(&sshd);
 }
 
+/// The spill file a result's text names (`full output: <path>]`).
+fn named_spill(text: &str) -> String {
+    let start = text.find("full output: ").map(|i| i + "full output: ".len());
+    let end = start.and_then(|s| text[s..].find(']').map(|e| s + e));
+    match (start, end) {
+        (Some(s), Some(e)) => text[s..e].to_owned(),
+        _ => panic!("no spill file named in {text:?}"),
+    }
+}
+
 #[test]
-fn bf_08_and_10_output_is_bounded_and_spilled_on_the_harness_side() {
+fn bf_08_and_10_output_is_bounded_and_spilled_on_the_host_where_later_commands_read_it() {
+    use std::io::{BufRead, Write};
     let Some(sshd) = LoopbackSshd::start_or_skip() else { return };
     let sandbox = Sandbox::new();
     let spill = sandbox.path().join("spill");
@@ -163,27 +174,75 @@ fn bf_08_and_10_output_is_bounded_and_spilled_on_the_harness_side() {
         spill.display().to_string()
     );
     let config = sandbox.write("bounded.toml", &config).display().to_string();
-    let lines = batch(
-        &sandbox,
-        &sshd,
-        &["--config", &config],
-        &[
-            bash("for i in $(seq 1 100); do printf \"line-%04d\\n\" $i; done"),
-            bash("echo ok; for i in $(seq 1 100); do printf \"line-%04d\\n\" $i >&2; done"),
-        ],
-    );
+    let mut args: Vec<String> = ssh_options(&sshd);
+    args.extend(["--config".to_owned(), config, "batch".to_owned()]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut child = sandbox
+        .command(&args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let mut stdout = std::io::BufReader::new(child.stdout.take().expect("stdout"));
+    // One request at a time: a later one names the files an earlier result named.
+    let mut ask = |id: usize, request: Value| -> Value {
+        let mut request = request;
+        request["id"] = json!(id);
+        writeln!(stdin, "{request}").expect("request");
+        let mut line = String::new();
+        assert!(stdout.read_line(&mut line).expect("read") > 0, "batch ended");
+        serde_json::from_str(&line).expect("json")
+    };
     let tail: String = (91..=100).map(|i| format!("line-{i:04}\n")).collect();
     let all: String = (1..=100).map(|i| format!("line-{i:04}\n")).collect();
-    let stdout_spill = lines[0]["structured"]["stdout"]["spillPath"].as_str().expect("a spill path");
-    assert_eq!(text(&lines[0]), format!("{tail}\n[output truncated; full output: {stdout_spill}]"));
-    assert!(Path::new(stdout_spill).starts_with(&spill), "{stdout_spill}");
-    assert_eq!(std::fs::read_to_string(stdout_spill).expect("spill file"), all);
-    let stderr_spill = lines[1]["structured"]["stderr"]["spillPath"].as_str().expect("a spill path");
-    assert!(stderr_spill.ends_with("-stderr.log"), "{stderr_spill}");
+    let first = ask(1, bash("for i in $(seq 1 100); do printf \"line-%04d\\n\" $i; done"));
+    let stdout_spill = first["structured"]["stdout"]["spillPath"].as_str().expect("a spill path").to_owned();
+    assert_eq!(text(&first), format!("{tail}\n[output truncated; full output: {stdout_spill}]"));
+    // The result names a file on the host, in a directory of the session's own (not the
+    // harness's spill directory, although the host is this machine here).
+    assert!(!Path::new(&stdout_spill).starts_with(&spill), "{stdout_spill}");
+    let far_dir = Path::new(&stdout_spill).parent().expect("a directory").to_path_buf();
+    assert!(
+        far_dir.file_name().is_some_and(|n| n.to_string_lossy().starts_with("dsh-spill-")),
+        "{stdout_spill}"
+    );
+    let second = ask(2, bash("echo ok; for i in $(seq 1 100); do printf \"line-%04d\\n\" $i >&2; done"));
+    let stderr_spill = second["structured"]["stderr"]["spillPath"].as_str().expect("a spill path").to_owned();
+    assert!(
+        stderr_spill.ends_with("-stderr.log") && stderr_spill.starts_with(&*far_dir.to_string_lossy()),
+        "{stderr_spill}"
+    );
     assert_eq!(
-        text(&lines[1]),
+        text(&second),
         format!("ok\n[stderr]\n{tail}\n[output truncated; full output: {stderr_spill}]")
     );
+    // A job's spill file is on the host too.
+    ask(
+        3,
+        json!({"tool": "bash", "args": {"description": "d", "run_in_background": true,
+        "command": "for i in $(seq 1 100); do printf \"job-%04d\\n\" $i; done"}}),
+    );
+    let read = ask(4, json!({"tool": "job_output", "args": {"job_id": "bash-1", "wait": true}}));
+    let job_spill = named_spill(text(&read));
+    assert!(job_spill.starts_with(&*far_dir.to_string_lossy()), "{}", text(&read));
+    // A later command of the session reads all three there, complete; the directory is
+    // the session's alone.
+    let quoted: Vec<String> =
+        [&stdout_spill, &stderr_spill, &job_spill].iter().map(crate::harness::shell_quote).collect();
+    let command = format!(
+        "for f in {}; do cat \"$f\" | wc -c; done; stat -c %a {}",
+        quoted.join(" "),
+        crate::harness::shell_quote(far_dir.display())
+    );
+    let sizes = ask(5, bash(&command));
+    let job_all: usize = (1..=100).map(|i| format!("job-{i:04}\n").len()).sum();
+    assert_eq!(text(&sizes), format!("{n}\n{n}\n{job_all}\n700\n", n = all.len()));
+    drop(stdin);
+    assert!(child.wait().expect("wait").success());
+    // The session's end removed its directory on the host.
+    assert!(!far_dir.exists(), "{} outlived the session", far_dir.display());
+    assert_no_master_left(&sshd);
 }
 
 #[test]
