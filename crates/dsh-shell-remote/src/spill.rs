@@ -166,6 +166,9 @@ async fn run(
     Ok((exit.code.unwrap_or(-1), String::from_utf8_lossy(&out).into_owned()))
 }
 
+/// How long a finished call or job waits for the far side to take its spill files' copies.
+const COPY_GRACE: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// One spilled stream's copy on the far side.
 struct Mirror {
     /// Where the copy is (once the directory is known), or why there is none.
@@ -210,11 +213,20 @@ impl CallSpills {
         }));
     }
 
-    /// Resolves once every copy started so far is complete (or given up).
+    /// Resolves once every copy started so far is complete, or given up: a copy the far side
+    /// has not taken within [`COPY_GRACE`] of this call (a host that stalls) is given up, and
+    /// the result names no path for it and says why.
     pub(crate) async fn settled(&self) {
         let mirrors: Vec<Arc<Mirror>> = self.mirrors.lock().values().cloned().collect();
+        let deadline = tokio::time::Instant::now() + COPY_GRACE;
         for mirror in mirrors {
-            let _ = mirror.done.subscribe().wait_for(|done| *done).await;
+            let mut done = mirror.done.subscribe();
+            if tokio::time::timeout_at(deadline, done.wait_for(|done| *done)).await.is_err() {
+                let why = format!("the far side did not take the copy within {} s", COPY_GRACE.as_secs());
+                tracing::warn!(error = %why, "a spill file's copy was given up");
+                mirror.far.lock().replace(Err(why));
+                mirror.done.send_replace(true);
+            }
         }
     }
 
