@@ -354,3 +354,51 @@ async fn a_terminal_is_refused_rather_than_faked() {
     assert_eq!(executor.start(spec.clone()).err().map(|e| e.to_string()).as_deref(), Some(message));
     assert_eq!(executor.run(spec).await.expect_err("refused").to_string(), message);
 }
+
+/// Runs everything on this host like [`HostTransport`], except the copy of a spill file to the
+/// far side, which goes to a program that never reads it (a far side that stalls).
+struct StallingCopies;
+
+#[async_trait::async_trait]
+impl RemoteTransport for StallingCopies {
+    fn kind(&self) -> &'static str {
+        "test"
+    }
+
+    fn describe(&self) -> String {
+        "this host, stalling spill copies".to_owned()
+    }
+
+    async fn exec(&self, mut spec: RemoteExecSpec) -> Result<RemoteChild, RemoteError> {
+        // The copy's script (see `COPY_SCRIPT` in spill.rs), and nothing else.
+        if spec.argv.get(2).is_some_and(|script| script == r#"umask 077; set -C; exec cat > "$1""#) {
+            spec.argv = vec!["sleep".to_owned(), "40".to_owned()];
+        }
+        HostTransport.exec(spec).await
+    }
+
+    async fn probe(&self) -> Result<String, RemoteError> {
+        Ok("ready".to_owned())
+    }
+
+    async fn shutdown(&self) -> Result<(), RemoteError> {
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn a_far_side_that_stalls_a_spill_copy_does_not_hold_the_result() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let service = SubprocessService::with_options(ServiceOptions {
+        spill_dir: Some(dir.path().to_path_buf()),
+        ..ServiceOptions::default()
+    });
+    let config = LocalBashConfig { max_output_bytes: 100.0, ..LocalBashConfig::default() };
+    let executor = RemoteExecutor::new(Arc::new(StallingCopies), config, service).expect("valid config");
+    // Far more than a pipe holds, so the copy's writes block on the stalled reader.
+    let started = Instant::now();
+    let result = run(&executor, request("head -c 4000000 /dev/zero | tr '\\0' x; echo")).await;
+    assert!(result.stdout.truncated);
+    assert_eq!(result.stdout.spill_path, None, "a copy the far side never took is named");
+    assert!(started.elapsed() < Duration::from_secs(39), "the result waited for the stalled copy to end");
+}
