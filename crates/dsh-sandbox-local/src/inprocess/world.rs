@@ -119,7 +119,17 @@ fn clone_tree(path: &CStr, index: usize) -> Result<RawFd, StepError> {
     Ok(fd as RawFd)
 }
 
+/// Attaches the detached tree `fd` at `target` and closes `fd`, whether or not it could.
 fn attach(fd: RawFd, target: &CStr, index: usize) -> Result<(), StepError> {
+    let attached = move_tree(fd, target, index);
+    // SAFETY: closing the clone fd this module opened.
+    unsafe { libc::close(fd) };
+    attached
+}
+
+/// Attaches the detached tree `fd` at `target`. `fd` stays open: after a failure it still
+/// holds the detached tree, which can be attached elsewhere or later.
+fn move_tree(fd: RawFd, target: &CStr, index: usize) -> Result<(), StepError> {
     // SAFETY: move_mount of a detached tree fd onto a NUL-terminated path.
     let ret = unsafe {
         libc::syscall(
@@ -131,8 +141,6 @@ fn attach(fd: RawFd, target: &CStr, index: usize) -> Result<(), StepError> {
             MOVE_MOUNT_F_EMPTY_PATH,
         )
     };
-    // SAFETY: closing the clone fd this module opened.
-    unsafe { libc::close(fd) };
     check(ret, index)
 }
 
@@ -333,13 +341,22 @@ impl Spares {
             }
             return;
         }
-        if self.fd[kind] >= 0 {
+        // The spare is spent only once it is attached. A pass that runs while the host's
+        // rename is under way finds the old file still at the path, which can no longer be
+        // mounted on (the kernel refuses with ENOENT): the spare then stays for the next pass.
+        // Were it spent there, a path with no other mask of its kind to bind from would stay
+        // uncovered for the rest of the namespace's life.
+        if self.fd[kind] >= 0 && move_tree(self.fd[kind], target, 0).is_ok() {
             let fd = std::mem::replace(&mut self.fd[kind], -1);
-            let attached = attach(fd, target, 0).and_then(|()| {
-                check(set_attr(target, 0, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, 0), 0)
-            });
-            if attached.is_ok() {
-                self.refill(kind, target);
+            // SAFETY: closing the spare's descriptor, whose tree is now attached at `target`.
+            unsafe { libc::close(fd) };
+            self.refill(kind, target);
+            let flags = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
+            if set_attr(target, 0, flags, 0) < 0 {
+                // A cover the command could write to is no cover: taken off again, so the
+                // path is found uncovered and the next pass tries anew.
+                // SAFETY: unmounting the mount this function attached at a NUL-terminated path.
+                unsafe { libc::umount2(target.as_ptr(), libc::MNT_DETACH) };
             }
         }
     }

@@ -52,6 +52,22 @@ impl Batch {
         self.stdin.flush().expect("flush the batch line");
     }
 
+    /// Starts `command` as a background job of session `s` and reads the answer (the job's
+    /// start).
+    fn start_job(&mut self, world: &World, command: &str) -> Outcome {
+        let line = json!({
+            "tool": "bash",
+            "args": {"command": command, "description": "d", "run_in_background": true},
+            "session": "s",
+            "cwd": world.ws,
+            "id": self.next,
+        });
+        self.next += 1;
+        writeln!(self.stdin, "{line}").expect("write a batch line");
+        self.stdin.flush().expect("flush the batch line");
+        self.answer()
+    }
+
     /// Reads the answer of the line sent last.
     fn answer(&mut self) -> Outcome {
         let mut line = String::new();
@@ -220,6 +236,87 @@ fn attack_host_renames(world: &World) -> Result<(), Skip> {
         "while a command runs",
     );
     Ok(())
+}
+
+/// Whether a running process whose argv holds `marker` sees a mount at `path` (a cover).
+fn covered_for(marker: &str, path: &Path) -> bool {
+    let path = path.display().to_string();
+    super::host::pids_with(marker).iter().any(|pid| {
+        let table = std::fs::read_to_string(format!("/proc/{pid}/mountinfo")).unwrap_or_default();
+        table.lines().any(|line| line.split(' ').nth(4) == Some(path.as_str()))
+    })
+}
+
+/// A background job of a session whose world holds a single denied file, `target`, which the
+/// host replaces by rename again and again while the job runs; the job then reads it, and so
+/// does the session's next call. With no other cover of a file to bind from, each cover is
+/// made again from the one spare copy of the empty file, which a pass of the repair that ran
+/// in the middle of a rename used to spend for nothing.
+fn lone_cover_holds(world: &World, home: &Path, target: &Path, secret: &str) {
+    let mut batch = Batch::start(world, home);
+    let shown = q(target.display());
+    let marker = super::host::unique("job");
+    let started = world.ws.join("started");
+    let go = world.ws.join("go");
+    let finished = world.ws.join("finished");
+    let job = batch.start_job(
+        world,
+        &format!(
+            "touch started; : {marker}; while [ ! -e go ]; do sleep 0.05; done; \
+             cat {shown} > seen 2>&1; touch finished"
+        ),
+    );
+    assert!(wait_until(Duration::from_secs(30), || started.exists()), "the job did not start: {job:#?}");
+    assert!(covered_for(&marker, target), "{} is not covered in the job's world", target.display());
+    for round in 1..=5 {
+        replace_by_rename(world, target, &format!("{secret}-{round}\n"));
+        assert!(
+            wait_until(Duration::from_secs(20), || covered_for(&marker, target)),
+            "{} replaced by the host (time {round}) was not covered again in the running job's world",
+            target.display()
+        );
+    }
+    std::fs::write(&go, "").expect("write go");
+    world.give(&go);
+    assert!(wait_until(Duration::from_secs(30), || finished.exists()), "the job did not finish");
+    let seen = std::fs::read_to_string(world.ws.join("seen")).expect("read what the job saw");
+    assert!(!seen.contains(secret), "the running job read the replaced file: {seen:?}");
+    assert!(seen.contains("Permission denied"), "the job was not refused with EACCES: {seen:?}");
+    let next = batch.call(world, &format!("cat {shown}; true"));
+    assert!(!next.text.contains(secret), "the next call read the replaced file: {next:#?}");
+    assert!(next.text.contains("Permission denied"), "the next call was not refused: {next:#?}");
+    for file in [started, go, finished, world.ws.join("seen")] {
+        std::fs::remove_file(file).expect("remove a mark file");
+    }
+}
+
+fn attack_lone_covers(world: &World) -> Result<(), Skip> {
+    // `~/.git-credentials`, the one file denied in its world (under the in-process runner
+    // Landlock refuses it too; its cover is checked all the same).
+    let home = world.ws.parent().expect("parent").join("user-home");
+    std::fs::create_dir_all(&home).expect("mkdir home");
+    std::fs::write(home.join(".git-credentials"), "https://u:CRED-SECRET-0@host\n").expect("write");
+    world.give(&home);
+    lone_cover_holds(world, &home, &home.join(".git-credentials"), "CRED-SECRET");
+    // A file denied inside the workspace, which only its cover keeps: a home with nothing
+    // denied in it.
+    let bare = world.ws.parent().expect("parent").join("bare-home");
+    std::fs::create_dir_all(&bare).expect("mkdir home");
+    world.give(&bare);
+    world.write(".env", "ENV-SECRET-0\n");
+    let config = world.ws.parent().expect("parent").join("world.toml");
+    let mut file = std::fs::OpenOptions::new().append(true).open(&config).expect("open world.toml");
+    writeln!(file, "denyRead = [{:?}]", world.ws.join(".env").display().to_string()).expect("append");
+    lone_cover_holds(world, &bare, &world.ws.join(".env"), "ENV-SECRET");
+    Ok(())
+}
+
+#[test]
+fn world_a_lone_denied_file_stays_covered_when_the_host_replaces_it_during_a_job() {
+    over_matrix(
+        "world_a_lone_denied_file_stays_covered_when_the_host_replaces_it_during_a_job",
+        attack_lone_covers,
+    );
 }
 
 #[test]
