@@ -213,7 +213,7 @@ struct Outcome {
     shape: Value,
 }
 
-const USAGE: &str = "usage: bench_peer <latency|throughput|concurrent|background|timeout|overhead|pipe|raw-concurrent|batch|mcp|mcp-http|mcp-load|confined|proxy|proxy-tls|container|ssh|redact> ARG [--config JSON] [--secrets N] [--warmup W] [--timeout-ms MS] [--command CMD] [--image IMAGE] [--ssh-host H] | bench_peer report FILE...";
+const USAGE: &str = "usage: bench_peer <latency|throughput|concurrent|background|timeout|overhead|pipe|raw-concurrent|batch|mcp|mcp-http|mcp-load|mcp-soak|confined|proxy|proxy-tls|container|ssh|redact> ARG [--config JSON] [--secrets N] [--warmup W] [--timeout-ms MS] [--command CMD] [--image IMAGE] [--ssh-host H] | bench_peer report FILE...";
 
 fn main() -> std::process::ExitCode {
     let argv: Vec<String> = std::env::args().skip(1).collect();
@@ -253,6 +253,7 @@ fn main() -> std::process::ExitCode {
         "mcp",
         "mcp-http",
         "mcp-load",
+        "mcp-soak",
         "confined",
         "proxy",
         "proxy-tls",
