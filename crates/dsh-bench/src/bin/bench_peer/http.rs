@@ -437,7 +437,8 @@ fn soak_session(authority: &str, tag: &str) -> anyhow::Result<(u64, u64)> {
     let session = conn.open_session("bench_peer")?;
     let (mut ok, mut bad) = (0u64, 0u64);
     let mut check = |good: bool| if good { ok += 1 } else { bad += 1 };
-    let echo = call(&mut conn, &session, 1, "bash", json!({"command": format!("echo {tag}"), "description": "d"}));
+    let echo =
+        call(&mut conn, &session, 1, "bash", json!({"command": format!("echo {tag}"), "description": "d"}));
     check(echo.is_ok_and(|r| r["result"]["content"][0]["text"].as_str() == Some(&format!("{tag}\n"))));
     let spill = json!({"command": "head -c 300000 /dev/zero | tr '\\0' s; echo", "description": "d"});
     let spilled = call(&mut conn, &session, 2, "bash", spill);
@@ -446,7 +447,9 @@ fn soak_session(authority: &str, tag: &str) -> anyhow::Result<(u64, u64)> {
     let started = call(&mut conn, &session, 3, "bash", job)?;
     let id = started["result"]["structuredContent"]["jobId"].as_str().unwrap_or_default().to_owned();
     let read = call(&mut conn, &session, 4, "job_output", json!({"job_id": id, "wait": true}));
-    check(read.is_ok_and(|r| r["result"]["content"][0]["text"].as_str().is_some_and(|t| t.contains(&format!("{tag}-job")))));
+    check(read.is_ok_and(|r| {
+        r["result"]["content"][0]["text"].as_str().is_some_and(|t| t.contains(&format!("{tag}-job")))
+    }));
     let deleted = conn.delete(&session)?;
     check(matches!(deleted, 200 | 204));
     Ok((ok, bad))
@@ -468,7 +471,8 @@ pub(crate) fn mcp_soak(args: &Args) -> anyhow::Result<Outcome> {
     let server = HttpServer::spawn_with_env(&bin, &[], &[("TMPDIR", tmp.path())])?;
     let pid = server.pid();
     let stop = Arc::new(AtomicBool::new(false));
-    let (ok, bad, failed) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let (ok, bad, failed) =
+        (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
     let workers: Vec<_> = (0..sessions)
         .map(|w| {
             let (authority, stop) = (server.authority.clone(), Arc::clone(&stop));
@@ -494,7 +498,9 @@ pub(crate) fn mcp_soak(args: &Args) -> anyhow::Result<Outcome> {
     let t0 = Instant::now();
     let mut samples = Vec::new();
     while t0.elapsed() < Duration::from_secs(seconds) {
-        std::thread::sleep(Duration::from_secs(every).min(Duration::from_secs(seconds).saturating_sub(t0.elapsed())));
+        std::thread::sleep(
+            Duration::from_secs(every).min(Duration::from_secs(seconds).saturating_sub(t0.elapsed())),
+        );
         let at = t0.elapsed().as_secs_f64();
         samples.push(json!({"s": round(at, 1), "rss_kib": status_kib(pid, "VmRSS"),
             "anon_kib": status_kib(pid, "RssAnon"), "spill_bytes": disk_use(tmp.path())}));
