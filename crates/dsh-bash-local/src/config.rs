@@ -58,24 +58,7 @@ impl Default for LocalBashConfig {
 /// build` (threads count) or a test runner's workers reach, far below what hurts a host.
 pub const DEFAULT_PIDS_LIMIT: f64 = 4096.0;
 
-/// `"256m"`, `"1g"`, `"512k"`, `"1048576"` as bytes; `None` when it is none of those.
-pub fn parse_size(text: &str) -> Option<u64> {
-    let text = text.trim();
-    let (digits, unit) = match text.char_indices().last()? {
-        (at, c) if c.is_ascii_alphabetic() => (&text[..at], c.to_ascii_lowercase()),
-        _ => (text, 'b'),
-    };
-    let number: u64 = digits.trim().parse().ok()?;
-    let factor: u64 = match unit {
-        'b' => 1,
-        'k' => 1 << 10,
-        'm' => 1 << 20,
-        'g' => 1 << 30,
-        't' => 1 << 40,
-        _ => return None,
-    };
-    number.checked_mul(factor).filter(|bytes| *bytes > 0)
-}
+pub use dsh_subprocess::parse_size;
 
 /// Half of the machine's memory (`MemTotal`), the default memory limit of a call.
 fn half_of_memory() -> Option<u64> {

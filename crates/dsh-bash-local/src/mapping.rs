@@ -90,6 +90,12 @@ pub(crate) fn spawn_spec(
     // `SpawnSpec::new_session`).
     spawn.new_session = true;
     spawn.spill_owner = spill_owner(spec);
+    // Charged to (and removed with) the call's session, whatever its sandbox mode.
+    spawn.spill_account = spec
+        .dsh_env
+        .as_ref()
+        .and_then(|env| env.get(dsh_shell::DSH_SESSION_ID).cloned())
+        .or_else(|| spec.sandbox_policy.as_ref().and_then(|policy| policy.session_id.clone()));
     spawn.with_pre_exec(pre_exec);
     spawn
 }

@@ -297,9 +297,16 @@ impl McpSession {
             }
             _ => agent.dispose().await,
         }
-        // Nothing can read the session's spill files any more: its client is gone with it.
+        // Nothing can read the session's spill files any more: its client is gone with it,
+        // and its calls and jobs are over. Every file the subprocess service charged to the
+        // session goes (background jobs' too); a named file it does not know of (an
+        // executor's elsewhere) is removed by its path.
+        let released = match self.shared.ctx.get(dsh_subprocess::SUBPROCESS) {
+            Some(service) => service.release_spills(agent.session().id()),
+            None => Vec::new(),
+        };
         let spills = std::mem::take(&mut *self.spills.lock());
-        for spill in spills {
+        for spill in spills.into_iter().filter(|spill| !released.contains(spill)) {
             match std::fs::remove_file(&spill) {
                 Ok(()) => {}
                 Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}

@@ -8,7 +8,7 @@ use dsh_core::{ConfigError, Disposer, Plugin, PluginError, PluginScope, Service,
 use schemars::JsonSchema;
 use serde::Deserialize;
 
-use crate::{AmbientEnv, Redactor, SUBPROCESS, ServiceOptions, SubprocessService};
+use crate::{AmbientEnv, Redactor, SUBPROCESS, ServiceOptions, SpillRetention, SubprocessService};
 
 /// `subprocess` as a type, for plugins' [`Plugin::Deps`].
 pub struct Subprocess;
@@ -39,6 +39,49 @@ pub struct SubprocessConfig {
     /// children (default true).
     #[serde(default = "redact_scrubbed_default")]
     pub redact_scrubbed: bool,
+    /// Bytes of spill files one session may hold at once: bytes, optionally with `k`, `m`
+    /// or `g` (`"256m"`), or `"none"`. Absent: 1 GiB. A spill past it is not kept.
+    pub spill_session_quota: Option<String>,
+    /// Bytes of spill files this harness may hold at once, in the same form. Absent: 4 GiB.
+    /// Room is made by removing ended sessions' files, oldest first; a spill that still does
+    /// not fit is not kept.
+    pub spill_total_cap: Option<String>,
+    /// Keep an ended session's spill files until the total cap needs their room (oldest
+    /// first) instead of removing them when it ends (default false).
+    #[serde(default)]
+    pub spill_keep_ended: bool,
+}
+
+/// A spill size setting: `None` for `"none"`, the default when absent.
+fn spill_size(field: &str, value: Option<&str>, default: u64) -> Result<Option<u64>, ConfigError> {
+    match value.map(str::trim) {
+        None => Ok(Some(default)),
+        Some(text) if text.eq_ignore_ascii_case("none") => Ok(None),
+        Some(text) => crate::parse_size(text).map(Some).ok_or_else(|| {
+            ConfigError::new(format!(
+                "subprocess: {field} must be a number of bytes, optionally with k, m or g (\"256m\"), or \"none\", got {text:?}"
+            ))
+        }),
+    }
+}
+
+impl SubprocessConfig {
+    /// The spill retention these settings ask for.
+    pub fn spill_retention(&self) -> Result<SpillRetention, ConfigError> {
+        Ok(SpillRetention {
+            session_quota: spill_size(
+                "spillSessionQuota",
+                self.spill_session_quota.as_deref(),
+                crate::DEFAULT_SPILL_SESSION_QUOTA,
+            )?,
+            total_cap: spill_size(
+                "spillTotalCap",
+                self.spill_total_cap.as_deref(),
+                crate::DEFAULT_SPILL_TOTAL_CAP,
+            )?,
+            keep_ended: self.spill_keep_ended,
+        })
+    }
 }
 
 fn redact_scrubbed_default() -> bool {
@@ -47,7 +90,14 @@ fn redact_scrubbed_default() -> bool {
 
 impl Default for SubprocessConfig {
     fn default() -> Self {
-        Self { spill_dir: None, redact_values: Vec::new(), redact_scrubbed: true }
+        Self {
+            spill_dir: None,
+            redact_values: Vec::new(),
+            redact_scrubbed: true,
+            spill_session_quota: None,
+            spill_total_cap: None,
+            spill_keep_ended: false,
+        }
     }
 }
 
@@ -64,6 +114,7 @@ impl Plugin for SubprocessPlugin {
                 "subprocess: redactValues must hold environment variable names, got {name:?}"
             )));
         }
+        config.spill_retention()?;
         Ok(config)
     }
 
@@ -77,6 +128,7 @@ impl Plugin for SubprocessPlugin {
         let service = SubprocessService::with_options(ServiceOptions {
             spill_dir,
             redactor: Some(Arc::new(redactor)),
+            spill_retention: config.spill_retention().map_err(PluginError::config)?,
             ..ServiceOptions::default()
         });
         scope.provide(SUBPROCESS, Arc::clone(&service))?;

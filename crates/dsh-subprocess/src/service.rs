@@ -15,6 +15,7 @@ use crate::env::AmbientEnv;
 use crate::error::SpawnError;
 use crate::handle::ProcessHandle;
 use crate::redact::{Redactor, RedactorError, SharedRedactor};
+use crate::retention::SpillRetention;
 use crate::spawn::{SpawnSpec, spawn_process};
 use crate::spill::{DefaultSpillNamer, SpillLocation, SpillNamer};
 
@@ -34,6 +35,9 @@ pub struct ServiceOptions {
     /// files, reads, peeks); `None` (the default) or an empty redactor leaves output as is.
     /// A harness builds it with [`Redactor::from_env`].
     pub redactor: Option<Arc<Redactor>>,
+    /// How many bytes of spill files sessions and the service may hold, and what happens to
+    /// a session's when it ends (default: [`SpillRetention::default`]).
+    pub spill_retention: SpillRetention,
 }
 
 impl Default for ServiceOptions {
@@ -44,6 +48,7 @@ impl Default for ServiceOptions {
             spill_namer: Arc::new(DefaultSpillNamer),
             containment: Containment::Subreaper,
             redactor: None,
+            spill_retention: SpillRetention::default(),
         }
     }
 }
@@ -117,7 +122,11 @@ impl SubprocessService {
             inherited_env,
             dev_null: std::fs::File::open("/dev/null").ok().map(std::os::fd::OwnedFd::from),
             programs: crate::program::ProgramCache::default(),
-            spill: Arc::new(SpillLocation::new(options.spill_dir, options.spill_namer)),
+            spill: Arc::new(SpillLocation::new(
+                options.spill_dir,
+                options.spill_namer,
+                options.spill_retention,
+            )),
             live: Arc::new(LiveSet::default()),
             containment,
             reaper,
@@ -179,9 +188,19 @@ impl SubprocessService {
     /// a local child's output is. The caller [`finish`](OutputCollector::finish)es it when
     /// the stream ends.
     pub fn collector(&self, limits: CaptureLimits) -> OutputCollector {
-        let factory = limits.spill_cap.and(Some(self.spill.factory(None)));
+        let factory = limits.spill_cap.and(Some(self.spill.factory(None, None)));
         let redactor = Some(&self.redactor).filter(|r| r.is_needed());
         OutputCollector::with_shared_redactor(limits, factory, redactor)
+    }
+
+    /// The session `account` ended: its spill files (those of every process spawned with
+    /// [`crate::SpawnSpec::spill_account`] `account`, foreground and background alike) are
+    /// removed, or, with [`SpillRetention::keep_ended`], kept until the total cap needs their
+    /// room; spills it would start from now on are not kept. Call it once nothing can read
+    /// the session's output any more (its calls and jobs are over). Returns the paths of the
+    /// files it had, as reported.
+    pub fn release_spills(&self, account: &str) -> Vec<PathBuf> {
+        self.spill.ledger.release(account)
     }
 
     /// The redactor applied to collected output now, if it has values to redact.

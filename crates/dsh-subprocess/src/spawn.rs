@@ -124,6 +124,11 @@ pub struct SpawnSpec {
     /// of the service's shared one. A host that shows each session's commands only that
     /// session's spill files names the session here. `None` (the default): the shared one.
     pub spill_owner: Option<String>,
+    /// The session this process's spill files are charged to (its quota, see
+    /// [`crate::SpillRetention`]) and removed with
+    /// ([`crate::SubprocessService::release_spills`]). `None` (the default): only the
+    /// service's total cap applies.
+    pub spill_account: Option<String>,
     /// What the child and everything it starts may use (see [`crate::ResourceLimits`]):
     /// enforced from before its `exec`, by control groups where this process may make them,
     /// else by resource limits. `None` (the default): no limits.
@@ -149,6 +154,7 @@ impl SpawnSpec {
             shared_file: None,
             pty: None,
             spill_owner: None,
+            spill_account: None,
             limits: None,
         }
     }
@@ -298,7 +304,7 @@ pub(crate) fn spawn_process(
         }
     };
     let Started { pid, leader, stdin, stdout, stderr } = started;
-    let factory = Some(service.spill.factory(spec.spill_owner.clone()));
+    let factory = Some(service.spill.factory(spec.spill_owner.clone(), spec.spill_account.clone()));
     let redactor = Some(&service.redactor).filter(|r| r.is_needed());
     let streams = (
         OutputCollector::with_shared_redactor(

@@ -62,6 +62,8 @@ use nix::sys::stat::{FileStat, Mode, SFlag};
 use nix::unistd::UnlinkatFlags;
 use parking_lot::Mutex;
 
+use crate::retention::{Ledger, SpillRetention};
+
 /// How many fresh names are tried when the chosen path already exists.
 const CREATE_ATTEMPTS: usize = 4;
 
@@ -131,12 +133,12 @@ pub(crate) trait SpillSink: Send {
 pub(crate) type SpillFactory = Arc<dyn Fn(&str) -> io::Result<Box<dyn SpillSink>> + Send + Sync>;
 
 /// The opened spill directory.
-struct SpillDir {
+pub(crate) struct SpillDir {
     /// As spelled (injected, or `<os temp>/<name>`): the prefix of every reported path.
-    path: PathBuf,
+    pub(crate) path: PathBuf,
     /// Its canonical path when it was opened.
     canonical: PathBuf,
-    fd: OwnedFd,
+    pub(crate) fd: OwnedFd,
 }
 
 struct FileSink {
@@ -144,6 +146,9 @@ struct FileSink {
     name: String,
     dir: Arc<SpillDir>,
     file: File,
+    /// The ledger every byte is charged to before it is written, and this file's id in it.
+    ledger: Arc<Ledger>,
+    id: u64,
 }
 
 impl SpillSink for FileSink {
@@ -152,6 +157,7 @@ impl SpillSink for FileSink {
     }
 
     fn write_all(&mut self, bytes: &[u8]) -> io::Result<()> {
+        self.ledger.charge(self.id, bytes.len() as u64)?;
         self.file.write_all(bytes)
     }
 
@@ -164,8 +170,9 @@ impl SpillSink for FileSink {
     }
 
     fn discard(self: Box<Self>) -> io::Result<()> {
-        let Self { name, dir, file, .. } = *self;
+        let Self { name, dir, file, ledger, id, .. } = *self;
         drop(file);
+        ledger.forget(id);
         match nix::unistd::unlinkat(dir.fd.as_fd(), name.as_str(), nix::unistd::UnlinkatFlags::NoRemoveDir) {
             Ok(()) | Err(Errno::ENOENT) => Ok(()),
             Err(e) => Err(e.into()),
@@ -180,11 +187,18 @@ pub(crate) struct SpillLocation {
     opened: Mutex<Option<Arc<SpillDir>>>,
     owned: Mutex<Vec<(String, Arc<SpillDir>)>>,
     namer: Arc<dyn SpillNamer>,
+    /// What every spill file is charged to (see [`crate::SpillRetention`]).
+    pub(crate) ledger: Arc<Ledger>,
 }
 
 impl SpillLocation {
-    pub(crate) fn new(injected: Option<PathBuf>, namer: Arc<dyn SpillNamer>) -> Self {
-        Self { injected, opened: Mutex::new(None), owned: Mutex::new(Vec::new()), namer }
+    pub(crate) fn new(
+        injected: Option<PathBuf>,
+        namer: Arc<dyn SpillNamer>,
+        retention: SpillRetention,
+    ) -> Self {
+        let ledger = Arc::new(Ledger::new(retention));
+        Self { injected, opened: Mutex::new(None), owned: Mutex::new(Vec::new()), namer, ledger }
     }
 
     /// The directory of `owner`'s spill files, opened (and made) on first use: without an
@@ -236,9 +250,17 @@ impl SpillLocation {
         Ok(dir)
     }
 
-    /// Creates a fresh spill file for `label` (in `owner`'s directory when given), never
-    /// opening an existing path.
-    pub(crate) fn create(&self, owner: Option<&str>, label: &str) -> io::Result<Box<dyn SpillSink>> {
+    /// Creates a fresh spill file for `label` (in `owner`'s directory when given), charged
+    /// to the session `account` when given, never opening an existing path.
+    pub(crate) fn create(
+        &self,
+        owner: Option<&str>,
+        account: Option<&str>,
+        label: &str,
+    ) -> io::Result<Box<dyn SpillSink>> {
+        if account.is_some_and(|account| self.ledger.has_ended(account)) {
+            return Err(io::Error::other("the session that would read this spill file has ended"));
+        }
         let dir = match owner {
             Some(owner) => self.owned_dir(owner)?,
             None => self.dir()?,
@@ -257,7 +279,9 @@ impl SpillLocation {
             match nix::fcntl::openat(dir.fd.as_fd(), name.as_str(), flags, Mode::from_bits_truncate(0o600)) {
                 Ok(fd) => {
                     let path = dir.path.join(&name);
-                    return Ok(Box::new(FileSink { path, name, dir, file: File::from(fd) }));
+                    let ledger = Arc::clone(&self.ledger);
+                    let id = ledger.register(account, &name, &dir);
+                    return Ok(Box::new(FileSink { path, name, dir, file: File::from(fd), ledger, id }));
                 }
                 Err(Errno::EEXIST) => last = Errno::EEXIST.into(),
                 Err(e) => return Err(e.into()),
@@ -266,10 +290,11 @@ impl SpillLocation {
         Err(last)
     }
 
-    /// This location as a factory the collectors call, for `owner`'s files when given.
-    pub(crate) fn factory(self: &Arc<Self>, owner: Option<String>) -> SpillFactory {
+    /// This location as a factory the collectors call, for `owner`'s files when given,
+    /// charged to the session `account` when given.
+    pub(crate) fn factory(self: &Arc<Self>, owner: Option<String>, account: Option<String>) -> SpillFactory {
         let location = Arc::clone(self);
-        Arc::new(move |label: &str| location.create(owner.as_deref(), label))
+        Arc::new(move |label: &str| location.create(owner.as_deref(), account.as_deref(), label))
     }
 }
 

@@ -33,6 +33,7 @@ mod security_env;
 mod security_http;
 mod security_proc;
 mod signals;
+mod spill_retention;
 mod ssh;
 mod stress;
 mod truthful_results;

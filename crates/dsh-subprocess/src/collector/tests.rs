@@ -3,10 +3,16 @@ use std::path::Path;
 use std::sync::Arc;
 
 use super::*;
+use crate::retention::SpillRetention;
 use crate::spill::{DefaultSpillNamer, SpillLocation};
 
 fn factory(dir: &Path) -> SpillFactory {
-    Arc::new(SpillLocation::new(Some(dir.to_path_buf()), Arc::new(DefaultSpillNamer))).factory(None)
+    Arc::new(SpillLocation::new(
+        Some(dir.to_path_buf()),
+        Arc::new(DefaultSpillNamer),
+        SpillRetention::unbounded(),
+    ))
+    .factory(None, None)
 }
 
 fn collector(cap: usize, spill: Option<u64>, dir: &Path) -> OutputCollector {

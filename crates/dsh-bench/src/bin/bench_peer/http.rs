@@ -27,10 +27,16 @@ pub(crate) struct HttpServer {
 
 impl HttpServer {
     pub(crate) fn spawn(bin: &Path, extra: &[&str]) -> anyhow::Result<Self> {
+        Self::spawn_with_env(bin, extra, &[])
+    }
+
+    /// [`HttpServer::spawn`] with `env` set for the server.
+    pub(crate) fn spawn_with_env(bin: &Path, extra: &[&str], env: &[(&str, &Path)]) -> anyhow::Result<Self> {
         let home = tempfile::Builder::new().prefix("dsh-bench-home-").tempdir()?;
         let mut child = Command::new(bin)
             .args(["mcp", "--http", "0"])
             .args(extra)
+            .envs(env.iter().map(|(k, v)| (*k, *v)))
             .env("DSH_HOME", home.path())
             .env("DSH_MCP_TOKEN", TOKEN)
             .current_dir(home.path())
@@ -395,6 +401,135 @@ pub(crate) fn mcp_load(args: &Args) -> anyhow::Result<Outcome> {
     Ok(Outcome {
         params: json!({"sessions": sessions, "calls": calls, "jobs": jobs, "churn": churn, "rounds": rounds, "bin": bin}),
         results: Value::Object(results),
+        shape: Value::Null,
+    })
+}
+
+/// Bytes of the regular files below `dir` (not following symlinks).
+fn disk_use(dir: &Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
+    entries
+        .filter_map(Result::ok)
+        .map(|entry| match entry.file_type() {
+            Ok(kind) if kind.is_dir() => disk_use(&entry.path()),
+            Ok(kind) if kind.is_file() => entry.metadata().map_or(0, |m| m.len()),
+            _ => 0,
+        })
+        .sum()
+}
+
+/// The least-squares slope of `(x, y)` points (y per x); 0 with fewer than two.
+fn slope(points: &[(f64, f64)]) -> f64 {
+    let n = points.len() as f64;
+    if points.len() < 2 {
+        return 0.0;
+    }
+    let (mx, my) = (points.iter().map(|p| p.0).sum::<f64>() / n, points.iter().map(|p| p.1).sum::<f64>() / n);
+    let num: f64 = points.iter().map(|(x, y)| (x - mx) * (y - my)).sum();
+    let den: f64 = points.iter().map(|(x, _)| (x - mx) * (x - mx)).sum();
+    if den == 0.0 { 0.0 } else { num / den }
+}
+
+/// One soak session: a foreground `echo`, a call whose output spills (300 kB), a background
+/// job read to its end, then `DELETE`. Returns (calls answered right, calls lost or wrong).
+fn soak_session(authority: &str, tag: &str) -> anyhow::Result<(u64, u64)> {
+    let mut conn = open(authority)?;
+    let session = conn.open_session("bench_peer")?;
+    let (mut ok, mut bad) = (0u64, 0u64);
+    let mut check = |good: bool| if good { ok += 1 } else { bad += 1 };
+    let echo =
+        call(&mut conn, &session, 1, "bash", json!({"command": format!("echo {tag}"), "description": "d"}));
+    check(echo.is_ok_and(|r| r["result"]["content"][0]["text"].as_str() == Some(&format!("{tag}\n"))));
+    let spill = json!({"command": "head -c 300000 /dev/zero | tr '\\0' s; echo", "description": "d"});
+    let spilled = call(&mut conn, &session, 2, "bash", spill);
+    check(spilled.is_ok_and(|r| r["result"]["structuredContent"]["stdout"]["spillPath"].is_string()));
+    let job = json!({"command": format!("echo {tag}-job"), "description": "d", "run_in_background": true});
+    let started = call(&mut conn, &session, 3, "bash", job)?;
+    let id = started["result"]["structuredContent"]["jobId"].as_str().unwrap_or_default().to_owned();
+    let read = call(&mut conn, &session, 4, "job_output", json!({"job_id": id, "wait": true}));
+    check(read.is_ok_and(|r| {
+        r["result"]["content"][0]["text"].as_str().is_some_and(|t| t.contains(&format!("{tag}-job")))
+    }));
+    let deleted = conn.delete(&session)?;
+    check(matches!(deleted, 200 | 204));
+    Ok((ok, bad))
+}
+
+/// `bench_peer mcp-soak [--seconds S] [--sessions N] [--every T] [--bin DSH_BASH]`: N
+/// workers run soak sessions (an `echo`, a spilling call, a background job read to its end,
+/// `DELETE`) back to back for S seconds (default 600) against one `mcp --http` server whose
+/// temporary directory is private; every T seconds (default 10) the server's RSS (and its
+/// anonymous part) and the bytes of its spill files are sampled. Reports the memory slope
+/// (least squares over the samples after the first tenth, KiB per minute) and the spill
+/// directory's disk use (peak and at the end).
+pub(crate) fn mcp_soak(args: &Args) -> anyhow::Result<Outcome> {
+    let seconds = args.int_flag("seconds", 600)?;
+    let sessions = args.int_flag("sessions", 8)?;
+    let every = args.int_flag("every", 10)?.max(1);
+    let bin = dsh_bash_path(args)?;
+    let tmp = tempfile::Builder::new().prefix("dsh-bench-soak-tmp-").tempdir()?;
+    let server = HttpServer::spawn_with_env(&bin, &[], &[("TMPDIR", tmp.path())])?;
+    let pid = server.pid();
+    let stop = Arc::new(AtomicBool::new(false));
+    let (ok, bad, failed) =
+        (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let workers: Vec<_> = (0..sessions)
+        .map(|w| {
+            let (authority, stop) = (server.authority.clone(), Arc::clone(&stop));
+            let (ok, bad, failed) = (Arc::clone(&ok), Arc::clone(&bad), Arc::clone(&failed));
+            std::thread::spawn(move || {
+                let mut round = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    round += 1;
+                    match soak_session(&authority, &format!("w{w}r{round}")) {
+                        Ok((good, wrong)) => {
+                            ok.fetch_add(good, Ordering::Relaxed);
+                            bad.fetch_add(wrong, Ordering::Relaxed);
+                        }
+                        Err(error) => {
+                            eprintln!("mcp-soak: a session failed: {error:#}");
+                            failed.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                }
+            })
+        })
+        .collect();
+    let t0 = Instant::now();
+    let mut samples = Vec::new();
+    while t0.elapsed() < Duration::from_secs(seconds) {
+        std::thread::sleep(
+            Duration::from_secs(every).min(Duration::from_secs(seconds).saturating_sub(t0.elapsed())),
+        );
+        let at = t0.elapsed().as_secs_f64();
+        samples.push(json!({"s": round(at, 1), "rss_kib": status_kib(pid, "VmRSS"),
+            "anon_kib": status_kib(pid, "RssAnon"), "spill_bytes": disk_use(tmp.path())}));
+    }
+    stop.store(true, Ordering::Relaxed);
+    for worker in workers {
+        worker.join().map_err(|_| anyhow::anyhow!("a soak worker panicked"))?;
+    }
+    settle();
+    let end_spill = disk_use(tmp.path());
+    let skip = samples.len() / 10;
+    let points = |key: &str| -> Vec<(f64, f64)> {
+        samples[skip..]
+            .iter()
+            .map(|s| (s["s"].as_f64().unwrap_or(0.0) / 60.0, s[key].as_f64().unwrap_or(0.0)))
+            .collect()
+    };
+    let peak_spill = samples.iter().filter_map(|s| s["spill_bytes"].as_u64()).max().unwrap_or(0);
+    let results = json!({
+        "calls_ok": ok.load(Ordering::Relaxed), "calls_lost_or_wrong": bad.load(Ordering::Relaxed),
+        "failed_sessions": failed.load(Ordering::Relaxed),
+        "rss_slope_kib_per_min": round(slope(&points("rss_kib")), 1),
+        "anon_slope_kib_per_min": round(slope(&points("anon_kib")), 1),
+        "spill_bytes_peak": peak_spill, "spill_bytes_after_sessions": end_spill,
+        "samples": samples,
+    });
+    Ok(Outcome {
+        params: json!({"seconds": seconds, "sessions": sessions, "every": every, "bin": bin}),
+        results,
         shape: Value::Null,
     })
 }

@@ -33,6 +33,9 @@
 //!                               S concurrent HTTP sessions (C calls, J jobs each), checked;
 //!                               latency vs one session; server RSS/fds before, peak, after;
 //!                               then K sessions created and deleted in a row
+//! bench_peer mcp-soak [--seconds S] [--sessions N] [--every T] [--bin DSH_BASH]
+//!                               N workers of back-to-back sessions for S seconds; the server's
+//!                               memory slope and its spill files' disk use
 //! bench_peer confined N        run("true") unconfined vs under Landlock vs under bubblewrap
 //!                               (each also with network deny)
 //! bench_peer proxy N           a CONNECT round trip through the network proxy vs a direct
@@ -210,7 +213,7 @@ struct Outcome {
     shape: Value,
 }
 
-const USAGE: &str = "usage: bench_peer <latency|throughput|concurrent|background|timeout|overhead|pipe|raw-concurrent|batch|mcp|mcp-http|mcp-load|confined|proxy|proxy-tls|container|ssh|redact> ARG [--config JSON] [--secrets N] [--warmup W] [--timeout-ms MS] [--command CMD] [--image IMAGE] [--ssh-host H] | bench_peer report FILE...";
+const USAGE: &str = "usage: bench_peer <latency|throughput|concurrent|background|timeout|overhead|pipe|raw-concurrent|batch|mcp|mcp-http|mcp-load|mcp-soak|confined|proxy|proxy-tls|container|ssh|redact> ARG [--config JSON] [--secrets N] [--warmup W] [--timeout-ms MS] [--command CMD] [--image IMAGE] [--ssh-host H] | bench_peer report FILE...";
 
 fn main() -> std::process::ExitCode {
     let argv: Vec<String> = std::env::args().skip(1).collect();
@@ -250,6 +253,7 @@ fn main() -> std::process::ExitCode {
         "mcp",
         "mcp-http",
         "mcp-load",
+        "mcp-soak",
         "confined",
         "proxy",
         "proxy-tls",
@@ -288,6 +292,7 @@ fn bench(name: &str, args: &Args) -> anyhow::Result<Value> {
         "mcp" => hosts::mcp(args),
         "mcp-http" => http::mcp_http(args),
         "mcp-load" => http::mcp_load(args),
+        "mcp-soak" => http::mcp_soak(args),
         // The executor's, measured inside a runtime task, where a host makes its calls.
         _ => runtime.block_on(async move {
             tokio::spawn(async move {
