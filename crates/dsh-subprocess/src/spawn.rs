@@ -537,7 +537,11 @@ fn start_hooked(
                 return Ok(None);
             }
             // The hook runs after `chdir`, so a failed hook also vouches for the directory.
-            let error = if hook_failed.get() { os_error(errno, SpawnStage::PreExec) } else { failed(errno, SpawnStage::Exec) };
+            let error = if hook_failed.get() {
+                os_error(errno, SpawnStage::PreExec)
+            } else {
+                failed(errno, SpawnStage::Exec)
+            };
             return Err(error.into());
         }
     };

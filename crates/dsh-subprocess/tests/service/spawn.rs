@@ -163,10 +163,9 @@ async fn a_failing_pre_exec_hook_is_its_own_spawn_stage() {
 async fn a_hook_sharing_memory_runs_in_the_child_or_asks_for_a_fork() {
     use dsh_subprocess::child_exec;
     let service = SubprocessService::new();
-    let shared = || {
-        // SAFETY: in the child, while the spawner's image is published.
-        unsafe { child_exec::current() }.is_some_and(child_exec::ChildExec::shares_memory)
-    };
+    // SAFETY: called in the child, while the spawner's image is published.
+    let image = || unsafe { child_exec::current() };
+    let shared = move || image().is_some_and(child_exec::ChildExec::shares_memory);
     let runs = |script: &str, hook: PreExecHook| {
         let mut spec = bash(script);
         spec.with_pre_exec(Some(hook));
@@ -189,8 +188,7 @@ async fn a_hook_sharing_memory_runs_in_the_child_or_asks_for_a_fork() {
     let wants_fork = unsafe {
         PreExecHook::new(move || {
             if shared() {
-                // SAFETY: as above.
-                unsafe { child_exec::current() }.expect("published").want_fork();
+                image().expect("published").want_fork();
                 return Err(std::io::Error::from_raw_os_error(libc::EAGAIN));
             }
             libc::umask(0o077);
@@ -203,7 +201,8 @@ async fn a_hook_sharing_memory_runs_in_the_child_or_asks_for_a_fork() {
     assert_eq!(handle.stdout().collected().text, "0077\n", "the hook ran again in a forked child");
 
     // SAFETY: the hook only builds an `io::Error` from an errno, which does not allocate.
-    let failing = unsafe { PreExecHook::new(|| Err(std::io::Error::from_raw_os_error(libc::EPERM))).sharing_memory() };
+    let failing =
+        unsafe { PreExecHook::new(|| Err(std::io::Error::from_raw_os_error(libc::EPERM))).sharing_memory() };
     let err = os_error(service.spawn(runs("echo never", failing)).expect_err("hook fails"));
     assert_eq!((err.errno, err.stage), (Errno::EPERM, SpawnStage::PreExec));
     let mut spec = SpawnSpec::new(vec!["/nonexistent/runner".into()]);
