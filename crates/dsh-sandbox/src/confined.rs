@@ -63,6 +63,13 @@ pub unsafe trait ChildConfinement: Send + Sync + Debug {
     fn failure(&self) -> Option<String> {
         None
     }
+
+    /// Whether `apply_in_child` also keeps [`PreExecHook::sharing_memory`]'s promise, so the
+    /// child may share the harness's memory instead of being a forked copy of it (no copy of
+    /// the address space per command). `false` unless an implementor says otherwise.
+    fn shares_memory(&self) -> bool {
+        false
+    }
 }
 
 /// A confined launch: the argv to spawn, the in-child confinement to run before `exec`, and
@@ -125,10 +132,15 @@ impl ConfinedCommand {
     /// The child confinement as the subprocess layer's pre-exec hook.
     pub fn pre_exec_hook(&self) -> Option<PreExecHook> {
         let confinement = self.child_confinement.clone()?;
+        let shares_memory = confinement.shares_memory();
         // SAFETY: `ChildConfinement` is an `unsafe` trait whose implementors promise that
         // `apply_in_child` is async-signal-safe; the closure only calls it (the `Arc` is
         // cloned here, in the parent, and only borrowed in the child).
-        Some(unsafe { PreExecHook::new(move || confinement.apply_in_child()) })
+        let hook = unsafe { PreExecHook::new(move || confinement.apply_in_child()) };
+        // SAFETY: the implementor promised (`ChildConfinement::shares_memory`, an item of the
+        // `unsafe` trait) that `apply_in_child` keeps `sharing_memory`'s contract; the closure
+        // adds nothing to it.
+        Some(if shares_memory { unsafe { hook.sharing_memory() } } else { hook })
     }
 
     /// After a failed spawn: the child confinement's fatal line when the confinement failed.

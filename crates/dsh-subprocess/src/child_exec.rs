@@ -14,6 +14,7 @@ use std::cell::Cell;
 use std::ffi::{CStr, CString, OsStr, c_char};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 
 thread_local! {
     static CURRENT: Cell<*const ChildExec> = const { Cell::new(std::ptr::null()) };
@@ -29,6 +30,12 @@ pub struct ChildExec {
     envp: Vec<*const c_char>,
     /// Where a hook that starts the program in a sibling process reports that process's pid.
     report: Option<std::os::fd::RawFd>,
+    /// The child shares this process's memory (see [`ChildExec::sharing_memory`]).
+    shared: bool,
+    /// The sibling's pid, reported in memory by a child that shares it (0: none).
+    sibling: AtomicI32,
+    /// The hook of a child that shares this process's memory asked for a forked start.
+    fork_wanted: AtomicBool,
 }
 
 impl ChildExec {
@@ -61,6 +68,9 @@ impl ChildExec {
             envp: pointers(&vars),
             _env: vars,
             report: None,
+            shared: false,
+            sibling: AtomicI32::new(0),
+            fork_wanted: AtomicBool::new(false),
         })
     }
 
@@ -87,14 +97,52 @@ impl ChildExec {
         self
     }
 
+    /// For a child that shares this process's memory until it `exec`s or exits
+    /// (`clone(CLONE_VM | CLONE_VFORK)`): a sibling is reported in memory, which the spawner
+    /// reads once the child is done with it ([`Self::sibling`]), and the hook may ask for a
+    /// forked start instead ([`Self::want_fork`]).
+    pub fn sharing_memory(mut self) -> Self {
+        self.shared = true;
+        self
+    }
+
+    /// Whether the child shares the spawner's memory (see [`Self::sharing_memory`]): its
+    /// hook then must not change what belongs to the address space (such as whether it is
+    /// dumpable) nor `fork` it.
+    pub fn shares_memory(&self) -> bool {
+        self.shared
+    }
+
+    /// In a child that shares the spawner's memory: asks for the spawn to be made again with a
+    /// `fork` (the hook cannot do its work without changing the address space). The hook then
+    /// fails; the spawner starts the child anew. Async-signal-safe (one atomic store).
+    pub fn want_fork(&self) {
+        self.fork_wanted.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether the hook asked for a forked start ([`Self::want_fork`]).
+    pub fn fork_wanted(&self) -> bool {
+        self.fork_wanted.load(Ordering::SeqCst)
+    }
+
+    /// The sibling a child that shares the spawner's memory reported, once it is done.
+    pub fn sibling(&self) -> Option<libc::pid_t> {
+        Some(self.sibling.load(Ordering::SeqCst)).filter(|pid| *pid > 0)
+    }
+
     /// Whether the spawner takes a sibling's pid (see [`Self::with_report`]).
     pub fn takes_sibling(&self) -> bool {
-        self.report.is_some()
+        self.report.is_some() || self.shared
     }
 
     /// In the forked child: reports `pid`, a sibling that runs the program. Async-signal-safe
-    /// (one `write` of four bytes). Returns whether the report was made.
+    /// (one `write` of four bytes, or one atomic store in a child that shares the spawner's
+    /// memory). Returns whether the report was made.
     pub fn report_sibling(&self, pid: libc::pid_t) -> bool {
+        if self.shared {
+            self.sibling.store(pid, Ordering::SeqCst);
+            return true;
+        }
         let Some(fd) = self.report else { return false };
         let bytes = pid.to_ne_bytes();
         // SAFETY: writing a stack buffer to the pipe the spawner made for this.

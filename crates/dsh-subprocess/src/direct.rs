@@ -70,6 +70,10 @@ pub(crate) struct Image<'a> {
     pub(crate) stdin_piped: bool,
     /// The groups the child joins and the resource limits it sets before `exec` (Linux).
     pub(crate) limits: Option<&'a crate::limits::SpawnLimits>,
+    /// A hook that may run in a child sharing this process's memory (see
+    /// [`crate::PreExecHook::sharing_memory`]; Linux only), run last before `exec`, and the
+    /// flag the child sets when it failed (its errno is then the start's error).
+    pub(crate) hook: Option<(&'a crate::PreExecHook, &'a std::cell::Cell<bool>)>,
 }
 
 /// A close-on-exec pipe, both ends with the status `flags`: (read end, write end).
@@ -174,6 +178,8 @@ struct Plan<'a> {
     stdio: [RawFd; 3],
     #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
     limits: Option<&'a crate::limits::SpawnLimits>,
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+    hook: Option<(&'a crate::PreExecHook, &'a std::cell::Cell<bool>)>,
 }
 
 /// Starts `image`. The error is the start's: an `exec`, `chdir` or descriptor failure in the
@@ -199,6 +205,7 @@ pub(crate) fn spawn(image: &Image<'_>, dev_null: RawFd) -> Result<Direct, Errno>
         cwd: cwd.as_ref(),
         stdio: [stdin_source, stdout_write.as_raw_fd(), stderr_write.as_raw_fd()],
         limits: image.limits,
+        hook: image.hook,
     };
     let (pid, pidfd) = start(&plan)?;
     drop((stdout_write, stderr_write));
@@ -225,8 +232,10 @@ mod vfork {
 
     use super::Plan;
 
-    /// The child's stack: enough for the few calls it makes, above one guard page.
-    const STACK_SIZE: usize = 64 * 1024;
+    /// The child's stack, above one guard page: enough for the few calls it makes, and for a
+    /// hook that starts the program from a stack of its own on this one (a confinement's).
+    /// Only the pages a child touched are ever backed by memory.
+    const STACK_SIZE: usize = 256 * 1024;
 
     /// A stack for `clone`, mapped once per thread that starts children.
     struct Stack {
@@ -378,7 +387,8 @@ mod vfork {
         };
         crate::spawn::default_signals_in_child();
         // SAFETY: async-signal-safe calls with integer arguments or the plan's C strings and
-        // NULL-terminated vectors, made before the start.
+        // NULL-terminated vectors, made before the start; the hook's maker promised it may run
+        // here (`PreExecHook::sharing_memory`).
         unsafe {
             if libc::setpgid(0, 0) < 0 {
                 fail();
@@ -407,6 +417,18 @@ mod vfork {
             let mut empty: libc::sigset_t = std::mem::zeroed();
             libc::sigemptyset(&mut empty);
             libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
+            // The hook runs as in a forked child: after the standard descriptors, the working
+            // directory and the signals are set (every action the default, so no handler of
+            // the harness runs here), and may itself start the program elsewhere and leave.
+            if let Some((hook, failed)) = plan.hook
+                && let Err(e) = hook.run()
+            {
+                failed.set(true);
+                Errno::set_raw(e.raw_os_error().unwrap_or(libc::EINVAL));
+                // Nothing is freed here: the allocator is the harness's.
+                std::mem::forget(e);
+                fail();
+            }
             libc::execve(plan.path.as_ptr(), plan.argv.as_ptr(), plan.envp.as_ptr());
         }
         fail()

@@ -29,7 +29,7 @@ use crate::signal_name::signal_name;
 /// Only [`PreExecHook::new`] makes one, and it is `unsafe`: whoever makes a hook promises it
 /// is async-signal-safe (see its safety section), so holding or passing one on is safe.
 #[derive(Clone)]
-pub struct PreExecHook(Arc<dyn Fn() -> std::io::Result<()> + Send + Sync>);
+pub struct PreExecHook(Arc<dyn Fn() -> std::io::Result<()> + Send + Sync>, bool);
 
 impl PreExecHook {
     /// Wraps `hook` for running between `fork` and `exec`.
@@ -44,7 +44,32 @@ impl PreExecHook {
     /// descriptors the standard library uses to report the spawn's result. These are the
     /// requirements of [`std::os::unix::process::CommandExt::pre_exec`].
     pub unsafe fn new(hook: impl Fn() -> std::io::Result<()> + Send + Sync + 'static) -> Self {
-        Self(Arc::new(hook))
+        Self(Arc::new(hook), false)
+    }
+
+    /// Lets the hook also run in a child that shares this process's memory until it `exec`s
+    /// (`clone(CLONE_VM | CLONE_VFORK)`, the direct start) instead of a forked copy of it: no
+    /// copy of the harness's address space is made for the command. The child has its own
+    /// descriptors, working directory, credentials and signal actions, and runs on a stack of
+    /// its own while the starting thread waits.
+    ///
+    /// # Safety
+    ///
+    /// Besides [`PreExecHook::new`]'s contract, the hook changes nothing that belongs to the
+    /// address space rather than to the calling task (no `prctl(PR_SET_DUMPABLE)`, no
+    /// mapping, no write to memory the harness reads, but for values it is handed to report
+    /// through), starts no `fork` of it, and reads the image it is to start from
+    /// [`crate::child_exec::current`]. Where it cannot keep to that, it calls
+    /// [`crate::child_exec::ChildExec::want_fork`] and fails: the spawner then starts the
+    /// child again with a `fork`, whose failure is the spawn's.
+    pub unsafe fn sharing_memory(self) -> Self {
+        Self(self.0, true)
+    }
+
+    /// Whether the hook may run in a child that shares this process's memory (see
+    /// [`PreExecHook::sharing_memory`]).
+    pub fn shares_memory(&self) -> bool {
+        self.1
     }
 
     /// Runs the hook (in the forked child, or in tests in the caller).
@@ -282,6 +307,20 @@ pub(crate) fn spawn_process(
         Some(dev_null) if may_go_direct && !new_session => Some(dev_null.as_raw_fd()),
         _ => None,
     };
+    // A hook that may share the harness's memory takes the direct start too, with the same
+    // conditions but the hook (see `start_hooked`).
+    let hooked = match (&service.dev_null, &spec.pre_exec) {
+        (Some(dev_null), Some(hook))
+            if cfg!(target_os = "linux")
+                && hook.shares_memory()
+                && spec.pty.is_none()
+                && spec.shared_file.is_none()
+                && !new_session =>
+        {
+            Some((dev_null.as_raw_fd(), hook.clone()))
+        }
+        _ => None,
+    };
     let started = match direct {
         Some(dev_null) => {
             let start = |executable: &Path| {
@@ -299,8 +338,20 @@ pub(crate) fn spawn_process(
         None => {
             let executable = if unchecked { resolve()? } else { executable };
             let launch = Launch { program: &program, executable: &executable, env: &env, pty: pty.as_ref() };
-            let modes = Modes { new_session, controlling_terminal, limits: limits.clone() };
-            start_command(&runtime, &spec, &launch, modes, &failed, &os_error)?
+            let started = match &hooked {
+                Some((dev_null, hook)) => {
+                    let child = DirectChild { dev_null: *dev_null, limits: limits.as_deref() };
+                    start_hooked(service, &runtime, &spec, &launch, child, hook, (&failed, &os_error))?
+                }
+                None => None,
+            };
+            match started {
+                Some(started) => started,
+                None => {
+                    let modes = Modes { new_session, controlling_terminal, limits: limits.clone() };
+                    start_command(&runtime, &spec, &launch, modes, &failed, &os_error)?
+                }
+            }
         }
     };
     let Started { pid, leader, stdin, stdout, stderr } = started;
@@ -418,6 +469,7 @@ fn start_direct(
         cwd: spec.cwd.as_deref(),
         stdin_piped: spec.stdin.is_some() || spec.keep_stdin,
         limits,
+        hook: None,
     };
     // The spawn lock is held until the pid is registered (and its group is live), so
     // no reaper — this service's, or another's in this process — mistakes this fresh
@@ -434,6 +486,95 @@ fn start_direct(
         stdout: receiver(runtime, spawned.stdout, true),
         stderr: receiver(runtime, spawned.stderr, true),
     })
+}
+
+/// Starts a child whose hook may share the harness's memory (see
+/// [`PreExecHook::sharing_memory`]) with the direct start: `clone(CLONE_VM | CLONE_VFORK)`,
+/// no copy of the harness's address space. When the hook starts the program in a sibling
+/// (`clone(CLONE_PARENT)`, reported in memory) and leaves, the child is reaped here at once
+/// and the sibling is the process waited for; it stays in the child's process group, whose
+/// id is the child's pid. `None`: the hook asked for a forked start (see
+/// [`crate::child_exec::ChildExec::want_fork`]), or the image cannot be made; the caller then
+/// starts it with [`start_command`].
+fn start_hooked(
+    service: &SubprocessService,
+    runtime: &tokio::runtime::Handle,
+    spec: &SpawnSpec,
+    start: &Launch<'_>,
+    child: DirectChild<'_>,
+    hook: &PreExecHook,
+    (failed, os_error): (Failure<'_>, Failure<'_>),
+) -> Result<Option<Started>, SpawnError> {
+    let Launch { program, executable, env, .. } = *start;
+    let argv = std::iter::once(OsStr::new(program)).chain(spec.argv[1..].iter().map(OsStr::new));
+    let Some(exec) = crate::child_exec::ChildExec::new(executable, argv, env.iter().copied()) else {
+        return Ok(None);
+    };
+    let exec = exec.sharing_memory();
+    let hook_failed = std::cell::Cell::new(false);
+    let image = crate::direct::Image {
+        executable,
+        argv: &spec.argv,
+        env,
+        inherited: (&service.inherited_env, &service.inherited_entries),
+        cwd: spec.cwd.as_deref(),
+        stdin_piped: spec.stdin.is_some() || spec.keep_stdin,
+        limits: child.limits,
+        hook: Some((hook, &hook_failed)),
+    };
+    // The spawn lock is held until the pid is registered: see `start_direct`.
+    let mut spawned_pids = crate::containment::spawn_lock();
+    let spawned = {
+        let _published = exec.publish();
+        crate::direct::spawn(&image, child.dev_null)
+    };
+    // The child is done with the image: it has `exec`ed or exited (CLONE_VFORK).
+    let sibling = exec.sibling();
+    let spawned = match spawned {
+        Ok(spawned) => spawned,
+        Err(errno) => {
+            drop(spawned_pids);
+            if let Some(sibling) = sibling {
+                // The sibling failed before its exec (that is the spawn's error): reap it.
+                // SAFETY: waiting for a child of this process that has exited.
+                unsafe { libc::waitpid(sibling, std::ptr::null_mut(), 0) };
+            }
+            if exec.fork_wanted() {
+                return Ok(None);
+            }
+            // The hook runs after `chdir`, so a failed hook also vouches for the directory.
+            let error = if hook_failed.get() {
+                os_error(errno, SpawnStage::PreExec)
+            } else {
+                failed(errno, SpawnStage::Exec)
+            };
+            return Err(error.into());
+        }
+    };
+    let leader = match sibling {
+        Some(sibling) => {
+            // The child left as soon as the sibling `exec`ed; its pid stays the group's id
+            // while the sibling lives.
+            // SAFETY: waiting for a child of this process that has exited (or is exiting).
+            unsafe { libc::waitpid(spawned.pid, std::ptr::null_mut(), 0) };
+            drop(spawned.pidfd);
+            spawned_pids.insert(sibling);
+            Leader::of(sibling)
+        }
+        None => {
+            spawned_pids.insert(spawned.pid);
+            Leader { pid: spawned.pid, pidfd: None, opened: spawned.pidfd, first: None, rusage: None }
+        }
+    };
+    crate::exit_guard::register(spawned.pid);
+    drop(spawned_pids);
+    Ok(Some(Started {
+        pid: spawned.pid,
+        leader,
+        stdin: spawned.stdin,
+        stdout: receiver(runtime, spawned.stdout, true),
+        stderr: receiver(runtime, spawned.stderr, true),
+    }))
 }
 
 /// What [`start_command`] starts.

@@ -134,7 +134,22 @@ pub(crate) struct Template {
 
 /// Runs the whole sequence. Must stay async-signal-safe. Returns only in the process that is
 /// to exec the command.
+///
+/// In a child that shares the harness's memory (see
+/// [`dsh_subprocess::child_exec::ChildExec::sharing_memory`]) only the steps that change
+/// nothing of the address space run: joining the pre-built namespaces and starting the
+/// command from a stack here, or confining this process itself. Building a namespace (which
+/// may make the process dumpable) and the relays (which `fork` and become non-dumpable) ask
+/// for a forked start instead.
 pub(crate) fn confine(plan: &ChildPlan<'_>) -> Result<(), StepError> {
+    // SAFETY: in the child before it execs or exits, while the spawner's image is published.
+    let image = unsafe { dsh_subprocess::child_exec::current() };
+    let shared = image.is_some_and(ChildExec::shares_memory);
+    // Not recorded as a failure: the spawner starts the child again with a `fork`.
+    let forked_start = || -> Result<(), StepError> {
+        image.inspect(|image| image.want_fork());
+        Err((Step::Exec, 0, libc::EAGAIN))
+    };
     let mut cwd_buf = [0u8; PATH_MAX];
     let cwd = (plan.mounts.is_some() && read_cwd(&mut cwd_buf)).then_some(&cwd_buf);
     if let Some(mounts) = plan.mounts {
@@ -144,6 +159,9 @@ pub(crate) fn confine(plan: &ChildPlan<'_>) -> Result<(), StepError> {
         // own namespace, which keeps the working directory.
         let joined = cwd.is_some() && plan.template.is_some_and(|t| join(t).is_ok());
         if !joined {
+            if shared {
+                return forked_start();
+            }
             build_namespace(mounts)?;
         }
         match plan.template.and_then(|t| t.pidns.as_ref()) {
@@ -153,6 +171,7 @@ pub(crate) fn confine(plan: &ChildPlan<'_>) -> Result<(), StepError> {
                 check(entered.into(), Step::PidNamespace, 0)?;
                 return relay_to_command(plan, cwd);
             }
+            _ if mounts.world.is_some() && shared => return forked_start(),
             _ if mounts.world.is_some() => {
                 // No shared namespace to join: this command gets a PID namespace of its own
                 // (its own mount namespace is already private), with an init of its own.
@@ -259,14 +278,37 @@ fn launch_shared(
     run_command_relay(command)
 }
 
+/// The stack of a command started by a child that shares the harness's memory, on that
+/// child's own stack (see [`launch_from_own_stack`]).
+const COMMAND_STACK: usize = 64 * 1024;
+
+/// [`launch_shared`] from a child that shares the harness's memory: the process-wide stack
+/// ([`ChildPlan::stack_top`]) would then be the same memory for every start in the harness,
+/// so the command runs on a stack reserved in this frame, which stays untouched while this
+/// child is suspended (CLONE_VFORK). The command is always a sibling (no relay stays).
+#[inline(never)]
+fn launch_from_own_stack(
+    plan: &ChildPlan<'_>,
+    cwd: Option<&[u8; PATH_MAX]>,
+    image: &ChildExec,
+) -> Result<(), StepError> {
+    let mut stack = std::mem::MaybeUninit::<[u8; COMMAND_STACK]>::uninit();
+    // Stacks grow down; the top, aligned down to 16 bytes, lies inside the reservation.
+    let top = (stack.as_mut_ptr() as usize + COMMAND_STACK) & !15;
+    launch_shared(plan, cwd, image, top)
+}
+
 /// Forks the command into the joined PID namespace; returns only in the command. The calling
 /// process becomes its relay: it ignores the termination signals (the process group carries
 /// them to the command), waits, and leaves with the command's status. The command dies with
 /// the relay; the namespace's init ends everything else when the harness is gone.
 fn relay_to_command(plan: &ChildPlan<'_>, cwd: Option<&[u8; PATH_MAX]>) -> Result<(), StepError> {
     // SAFETY: in the forked child before exec, where a published image is alive.
-    if let (Some(image), Some(stack_top)) = (unsafe { dsh_subprocess::child_exec::current() }, plan.stack_top)
-    {
+    let image = unsafe { dsh_subprocess::child_exec::current() };
+    if let Some(image) = image.filter(|image| image.shares_memory()) {
+        return launch_from_own_stack(plan, cwd, image);
+    }
+    if let (Some(image), Some(stack_top)) = (image, plan.stack_top) {
         return launch_shared(plan, cwd, image, stack_top);
     }
     // SAFETY: fork in a single-threaded child; both sides only run async-signal-safe code.

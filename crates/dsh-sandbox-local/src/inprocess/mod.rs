@@ -388,7 +388,9 @@ impl InProcessConfinement {
 // initialised in `from_prepared`), issues raw syscalls (`child::confine`, itself only raw
 // syscalls on stack buffers) and records a failure with one atomic store into a slot whose
 // page was mapped in the parent (`FailureRecord::set`, no lazy initialisation). It allocates
-// nothing and takes no lock.
+// nothing and takes no lock. In a child that shares the harness's memory, `child::confine`
+// changes nothing of the address space (no `PR_SET_DUMPABLE`, no `fork`), starts the command
+// on a stack in its own frame, and asks for a forked start where it would.
 unsafe impl ChildConfinement for InProcessConfinement {
     fn apply_in_child(&self) -> std::io::Result<()> {
         let prepared = &*self.prepared;
@@ -408,6 +410,13 @@ unsafe impl ChildConfinement for InProcessConfinement {
             }
             std::io::Error::from_raw_os_error(errno)
         })
+    }
+
+    /// With the pre-built namespaces to join (or none to enter), the child changes nothing of
+    /// the address space: it joins them and starts the command from a stack of its own, or
+    /// confines itself; any other way asks for a forked start (see [`child::confine`]).
+    fn shares_memory(&self) -> bool {
+        self.prepared.mounts.is_none() || self.prepared.template.is_some()
     }
 
     fn failure(&self) -> Option<String> {

@@ -155,6 +155,63 @@ async fn a_failing_pre_exec_hook_is_its_own_spawn_stage() {
     assert_eq!((err.errno, err.stage), (Errno::ENOENT, SpawnStage::Exec));
 }
 
+/// A hook that may share the harness's memory runs in a child started with
+/// `clone(CLONE_VM | CLONE_VFORK)` (it sees a published image that shares memory); when it
+/// asks for a forked start, the child is started again with a `fork`, where the hook runs
+/// once more; its failure and a failed `exec` keep their stages.
+#[tokio::test]
+async fn a_hook_sharing_memory_runs_in_the_child_or_asks_for_a_fork() {
+    use dsh_subprocess::child_exec;
+    let service = SubprocessService::new();
+    // SAFETY: called in the child, while the spawner's image is published.
+    let image = || unsafe { child_exec::current() };
+    let shared = move || image().is_some_and(child_exec::ChildExec::shares_memory);
+    let runs = |script: &str, hook: PreExecHook| {
+        let mut spec = bash(script);
+        spec.with_pre_exec(Some(hook));
+        spec
+    };
+    // SAFETY: the hook reads a published image and calls umask(2); it changes nothing of the
+    // address space.
+    let in_shared = unsafe {
+        PreExecHook::new(move || {
+            libc::umask(if shared() { 0o027 } else { 0o077 });
+            Ok(())
+        })
+        .sharing_memory()
+    };
+    let handle = service.spawn(runs("umask", in_shared)).expect("spawn");
+    assert_eq!(handle.wait().await.exit_code, Some(0));
+    assert_eq!(handle.stdout().collected().text, "0027\n", "the hook ran in a child sharing memory");
+
+    // SAFETY: as above; `want_fork` is one atomic store into the published image.
+    let wants_fork = unsafe {
+        PreExecHook::new(move || {
+            if shared() {
+                image().expect("published").want_fork();
+                return Err(std::io::Error::from_raw_os_error(libc::EAGAIN));
+            }
+            libc::umask(0o077);
+            Ok(())
+        })
+        .sharing_memory()
+    };
+    let handle = service.spawn(runs("umask", wants_fork)).expect("spawn");
+    assert_eq!(handle.wait().await.exit_code, Some(0));
+    assert_eq!(handle.stdout().collected().text, "0077\n", "the hook ran again in a forked child");
+
+    // SAFETY: the hook only builds an `io::Error` from an errno, which does not allocate.
+    let failing =
+        unsafe { PreExecHook::new(|| Err(std::io::Error::from_raw_os_error(libc::EPERM))).sharing_memory() };
+    let err = os_error(service.spawn(runs("echo never", failing)).expect_err("hook fails"));
+    assert_eq!((err.errno, err.stage), (Errno::EPERM, SpawnStage::PreExec));
+    let mut spec = SpawnSpec::new(vec!["/nonexistent/runner".into()]);
+    // SAFETY: the hook does nothing.
+    spec.with_pre_exec(Some(unsafe { PreExecHook::new(|| Ok(())).sharing_memory() }));
+    let err = os_error(service.spawn(spec).expect_err("exec fails"));
+    assert_eq!((err.errno, err.stage), (Errno::ENOENT, SpawnStage::Exec));
+}
+
 /// The session id (field 6 of `/proc/<pid>/stat`), the pid, and what opening `/dev/tty` says.
 const SESSION_PROBE: &str =
     r#"read -r stat < /proc/$$/stat; set -- ${stat##*) }; echo "$4 $$"; exec 3</dev/tty"#;
