@@ -174,7 +174,9 @@ impl ApprovalHub {
             Some(paths) => EffectivePolicy::load(paths).rule(grant, &given),
             // Without a user's file, nothing can be saved: `always` is not offered.
             None => match (EffectivePolicy { files: Vec::new() }).rule(grant, &given) {
-                Ruling::Ask(scopes) => Ruling::Ask(scopes.into_iter().filter(|s| *s != Scope::Always).collect()),
+                Ruling::Ask(scopes) => {
+                    Ruling::Ask(scopes.into_iter().filter(|s| *s != Scope::Always).collect())
+                }
                 other => other,
             },
         }
@@ -185,7 +187,9 @@ impl ApprovalHub {
     fn keep(&self, session: &str, grant: &Grant, scope: Scope) {
         match scope {
             Scope::Once => {}
-            Scope::Session => self.session_grants.lock().entry(session.to_owned()).or_default().push(grant.clone()),
+            Scope::Session => {
+                self.session_grants.lock().entry(session.to_owned()).or_default().push(grant.clone())
+            }
             Scope::Always => {
                 let Some(paths) = &self.paths else { return };
                 if let Err(e) = crate::policy::save_always(&paths.user, grant) {

@@ -164,9 +164,7 @@ impl Rule {
         if let Some(mode) = &self.mode
             && mode_rank(mode).is_none()
         {
-            return Err(format!(
-                "unknown mode {mode:?} (read-only, workspace-write or danger-full-access)"
-            ));
+            return Err(format!("unknown mode {mode:?} (read-only, workspace-write or danger-full-access)"));
         }
         Ok(())
     }
@@ -387,8 +385,10 @@ pub struct EffectivePolicy {
 impl EffectivePolicy {
     /// Reads the files at `paths`.
     pub fn load(paths: &PolicyPaths) -> Self {
-        let mut files =
-            vec![LoadedFile::load(Origin::Managed, &paths.managed), LoadedFile::load(Origin::User, &paths.user)];
+        let mut files = vec![
+            LoadedFile::load(Origin::Managed, &paths.managed),
+            LoadedFile::load(Origin::User, &paths.user),
+        ];
         if let Some(project) = &paths.project
             && project != &paths.user
         {
@@ -477,7 +477,11 @@ impl EffectivePolicy {
         lines.push(format!(
             "  scopes offered: {}{}",
             offered.join(", "),
-            if limited.is_empty() { String::new() } else { format!(" (limited by the {})", limited.join(", ")) }
+            if limited.is_empty() {
+                String::new()
+            } else {
+                format!(" (limited by the {})", limited.join(", "))
+            }
         ));
         let closed = self.files.iter().any(LoadedFile::fails_closed);
         let mut any = false;
@@ -597,7 +601,10 @@ mod tests {
     fn deny_wins_and_a_project_file_only_narrows() {
         let user = "[[allow]]\nhost = \"pypi.org\"\n";
         let p = policy(&[(Origin::User, user), (Origin::Project, "[[allow]]\nhost = \"evil.test\"\n")]);
-        assert_eq!(p.rule(&host("pypi.org:443"), &[]), Ruling::Allow("user user: allow host pypi.org".into()));
+        assert_eq!(
+            p.rule(&host("pypi.org:443"), &[]),
+            Ruling::Allow("user user: allow host pypi.org".into())
+        );
         assert_eq!(p.rule(&host("evil.test:443"), &[]), Ruling::Ask(vec![Scope::Session, Scope::Always]));
         let p = policy(&[(Origin::Managed, "[[deny]]\nhost = \"pypi.org\"\n"), (Origin::User, user)]);
         assert!(matches!(p.rule(&host("pypi.org:443"), &[]), Ruling::Deny(_)));

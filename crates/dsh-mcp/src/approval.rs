@@ -253,10 +253,15 @@ pub fn approval_schema(question: &ApprovalQuestion) -> ElicitationSchema {
 
 /// The answer of an approval form: `accept` with a lasting scope the question offered in
 /// [`SCOPE_FIELD`] grants it ([`Answer::Granted`]); any other `accept` allows once.
-fn approval_answer(question: &ApprovalQuestion, action: ElicitationAction, content: Option<&Value>) -> Answer {
+fn approval_answer(
+    question: &ApprovalQuestion,
+    action: ElicitationAction,
+    content: Option<&Value>,
+) -> Answer {
     let outcome = match action {
         ElicitationAction::Accept => {
-            let picked = content.and_then(|c| c.get(SCOPE_FIELD)).and_then(Value::as_str).and_then(Scope::parse);
+            let picked =
+                content.and_then(|c| c.get(SCOPE_FIELD)).and_then(Value::as_str).and_then(Scope::parse);
             let offered = |scope| question.offer.as_ref().is_some_and(|o| o.scopes.contains(&scope));
             match picked {
                 Some(scope) if scope != Scope::Once && offered(scope) => return Answer::Granted(scope),
@@ -273,7 +278,11 @@ fn approval_answer(question: &ApprovalQuestion, action: ElicitationAction, conte
 
 /// Asks the client's user `question` through form elicitation, with the scopes it offers
 /// ([`approval_schema`]); the answer may grant one ([`approval_answer`]).
-pub async fn elicit_answer(peer: &Peer<RoleServer>, question: &ApprovalQuestion, args: Option<&Value>) -> Answer {
+pub async fn elicit_answer(
+    peer: &Peer<RoleServer>,
+    question: &ApprovalQuestion,
+    args: Option<&Value>,
+) -> Answer {
     if !supports_elicitation(peer) {
         return Answer::Outcome(ApprovalOutcome::Unavailable.as_str().to_owned());
     }
@@ -283,9 +292,7 @@ pub async fn elicit_answer(peer: &Peer<RoleServer>, question: &ApprovalQuestion,
         requested_schema: approval_schema(question),
     };
     match peer.create_elicitation(params).await {
-        Ok(result) => {
-            approval_answer(question, result.action, result.content.as_ref())
-        }
+        Ok(result) => approval_answer(question, result.action, result.content.as_ref()),
         Err(error) => {
             tracing::warn!(%error, "approval elicitation failed");
             Answer::Outcome(ApprovalOutcome::Unavailable.as_str().to_owned())
