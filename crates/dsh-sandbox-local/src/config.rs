@@ -195,7 +195,8 @@ impl LocalSandboxConfig {
     /// (`<DSH_HOME>/sessions`: other sessions' transcripts), the MCP servers' generated bearer
     /// tokens (`<DSH_HOME>/mcp`), quarantined auto-run files (`<DSH_HOME>/quarantine`), the
     /// audit log (`<DSH_HOME>/audit.jsonl` or `DSH_AUDIT_LOG`), the user's approval policy
-    /// file (`<DSH_HOME>/policy.toml`), then `denyRead` (`~/` expanded) and `maskedPaths`. Read from the environment on each call.
+    /// file (`<DSH_HOME>/policy.toml`), then `denyRead` (`~/` expanded) and `maskedPaths`.
+    /// Read from the environment on each call.
     pub fn denied_reads(&self) -> Vec<std::path::PathBuf> {
         let home = dsh_core::home::user_home();
         let dsh_home = std::env::var("DSH_HOME").ok();
