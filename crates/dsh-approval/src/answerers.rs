@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use dsh_core::{ApprovalOutcome, Secret};
 
 use crate::hub::{Answer, AnswerFn, ApprovalQuestion};
+use crate::policy::Scope;
 use crate::render::{escape_untrusted, subject_lines};
 
 /// Always answers `outcome` (scripted use: `--approve allowed-once`); passes on secret-input
@@ -56,8 +57,9 @@ fn strip_line_ending(bytes: &mut Vec<u8>) {
     }
 }
 
-/// Asks on the controlling terminal (never stdin): `y` allows once, anything else rejects,
-/// end of input cancels. A secret-input question is read without echo: the line typed is the
+/// Asks on the controlling terminal (never stdin): `y` allows once, `s` allows for the
+/// session and `a` always when the question offers those scopes, anything else rejects, end
+/// of input cancels. A secret-input question is read without echo: the line typed is the
 /// secret, end of input cancels. Without a terminal the answerer passes (→ `unavailable`).
 pub fn tty_answerer() -> AnswerFn {
     Arc::new(|question: ApprovalQuestion| {
@@ -89,9 +91,45 @@ fn ask_tty(question: &ApprovalQuestion) -> Answer {
         Ok(_) if matches!(line.trim(), "y" | "Y" | "yes" | "YES" | "Yes") => {
             Answer::Outcome(ApprovalOutcome::AllowedOnce.as_str().to_owned())
         }
-        Ok(_) => Answer::Outcome(ApprovalOutcome::Rejected.as_str().to_owned()),
+        Ok(_) => match scope_typed(line.trim()) {
+            Some(scope) if question.offer.as_ref().is_some_and(|o| o.scopes.contains(&scope)) => {
+                Answer::Granted(scope)
+            }
+            _ => Answer::Outcome(ApprovalOutcome::Rejected.as_str().to_owned()),
+        },
         Err(e) => Answer::Failed(e.to_string()),
     }
+}
+
+/// The lasting scope a terminal answer names (`s`/`session`, `a`/`always`).
+fn scope_typed(answer: &str) -> Option<Scope> {
+    match answer.to_ascii_lowercase().as_str() {
+        "s" | "session" => Some(Scope::Session),
+        "a" | "always" => Some(Scope::Always),
+        _ => None,
+    }
+}
+
+/// The end of the terminal question: `Allow once? [y/N] `, followed by the lasting scopes
+/// the question offers and what each grants.
+fn allow_line(question: &ApprovalQuestion) -> String {
+    let Some(offer) = question.offer.as_ref().filter(|o| !o.scopes.is_empty()) else {
+        return "Allow once? [y/N] ".to_owned();
+    };
+    let choices: Vec<&str> = offer
+        .scopes
+        .iter()
+        .filter_map(|scope| match scope {
+            Scope::Session => Some("s = for this session"),
+            Scope::Always => Some("a = always, saved in your policy file"),
+            Scope::Once => None,
+        })
+        .collect();
+    format!(
+        "Allow once? [y/N] (or allow {}: {}) ",
+        escape_untrusted(&offer.grant.describe()),
+        choices.join(", ")
+    )
 }
 
 /// The consent question as the terminal shows it. A command's question names the command,
@@ -103,9 +141,10 @@ fn consent_prompt(question: &ApprovalQuestion) -> String {
         Some(subject) => {
             let lines = subject_lines(&question.tool_name, subject);
             format!(
-                "\n[approval] session {session}: {}\n{}\nAllow once? [y/N] ",
+                "\n[approval] session {session}: {}\n{}\n{}",
                 lines.headline,
-                lines.details.join("\n")
+                lines.details.join("\n"),
+                allow_line(question)
             )
         }
         None => format!(

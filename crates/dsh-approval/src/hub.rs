@@ -1,5 +1,6 @@
 //! The approval hub: policy, audit, answerer waterfall.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
@@ -13,6 +14,8 @@ use parking_lot::Mutex;
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
+
+use crate::policy::{EffectivePolicy, Grant, GrantOffer, PolicyPaths, Ruling, Scope};
 
 /// The approval policy: ask answerers, or reject everything without asking.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -73,6 +76,9 @@ pub struct ApprovalQuestion {
     /// What a command's consent question is about (command, cwd, the mode or host asked
     /// for), when the request carried it; see [`crate::subject_lines`] for how it shows.
     pub subject: Option<ApprovalSubject>,
+    /// The grant a command's consent question offers and the lasting scopes the user may
+    /// pick for it ([`Answer::Granted`]); `None` when only a one-shot answer can be given.
+    pub offer: Option<GrantOffer>,
 }
 
 /// An answerer's reply.
@@ -87,6 +93,11 @@ pub enum Answer {
     /// The secret the user typed, for a secret-input question (to a consent question it
     /// counts as `unavailable`).
     Secret(Secret),
+    /// Allowed, with the question's grant for this scope ([`GrantOffer::scopes`]): `session`
+    /// is not asked again in this session, `always` is saved in the user's policy file. A
+    /// scope the question did not offer allows once; to any other question it counts as
+    /// `unavailable`.
+    Granted(Scope),
 }
 
 /// An answerer in the waterfall.
@@ -113,17 +124,84 @@ pub struct ApprovalHub {
     /// Set by the host once the registered answerers are every channel an answer can come
     /// from (see [`ApprovalHub::answerers_are_exhaustive`]).
     exhaustive: AtomicBool,
+    /// Where the policy files are; `None`: none are read and nothing is saved (only
+    /// `session` grants are offered).
+    paths: Option<PolicyPaths>,
+    /// The `session` grants given, by session id.
+    session_grants: Mutex<HashMap<String, Vec<Grant>>>,
+}
+
+/// How one request was decided.
+struct Decided {
+    outcome: ApprovalOutcome,
+    secret: Option<Secret>,
+    /// The lasting scope the answer picked (and the question offered).
+    scope: Option<Scope>,
 }
 
 impl ApprovalHub {
     /// A hub with the given policy and no answerers yet.
     pub fn new(policy: ApprovalPolicy) -> Arc<Self> {
+        Self::build(policy, None)
+    }
+
+    /// A hub with the given policy whose grants the policy files at `paths` bound (and whose
+    /// `always` grants are saved in the user's file there).
+    pub fn with_policy_files(policy: ApprovalPolicy, paths: PolicyPaths) -> Arc<Self> {
+        Self::build(policy, Some(paths))
+    }
+
+    fn build(policy: ApprovalPolicy, paths: Option<PolicyPaths>) -> Arc<Self> {
         Arc::new(Self {
             policy,
             next: AtomicU64::new(1),
             answerers: Arc::new(Mutex::new(Vec::new())),
             exhaustive: AtomicBool::new(false),
+            paths,
+            session_grants: Mutex::new(HashMap::new()),
         })
+    }
+
+    /// Where the policy files are, when this hub reads them.
+    pub fn policy_paths(&self) -> Option<&PolicyPaths> {
+        self.paths.as_ref()
+    }
+
+    /// What the policy files and the session's grants decide about `grant` in `session`.
+    fn rule(&self, session: &str, grant: &Grant) -> Ruling {
+        let given = self.session_grants.lock().get(session).cloned().unwrap_or_default();
+        match &self.paths {
+            Some(paths) => EffectivePolicy::load(paths).rule(grant, &given),
+            // Without a user's file, nothing can be saved: `always` is not offered.
+            None => match (EffectivePolicy { files: Vec::new() }).rule(grant, &given) {
+                Ruling::Ask(scopes) => {
+                    Ruling::Ask(scopes.into_iter().filter(|s| *s != Scope::Always).collect())
+                }
+                other => other,
+            },
+        }
+    }
+
+    /// Keeps a grant the user gave for `scope` (`session`: in memory for `session`; `always`:
+    /// in the user's policy file). A grant that cannot be saved is reported on stderr.
+    fn keep(&self, session: &str, grant: &Grant, scope: Scope) {
+        match scope {
+            Scope::Once => {}
+            Scope::Session => {
+                self.session_grants.lock().entry(session.to_owned()).or_default().push(grant.clone())
+            }
+            Scope::Always => {
+                let Some(paths) = &self.paths else { return };
+                if let Err(e) = crate::policy::save_always(&paths.user, grant) {
+                    eprintln!(
+                        "dsh-bash: warning: cannot save the grant ({}) in {}: {e}; it holds for this session",
+                        grant.describe(),
+                        paths.user.display()
+                    );
+                }
+                self.session_grants.lock().entry(session.to_owned()).or_default().push(grant.clone());
+            }
+        }
     }
 
     /// Declares that the answerers registered with this hub, at any moment, are every channel
@@ -203,7 +281,7 @@ impl ApprovalHub {
     }
 
     /// The waterfall's decision, and for a secret-input question the secret it was given.
-    async fn ask_answerers(&self, question: ApprovalQuestion) -> (ApprovalOutcome, Option<Secret>) {
+    async fn ask_answerers(&self, question: ApprovalQuestion) -> Decided {
         let answerers: Vec<AnswerFn> = self
             .answerers
             .lock()
@@ -213,12 +291,21 @@ impl ApprovalHub {
             .map(|e| Arc::clone(&e.answer))
             .collect();
         let secret = question.secret_prompt.is_some();
+        let offered = question.offer.as_ref().map(|offer| offer.scopes.clone());
+        let decided = |outcome, secret, scope| Decided { outcome, secret, scope };
         for answer in answerers {
-            match answer_contained(&answer, question.clone()).await {
+            let (outcome, given) = match answer_contained(&answer, question.clone()).await {
                 Answer::Pass => continue,
-                Answer::Failed(_) => return (ApprovalOutcome::Unavailable, None),
-                Answer::Secret(given) if secret => return (ApprovalOutcome::AllowedOnce, Some(given)),
-                Answer::Secret(_) => return (ApprovalOutcome::Unavailable, None),
+                Answer::Failed(_) => (ApprovalOutcome::Unavailable, None),
+                Answer::Secret(given) if secret => (ApprovalOutcome::AllowedOnce, Some(given)),
+                Answer::Secret(_) => (ApprovalOutcome::Unavailable, None),
+                Answer::Granted(scope) => match &offered {
+                    Some(scopes) if scopes.contains(&scope) => {
+                        return decided(ApprovalOutcome::AllowedOnce, None, Some(scope));
+                    }
+                    Some(_) => (ApprovalOutcome::AllowedOnce, None),
+                    None => (ApprovalOutcome::Unavailable, None),
+                },
                 Answer::Outcome(raw) => {
                     // Consent without the secret gives the command nothing.
                     let outcome = match ApprovalOutcome::parse(&raw) {
@@ -226,22 +313,26 @@ impl ApprovalHub {
                         Some(outcome) => outcome,
                         None => ApprovalOutcome::Unavailable,
                     };
-                    return (outcome, None);
+                    (outcome, None)
                 }
-            }
+            };
+            return decided(outcome, given, None);
         }
-        (ApprovalOutcome::Unavailable, None)
+        decided(ApprovalOutcome::Unavailable, None, None)
     }
 
     /// One audited decision: `approval/asked` (with `fields` after the id), the
-    /// decision order of the contract, `approval/decided`.
+    /// decision order of the contract, `approval/decided`. A `ruled` decision (a policy
+    /// rule's or a grant's: the outcome and which rule) is taken without asking anyone, and
+    /// `approval/decided` names its `rule`; a lasting scope the answer picked is its `scope`.
     async fn decide(
         &self,
         agent: &Arc<Agent>,
         fields: Vec<(&'static str, Value)>,
         signal: Option<&AbortSignal>,
+        ruled: Option<(ApprovalOutcome, &str)>,
         question: impl FnOnce(String) -> ApprovalQuestion,
-    ) -> Result<(ApprovalOutcome, Option<Secret>), ApprovalError> {
+    ) -> Result<Decided, ApprovalError> {
         let session = Arc::clone(agent.session());
         if !session.in_open_turn() {
             return Err(ApprovalError::OutsideTurn);
@@ -251,24 +342,45 @@ impl ApprovalHub {
         asked.insert("id".into(), json!(id));
         asked.extend(fields.into_iter().map(|(k, v)| (k.to_owned(), v)));
         session.append("approval/asked", Value::Object(asked))?;
-        let (outcome, secret) = if signal.is_some_and(|s| s.is_aborted()) {
-            (ApprovalOutcome::Cancelled, None)
+        let none = |outcome| Decided { outcome, secret: None, scope: None };
+        let decided = if signal.is_some_and(|s| s.is_aborted()) {
+            none(ApprovalOutcome::Cancelled)
+        } else if let Some((outcome, _)) = ruled {
+            none(outcome)
         } else if self.effective_policy(&session) == ApprovalPolicy::Never {
-            (ApprovalOutcome::Rejected, None)
+            none(ApprovalOutcome::Rejected)
         } else {
             let question = question(id.clone());
             match signal {
                 Some(signal) => {
                     tokio::select! {
                         decided = self.ask_answerers(question) => decided,
-                        _ = signal.aborted() => (ApprovalOutcome::Cancelled, None),
+                        _ = signal.aborted() => none(ApprovalOutcome::Cancelled),
                     }
                 }
                 None => self.ask_answerers(question).await,
             }
         };
-        session.append("approval/decided", json!({ "id": id, "outcome": outcome.as_str() }))?;
-        Ok((outcome, secret))
+        let mut event = json!({ "id": id, "outcome": decided.outcome.as_str() });
+        if let Some((_, rule)) = ruled {
+            event["rule"] = json!(rule);
+        }
+        if let Some(scope) = decided.scope {
+            event["scope"] = json!(scope.as_str());
+        }
+        session.append("approval/decided", event)?;
+        Ok(decided)
+    }
+}
+
+/// The grant a command's approval is about: the destination for a network question, the
+/// command (as the model wrote it, as a prefix) at the mode asked for an escalation.
+fn grant_of(subject: &ApprovalSubject) -> Grant {
+    match &subject.asked {
+        dsh_core::ApprovalAsk::Host(host) => Grant::Host(host.clone()),
+        dsh_core::ApprovalAsk::Mode(mode) => {
+            Grant::Command { prefix: subject.command.trim().to_owned(), mode: mode.clone() }
+        }
     }
 }
 
@@ -314,6 +426,20 @@ impl ApprovalService for ApprovalHub {
         if let Some(reason) = &request.reason {
             asked.push(("reason", json!(reason)));
         }
+        let session = request.agent.session().header().id.clone();
+        let grant = request.subject.as_ref().map(grant_of);
+        let ruling = grant.as_ref().map(|grant| self.rule(&session, grant));
+        let ruled = match &ruling {
+            Some(Ruling::Deny(rule)) => Some((ApprovalOutcome::Rejected, rule.as_str())),
+            Some(Ruling::Allow(rule)) => Some((ApprovalOutcome::AllowedOnce, rule.as_str())),
+            _ => None,
+        };
+        let offer = match (&grant, &ruling) {
+            (Some(grant), Some(Ruling::Ask(scopes))) if !scopes.is_empty() => {
+                Some(GrantOffer { grant: grant.clone(), scopes: scopes.clone() })
+            }
+            _ => None,
+        };
         let question = |id| ApprovalQuestion {
             id,
             agent: Arc::clone(&request.agent),
@@ -322,8 +448,10 @@ impl ApprovalService for ApprovalHub {
             reason: request.reason.clone(),
             secret_prompt: None,
             subject: request.subject.clone(),
+            offer,
         };
-        let (outcome, _) = self.decide(&request.agent, asked, request.signal.as_ref(), question).await?;
+        let decided = self.decide(&request.agent, asked, request.signal.as_ref(), ruled, question).await?;
+        let outcome = decided.outcome;
         let mut what = Map::new();
         what.insert("tool".into(), json!(request.tool_name));
         match &request.subject {
@@ -342,7 +470,14 @@ impl ApprovalService for ApprovalHub {
                 }
             }
         }
-        let session = request.agent.session().header().id.clone();
+        if let Some((_, rule)) = ruled {
+            what.insert("rule".into(), json!(rule));
+        }
+        if let (Some(scope), Some(grant)) = (decided.scope, &grant) {
+            self.keep(&session, grant, scope);
+            what.insert("grant".into(), json!(grant.describe()));
+            what.insert("scope".into(), json!(scope.as_str()));
+        }
         dsh_core::audit::record("approval", Some(&session), what, outcome.as_str());
         Ok(outcome)
     }
@@ -365,8 +500,10 @@ impl ApprovalService for ApprovalHub {
             reason: None,
             secret_prompt: Some(request.prompt.clone()),
             subject: None,
+            offer: None,
         };
-        let decided = self.decide(&request.agent, asked, request.signal.as_ref(), question).await?;
+        let decided = self.decide(&request.agent, asked, request.signal.as_ref(), None, question).await?;
+        let decided = (decided.outcome, decided.secret);
         let mut what = Map::new();
         what.insert("tool".into(), json!(request.tool_name));
         what.insert("prompt".into(), json!(request.prompt));
@@ -389,12 +526,24 @@ impl ApprovalService for ApprovalHub {
 pub struct ApprovalConfig {
     /// `ask` (default) or `never`.
     pub policy: String,
+    /// The workspace root whose `.dsh-policy.toml` narrows grants (default: the current
+    /// directory when the service starts).
+    pub workspace_root: Option<String>,
 }
 
 impl Default for ApprovalConfig {
     fn default() -> Self {
-        Self { policy: "ask".to_owned() }
+        Self { policy: "ask".to_owned(), workspace_root: None }
     }
+}
+
+/// The validated config of the approval service.
+#[derive(Clone, Debug)]
+pub struct ValidatedApproval {
+    /// The approval policy.
+    pub policy: ApprovalPolicy,
+    /// The workspace root, as configured.
+    pub workspace_root: Option<std::path::PathBuf>,
 }
 
 /// Provides `approval` (and the hub) and the `approval:policy` context (order 115).
@@ -405,18 +554,20 @@ impl Plugin for ApprovalPlugin {
     const SHORT_NAME: &'static str = "approval";
     type Deps = (dsh_core::services::SystemPrompt,);
     type Config = ApprovalConfig;
-    type Validated = ApprovalPolicy;
+    type Validated = ValidatedApproval;
 
-    fn validate(config: ApprovalConfig) -> Result<ApprovalPolicy, ConfigError> {
-        ApprovalPolicy::parse(&config.policy).map_err(ConfigError::new)
+    fn validate(config: ApprovalConfig) -> Result<ValidatedApproval, ConfigError> {
+        let policy = ApprovalPolicy::parse(&config.policy).map_err(ConfigError::new)?;
+        Ok(ValidatedApproval { policy, workspace_root: config.workspace_root.map(std::path::PathBuf::from) })
     }
 
     fn apply(
         scope: &mut PluginScope,
         (prompt,): Handles<Self>,
-        &policy: &ApprovalPolicy,
+        config: &ValidatedApproval,
     ) -> Result<(), PluginError> {
-        let hub = ApprovalHub::new(policy);
+        let workspace = config.workspace_root.clone().or_else(|| std::env::current_dir().ok());
+        let hub = ApprovalHub::with_policy_files(config.policy, PolicyPaths::from_env(workspace.as_deref()));
         let for_context = Arc::clone(&hub);
         let context = prompt.register_context(
             "approval:policy",

@@ -4,17 +4,20 @@
 //! the `ask`/`never` policy (session events outrank config), an answerer waterfall that hosts
 //! fill (a fixed answer for scripts, a terminal prompt, MCP elicitation), and cancellation; and
 //! secret-input questions (askpass) through the same waterfall, whose answers are recorded nowhere.
-//! Nothing is remembered between requests. It knows nothing about sandboxes or the bash tool.
+//! A command's approval is about a typed grant the user may give for a lasting scope, bounded
+//! by policy files (see [`policy`]). It knows nothing about sandboxes or the bash tool.
 
 #![deny(missing_docs)]
 
 mod answerers;
 mod hub;
+pub mod policy;
 mod render;
 
 pub use answerers::{fixed_answerer, secret_file_answerer, tty_answerer};
 pub use hub::{
     APPROVAL_HUB, Answer, AnswerFn, ApprovalConfig, ApprovalHub, ApprovalPlugin, ApprovalPolicy,
-    ApprovalQuestion, PolicyError,
+    ApprovalQuestion, PolicyError, ValidatedApproval,
 };
+pub use policy::{Grant, GrantOffer, Scope};
 pub use render::{ESCAPES_NOTE, QuestionLines, escape_untrusted, subject_lines};

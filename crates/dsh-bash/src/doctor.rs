@@ -206,6 +206,14 @@ pub async fn run(composition: &CompositionArgs) -> anyhow::Result<u8> {
         ));
     }
     report.push(network_line(network.as_ref()));
+    let policy_root = composition.workspace_root.clone().or_else(|| std::env::current_dir().ok());
+    let policy = dsh_approval::policy::EffectivePolicy::load(&dsh_approval::policy::PolicyPaths::from_env(
+        policy_root.as_deref(),
+    ));
+    report.extend(policy.report());
+    for file in policy.files.iter().filter(|f| f.error.is_some()) {
+        findings.degraded.push(format!("the {} policy file is unusable", file.origin.as_str()));
+    }
     match &runners {
         Ok(provider) => report.extend(provider.to_string().lines().map(str::to_owned)),
         Err(e) => report.push(e.clone()),

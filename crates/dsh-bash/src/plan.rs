@@ -273,6 +273,7 @@ impl Plan {
             {
                 self.set(executor, "cwd", Value::String(root.clone()))?;
             }
+            self.set("approval", "workspaceRoot", Value::String(root.clone()))?;
             self.set("sandbox-policy", "workspaceRoot", Value::String(root))?;
         }
         if let Some(mode) = &args.sandbox {

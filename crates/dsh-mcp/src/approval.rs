@@ -3,6 +3,8 @@
 //!
 //! Outcome mapping: `accept` → `allowed-once`, `decline` → `rejected`, `cancel` →
 //! `cancelled`; a client without form elicitation, or a failed exchange, → `unavailable`.
+//! A question that offers lasting scopes has one optional form field, `scope`: `accept` with
+//! `session` or `always` there grants for that scope.
 //!
 //! A secret-input question (askpass) is a form with one string field, `secret`: `accept` with
 //! a string there gives the secret to the command, anything else gives it nothing.
@@ -10,7 +12,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use dsh_approval::{Answer, AnswerFn, ApprovalQuestion, escape_untrusted, subject_lines};
+use dsh_approval::{Answer, AnswerFn, ApprovalQuestion, Scope, escape_untrusted, subject_lines};
 use dsh_core::{ApprovalAsk, ApprovalOutcome, Secret};
 use parking_lot::Mutex;
 use rmcp::model::{
@@ -198,26 +200,102 @@ pub async fn elicit(
     question: &ApprovalQuestion,
     args: Option<&Value>,
 ) -> ApprovalOutcome {
+    match elicit_answer(peer, question, args).await {
+        Answer::Granted(_) => ApprovalOutcome::AllowedOnce,
+        Answer::Outcome(raw) => ApprovalOutcome::parse(&raw).unwrap_or(ApprovalOutcome::Unavailable),
+        _ => ApprovalOutcome::Unavailable,
+    }
+}
+
+/// The field of an approval form that carries the scope the user picks (`once`, `session`,
+/// `always`); present only when the question offers a lasting scope.
+pub const SCOPE_FIELD: &str = "scope";
+
+/// The form of a consent question: nothing to fill in (consent is the action itself), or,
+/// when the question offers lasting scopes, one optional [`SCOPE_FIELD`] whose default is
+/// `once`.
+pub fn approval_schema(question: &ApprovalQuestion) -> ElicitationSchema {
+    let Some(offer) = question.offer.as_ref().filter(|o| !o.scopes.is_empty()) else {
+        return ElicitationSchema::new(BTreeMap::new());
+    };
+    let mut values = vec!["once"];
+    values.extend(offer.scopes.iter().map(|s| s.as_str()));
+    let mut meanings = vec!["once: this call only".to_owned()];
+    for scope in &offer.scopes {
+        meanings.push(match scope {
+            Scope::Session => "session: not asked again in this session".to_owned(),
+            Scope::Always => "always: saved in your policy file, not asked again".to_owned(),
+            Scope::Once => continue,
+        });
+    }
+    let schema = serde_json::json!({
+        "type": "object",
+        "properties": {
+            SCOPE_FIELD: {
+                "type": "string",
+                "title": "Allow for",
+                "description": format!(
+                    "What accepting grants ({}): {}.",
+                    escape_untrusted(&offer.grant.describe()),
+                    meanings.join("; ")
+                ),
+                "enum": values,
+                "default": "once",
+            }
+        },
+    });
+    match schema {
+        Value::Object(object) => ElicitationSchema::from_json_schema(object)
+            .unwrap_or_else(|_| ElicitationSchema::new(BTreeMap::new())),
+        _ => ElicitationSchema::new(BTreeMap::new()),
+    }
+}
+
+/// The answer of an approval form: `accept` with a lasting scope the question offered in
+/// [`SCOPE_FIELD`] grants it ([`Answer::Granted`]); any other `accept` allows once.
+fn approval_answer(
+    question: &ApprovalQuestion,
+    action: ElicitationAction,
+    content: Option<&Value>,
+) -> Answer {
+    let outcome = match action {
+        ElicitationAction::Accept => {
+            let picked =
+                content.and_then(|c| c.get(SCOPE_FIELD)).and_then(Value::as_str).and_then(Scope::parse);
+            let offered = |scope| question.offer.as_ref().is_some_and(|o| o.scopes.contains(&scope));
+            match picked {
+                Some(scope) if scope != Scope::Once && offered(scope) => return Answer::Granted(scope),
+                _ => ApprovalOutcome::AllowedOnce,
+            }
+        }
+        ElicitationAction::Decline => ApprovalOutcome::Rejected,
+        ElicitationAction::Cancel => ApprovalOutcome::Cancelled,
+        #[allow(unreachable_patterns)]
+        _ => ApprovalOutcome::Unavailable,
+    };
+    Answer::Outcome(outcome.as_str().to_owned())
+}
+
+/// Asks the client's user `question` through form elicitation, with the scopes it offers
+/// ([`approval_schema`]); the answer may grant one ([`approval_answer`]).
+pub async fn elicit_answer(
+    peer: &Peer<RoleServer>,
+    question: &ApprovalQuestion,
+    args: Option<&Value>,
+) -> Answer {
     if !supports_elicitation(peer) {
-        return ApprovalOutcome::Unavailable;
+        return Answer::Outcome(ApprovalOutcome::Unavailable.as_str().to_owned());
     }
     let params = ElicitRequestParams::FormElicitationParams {
         meta: None,
         message: approval_message(question, args),
-        // Consent is the action itself (accept / decline / cancel); nothing to fill in.
-        requested_schema: ElicitationSchema::new(BTreeMap::new()),
+        requested_schema: approval_schema(question),
     };
     match peer.create_elicitation(params).await {
-        Ok(result) => match result.action {
-            ElicitationAction::Accept => ApprovalOutcome::AllowedOnce,
-            ElicitationAction::Decline => ApprovalOutcome::Rejected,
-            ElicitationAction::Cancel => ApprovalOutcome::Cancelled,
-            #[allow(unreachable_patterns)]
-            _ => ApprovalOutcome::Unavailable,
-        },
+        Ok(result) => approval_answer(question, result.action, result.content.as_ref()),
         Err(error) => {
             tracing::warn!(%error, "approval elicitation failed");
-            ApprovalOutcome::Unavailable
+            Answer::Outcome(ApprovalOutcome::Unavailable.as_str().to_owned())
         }
     }
 }
@@ -236,7 +314,7 @@ pub fn elicitation_answerer(peer: Peer<RoleServer>, calls: InFlightCalls) -> Ans
             if let Some(prompt) = &question.secret_prompt {
                 return elicit_secret(&peer, &question, prompt, args.as_ref()).await;
             }
-            Answer::Outcome(elicit(&peer, &question, args.as_ref()).await.as_str().to_owned())
+            elicit_answer(&peer, &question, args.as_ref()).await
         })
     })
 }
@@ -256,6 +334,7 @@ mod tests {
             reason: reason.map(str::to_owned),
             secret_prompt: None,
             subject: None,
+            offer: None,
         }
     }
 

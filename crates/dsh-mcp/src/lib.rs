@@ -90,8 +90,8 @@ mod stdio;
 mod stdio_streams;
 
 pub use approval::{
-    InFlightCalls, SECRET_FIELD, approval_message, elicit, elicit_secret, elicitation_answerer,
-    secret_message, supports_elicitation,
+    InFlightCalls, SCOPE_FIELD, SECRET_FIELD, approval_message, approval_schema, elicit, elicit_answer,
+    elicit_secret, elicitation_answerer, secret_message, supports_elicitation,
 };
 pub use http::session_cap_message;
 pub use http::{MCP_PATH, serve_http, serve_http_on};

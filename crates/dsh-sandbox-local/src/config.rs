@@ -194,8 +194,9 @@ impl LocalSandboxConfig {
     /// [`DEFAULT_DENY_READ`] entries under the harness's `$HOME`, the harness's session logs
     /// (`<DSH_HOME>/sessions`: other sessions' transcripts), the MCP servers' generated bearer
     /// tokens (`<DSH_HOME>/mcp`), quarantined auto-run files (`<DSH_HOME>/quarantine`), the
-    /// audit log (`<DSH_HOME>/audit.jsonl` or `DSH_AUDIT_LOG`), then
-    /// `denyRead` (`~/` expanded) and `maskedPaths`. Read from the environment on each call.
+    /// audit log (`<DSH_HOME>/audit.jsonl` or `DSH_AUDIT_LOG`), the user's approval policy
+    /// file (`<DSH_HOME>/policy.toml`), then `denyRead` (`~/` expanded) and `maskedPaths`.
+    /// Read from the environment on each call.
     pub fn denied_reads(&self) -> Vec<std::path::PathBuf> {
         let home = dsh_core::home::user_home();
         let dsh_home = std::env::var("DSH_HOME").ok();
@@ -206,6 +207,8 @@ impl LocalSandboxConfig {
         paths.push(dsh_home.join("quarantine"));
         // The audit log: every session's commands and decisions.
         paths.extend(dsh_core::audit::audit_log_path());
+        // The user's approval policy file: a command that could write it could grant itself.
+        paths.push(dsh_home.join("policy.toml"));
         for path in &self.deny_read {
             paths.push(match path.strip_prefix("~") {
                 Ok(rest) => home.join(rest),
@@ -333,8 +336,9 @@ mod tests {
         assert_eq!(denied[DEFAULT_DENY_READ.len() + 1], dsh_home.join("mcp"));
         assert_eq!(denied[DEFAULT_DENY_READ.len() + 2], dsh_home.join("quarantine"));
         assert_eq!(Some(&denied[DEFAULT_DENY_READ.len() + 3]), dsh_core::audit::audit_log_path().as_ref());
+        assert_eq!(denied[DEFAULT_DENY_READ.len() + 4], dsh_home.join("policy.toml"));
         assert_eq!(
-            &denied[DEFAULT_DENY_READ.len() + 4..],
+            &denied[DEFAULT_DENY_READ.len() + 5..],
             [home.join(".secrets"), "/srv/keys".into(), home.clone(), "/srv/token".into()]
         );
     }

@@ -18,6 +18,7 @@ mod credentials;
 mod devices;
 mod everyday;
 mod files;
+mod grants;
 mod harness;
 mod host;
 mod host_changes;
