@@ -83,6 +83,7 @@ mod order;
 mod origin;
 pub mod output;
 mod roots;
+mod rounds;
 mod server;
 mod session;
 mod shutdown;
@@ -90,8 +91,8 @@ mod stdio;
 mod stdio_streams;
 
 pub use approval::{
-    InFlightCalls, SECRET_FIELD, approval_message, elicit, elicit_secret, elicitation_answerer,
-    secret_message, supports_elicitation,
+    Elicitor, InFlightCalls, SECRET_FIELD, approval_message, ask, elicit, elicit_secret,
+    elicitation_answerer, secret_message, supports_elicitation,
 };
 pub use http::session_cap_message;
 pub use http::{MCP_PATH, serve_http, serve_http_on};
@@ -101,6 +102,6 @@ pub use options::{
 };
 pub use origin::{InvalidOrigin, Origin};
 pub use roots::file_uri_path;
-pub use server::{CLIENT_CANCELLED, PROTOCOL_VERSION};
+pub use server::{CLIENT_CANCELLED, NEWEST_PROTOCOL_VERSION, PROTOCOL_VERSION};
 pub use stdio::{serve_io, serve_stdio};
 pub use stdio_streams::{StdinStream, StdoutStream, answer_written, stdio_streams};
