@@ -18,6 +18,7 @@ from harness import Skip, bash, run, tempdir, text, types
 from test_http import ACCEPT, HttpServer
 
 harness.MODE = "auto"
+harness.REQUIRE_REVISION = "2026-07-28"
 
 META = {
     "io.modelcontextprotocol/protocolVersion": "2026-07-28",

@@ -22,6 +22,7 @@ from harness import Client, bash, run, server_params, tempdir, text, texts
 import test_stdio
 
 harness.MODE = "auto"
+harness.REQUIRE_REVISION = "2026-07-28"
 
 
 async def test_discover_negotiates_2026_07_28_without_initialize() -> None:
