@@ -110,9 +110,10 @@ pub(crate) struct McpSession {
     peer: Option<Peer<RoleServer>>,
     /// The protocol revision the session's client speaks (its first request's).
     revision: ProtocolVersion,
-    /// Under 2026-07-28: whether the first call's client declared form elicitation (the
-    /// session is then answerable), and the calls that ask through their rounds.
+    /// Whether the client declared form elicitation (under 2026-07-28, in the session's first
+    /// call): only then is the session's answerer registered.
     answerable: bool,
+    /// Under 2026-07-28, the calls that ask their questions through their rounds.
     rounds: Arc<Rounds>,
     /// The agent is made on the first call, once the client's roots can be asked.
     agent: tokio::sync::Mutex<AgentSlot>,
