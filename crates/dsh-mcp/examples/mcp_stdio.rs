@@ -108,6 +108,10 @@ fn main() -> anyhow::Result<()> {
         let code = dsh_askpass::client::run(argv, std::env::var_os(dsh_askpass::SOCKET_VARIABLE));
         std::process::exit(i32::from(code));
     }
+    // Logs on stderr, filtered by `RUST_LOG` as `dsh-bash mcp` filters them (same default).
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,rmcp::service=error"));
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(false).init();
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     let served = runtime.block_on(serve());
     // tokio reads stdin on a blocking thread that only ends when stdin does; after a SIGTERM

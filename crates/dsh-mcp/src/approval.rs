@@ -8,15 +8,21 @@
 //!
 //! A secret-input question (askpass) is a form with one string field, `secret`: `accept` with
 //! a string there gives the secret to the command, anything else gives it nothing.
+//!
+//! Every question reaches the client through one seam, [`Elicitor`]: the session's peer (a
+//! server-initiated `elicitation/create` request) under the revisions with `initialize`, or
+//! the asking call's next round trip under 2026-07-28 (see `crate::rounds`).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use dsh_approval::{Answer, AnswerFn, ApprovalQuestion, Scope, escape_untrusted, subject_lines};
 use dsh_core::{ApprovalAsk, ApprovalOutcome, Secret};
+use futures::future::BoxFuture;
 use parking_lot::Mutex;
 use rmcp::model::{
-    ElicitRequestParams, ElicitationAction, ElicitationSchema, PrimitiveSchemaDefinition, StringSchema,
+    ElicitRequestParams, ElicitResult, ElicitationAction, ElicitationSchema, PrimitiveSchemaDefinition,
+    StringSchema,
 };
 use rmcp::service::ElicitationMode;
 use rmcp::{Peer, RoleServer};
@@ -146,9 +152,30 @@ pub fn secret_message(question: &ApprovalQuestion, prompt: &str, args: Option<&V
     lines.join("\n")
 }
 
+/// Where a question goes to the client's user. The methods mirror [`Peer`]'s own, so a
+/// question is asked the same way whichever revision the client speaks.
+pub trait Elicitor: Send + Sync {
+    /// The elicitation modes the client declared (for the call that asks, under 2026-07-28).
+    fn supported_elicitation_modes(&self) -> HashSet<ElicitationMode>;
+    /// Asks the client's user; the error says why no answer came.
+    fn create_elicitation(&self, params: ElicitRequestParams) -> BoxFuture<'_, Result<ElicitResult, String>>;
+}
+
+impl Elicitor for Peer<RoleServer> {
+    fn supported_elicitation_modes(&self) -> HashSet<ElicitationMode> {
+        Peer::supported_elicitation_modes(self)
+    }
+
+    fn create_elicitation(&self, params: ElicitRequestParams) -> BoxFuture<'_, Result<ElicitResult, String>> {
+        Box::pin(
+            async move { Peer::create_elicitation(self, params).await.map_err(|error| error.to_string()) },
+        )
+    }
+}
+
 /// Asks the client's user for a secret through form elicitation (see [`secret_message`]).
 pub async fn elicit_secret(
-    peer: &Peer<RoleServer>,
+    peer: &dyn Elicitor,
     question: &ApprovalQuestion,
     prompt: &str,
     args: Option<&Value>,
@@ -189,14 +216,14 @@ pub async fn elicit_secret(
 }
 
 /// True when the client declared form elicitation.
-pub fn supports_elicitation(peer: &Peer<RoleServer>) -> bool {
+pub fn supports_elicitation(peer: &dyn Elicitor) -> bool {
     peer.supported_elicitation_modes().contains(&ElicitationMode::Form)
 }
 
 /// Asks the client's user `question` through form elicitation. `args` are the call's
 /// arguments, when known, so the question can show the command.
 pub async fn elicit(
-    peer: &Peer<RoleServer>,
+    peer: &dyn Elicitor,
     question: &ApprovalQuestion,
     args: Option<&Value>,
 ) -> ApprovalOutcome {
@@ -279,7 +306,7 @@ fn approval_answer(
 /// Asks the client's user `question` through form elicitation, with the scopes it offers
 /// ([`approval_schema`]); the answer may grant one ([`approval_answer`]).
 pub async fn elicit_answer(
-    peer: &Peer<RoleServer>,
+    peer: &dyn Elicitor,
     question: &ApprovalQuestion,
     args: Option<&Value>,
 ) -> Answer {
@@ -303,20 +330,38 @@ pub async fn elicit_answer(
 /// An answerer for the approval hub that elicits through `peer`. A client without form
 /// elicitation passes to the next answerer (ending at `unavailable` when there is none).
 pub fn elicitation_answerer(peer: Peer<RoleServer>, calls: InFlightCalls) -> AnswerFn {
+    let peer: Arc<dyn Elicitor> = Arc::new(peer);
+    answerer_through(move |_question| Some(Arc::clone(&peer)), calls)
+}
+
+/// An answerer that asks each question through the [`Elicitor`] `route` names for it; none,
+/// or one whose client cannot answer, passes to the next answerer.
+pub(crate) fn answerer_through<F>(route: F, calls: InFlightCalls) -> AnswerFn
+where
+    F: Fn(&ApprovalQuestion) -> Option<Arc<dyn Elicitor>> + Send + Sync + 'static,
+{
     Arc::new(move |question: ApprovalQuestion| {
-        let peer = peer.clone();
+        let asker = route(&question);
         let calls = calls.clone();
         Box::pin(async move {
-            if !supports_elicitation(&peer) {
-                return Answer::Pass;
-            }
+            let Some(asker) = asker else { return Answer::Pass };
             let args = question.call_id.as_deref().and_then(|id| calls.args(id));
-            if let Some(prompt) = &question.secret_prompt {
-                return elicit_secret(&peer, &question, prompt, args.as_ref()).await;
-            }
-            elicit_answer(&peer, &question, args.as_ref()).await
+            ask(&*asker, &question, args.as_ref()).await
         })
     })
+}
+
+/// The one place a question is put to a client's user, whatever the revision: a secret
+/// question as [`elicit_secret`], any other as [`elicit_answer`] (with the scopes it offers);
+/// a client without form elicitation passes.
+pub async fn ask(peer: &dyn Elicitor, question: &ApprovalQuestion, args: Option<&Value>) -> Answer {
+    if !supports_elicitation(peer) {
+        return Answer::Pass;
+    }
+    if let Some(prompt) = &question.secret_prompt {
+        return elicit_secret(peer, question, prompt, args).await;
+    }
+    elicit_answer(peer, question, args).await
 }
 
 #[cfg(test)]

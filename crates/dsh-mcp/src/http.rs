@@ -29,7 +29,7 @@ use tokio_util::sync::CancellationToken;
 use crate::options::McpOptions;
 use crate::order::{CallBook, INVALID_REQUEST, IdClaim, OrderedSessions, id_in_use, with_session_permit};
 use crate::origin::{Origin, origin_allowed};
-use crate::server::McpServer;
+use crate::server::{Home, McpServer};
 use crate::session::Shared;
 use crate::shutdown::shutdown_requested;
 
@@ -249,7 +249,7 @@ fn mcp_service(
     }
     let sessions = OrderedSessions::new(sessions, options.http_idle_timeout, options.http_on_no_sessions);
     let service = StreamableHttpService::new(
-        move || Ok(McpServer::new(Arc::clone(&shared))),
+        move || Ok(McpServer::new(Arc::clone(&shared), Home::Principal)),
         Arc::new(sessions.clone()),
         config,
     );

@@ -12,9 +12,14 @@
 //!
 //! Choices a client can observe:
 //!
-//! * **Protocol**: revisions up to 2025-11-25 over the `initialize` handshake. The session-less
-//!   2026-07-28 revision is not offered (sessions are the point here); a client probing for it
-//!   falls back to the handshake.
+//! * **Protocol**: revisions up to 2025-11-25 over the `initialize` handshake, and 2026-07-28
+//!   without it (`server/discover`; each request carries its revision, client and capabilities
+//!   in `_meta`). A 2026-07-28 client's session is its stdio connection, or over HTTP the
+//!   principal's (the bearer token's holder) one session; its questions (approvals, network
+//!   asks, secrets) come back as `input_required` results the client answers by sending the
+//!   call again (see `rounds`); it gets no logging notifications (notices go with the next
+//!   result) and is not asked for roots. The revision is in the session's `MCP session agent`
+//!   log line.
 //! * **Results**: the model-facing text blocks, `isError`, and the canonical value as
 //!   `structuredContent`; a failure's `{message, info}` is in `_meta["dsh/error"]`. Output
 //!   schemas are advertised only as object schemas — see [`output`] for how a `oneOf` (bash)
@@ -83,6 +88,7 @@ mod order;
 mod origin;
 pub mod output;
 mod roots;
+mod rounds;
 mod server;
 mod session;
 mod shutdown;
@@ -90,8 +96,8 @@ mod stdio;
 mod stdio_streams;
 
 pub use approval::{
-    InFlightCalls, SCOPE_FIELD, SECRET_FIELD, approval_message, approval_schema, elicit, elicit_answer,
-    elicit_secret, elicitation_answerer, secret_message, supports_elicitation,
+    Elicitor, InFlightCalls, SCOPE_FIELD, SECRET_FIELD, approval_message, approval_schema, ask, elicit,
+    elicit_answer, elicit_secret, elicitation_answerer, secret_message, supports_elicitation,
 };
 pub use http::session_cap_message;
 pub use http::{MCP_PATH, serve_http, serve_http_on};
@@ -101,6 +107,6 @@ pub use options::{
 };
 pub use origin::{InvalidOrigin, Origin};
 pub use roots::file_uri_path;
-pub use server::{CLIENT_CANCELLED, PROTOCOL_VERSION};
+pub use server::{CLIENT_CANCELLED, NEWEST_PROTOCOL_VERSION, PROTOCOL_VERSION};
 pub use stdio::{serve_io, serve_stdio};
 pub use stdio_streams::{StdinStream, StdoutStream, answer_written, stdio_streams};

@@ -651,6 +651,8 @@ fn admit(link: &Arc<SessionLink>, message: &mut ClientJsonRpcMessage) -> bool {
             match &mut request.request {
                 ClientRequest::CallToolRequest(call) => {
                     call.extensions.insert(book.issue(request.id.clone()));
+                    // A 2026-07-28 connection's first call makes its session (no `initialize`).
+                    call.extensions.insert(Arc::clone(link));
                 }
                 ClientRequest::InitializeRequest(init) => {
                     init.extensions.insert(Arc::clone(link));

@@ -1,7 +1,8 @@
 //! The MCP server handler: the composition's tools, results and progress, per session.
 
-// Logging and roots are deprecated by SEP-2577 (the session-less 2026 revision); this server
-// speaks the 2025-11-25 revision, where they are current and the only channels for notices and cwd.
+// Logging and roots are deprecated by SEP-2577 (the 2026-07-28 revision); this server also
+// speaks the revisions with `initialize`, where they are current and the only channels for
+// notices and cwd.
 #![allow(deprecated)]
 
 use std::borrow::Cow;
@@ -26,12 +27,26 @@ use tokio::time::MissedTickBehavior;
 
 use crate::order::{CallBook, CallTicket, SessionLink};
 use crate::output::{OutputShape, advertised_output_schema, call_tool_result, output_shape};
+use crate::rounds::{Rounds, declared_modes};
 use crate::session::{McpSession, SESSION_ENDED, Shared};
 
-/// The newest protocol revision served. Sessions are the point of this server (per-session
-/// cwd, jobs, elicitation, notices), so the session-less 2026 revision is not offered; a
-/// client that probes for it falls back to the `initialize` handshake.
+/// The newest protocol revision served over the `initialize` handshake (the answer to an
+/// `initialize` asking for a newer one).
 pub const PROTOCOL_VERSION: ProtocolVersion = ProtocolVersion::V_2025_11_25;
+
+/// The newest protocol revision served: 2026-07-28, without `initialize` (each request
+/// carries its revision, client and capabilities in `_meta`).
+pub const NEWEST_PROTOCOL_VERSION: ProtocolVersion = ProtocolVersion::V_2026_07_28;
+
+/// Where the session of a 2026-07-28 client lives (that revision has no protocol session).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Home {
+    /// The connection is the session (stdio): made by its first request.
+    Connection,
+    /// The HTTP principal (the bearer token's holder) has one session, shared by every
+    /// 2026-07-28 request over HTTP.
+    Principal,
+}
 
 /// The reason a client's `notifications/cancelled` aborts a call with.
 pub const CLIENT_CANCELLED: &str = "cancelled by the MCP client";
@@ -44,22 +59,46 @@ pub(crate) type SessionSlot = Arc<OnceLock<Arc<McpSession>>>;
 pub(crate) struct McpServer {
     shared: Arc<Shared>,
     session: SessionSlot,
+    home: Home,
 }
 
 impl McpServer {
-    pub fn new(shared: Arc<Shared>) -> Self {
-        Self { shared, session: Arc::new(OnceLock::new()) }
+    pub fn new(shared: Arc<Shared>, home: Home) -> Self {
+        Self { shared, session: Arc::new(OnceLock::new()), home }
     }
 
     pub fn session_slot(&self) -> SessionSlot {
         Arc::clone(&self.session)
     }
 
-    fn session(&self) -> Result<Arc<McpSession>, McpError> {
-        self.session
-            .get()
-            .cloned()
-            .ok_or_else(|| McpError::invalid_request("the session is not initialized", None))
+    /// The request's session: the one `initialize` made, else (a 2026-07-28 request) the
+    /// connection's or the HTTP principal's, made by its first request.
+    fn session(&self, context: &RequestContext<RoleServer>) -> Result<Arc<McpSession>, McpError> {
+        if let Some(session) = self.session.get() {
+            return Ok(Arc::clone(session));
+        }
+        let revision = context.meta.protocol_version().filter(|version| !version.has_initialize());
+        let Some(revision) = revision else {
+            return Err(McpError::invalid_request("the session is not initialized", None));
+        };
+        let answerable = declared_modes(context).contains(&rmcp::service::ElicitationMode::Form);
+        if self.home == Home::Principal {
+            return Ok(self.shared.principal(revision, answerable));
+        }
+        let link = context.extensions.get::<Arc<SessionLink>>().cloned();
+        let mut made = false;
+        let session = self.session.get_or_init(|| {
+            made = true;
+            let book = link.as_ref().map(|link| link.book().clone()).unwrap_or_default();
+            McpSession::inline(Arc::clone(&self.shared), revision, answerable, book)
+        });
+        if made {
+            self.shared.track(session);
+            if let Some(link) = link {
+                link.bind(session);
+            }
+        }
+        Ok(Arc::clone(session))
     }
 }
 
@@ -102,7 +141,7 @@ impl ServerHandler for McpServer {
     }
 
     fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
-        Cow::Borrowed(ProtocolVersion::known_up_to(&PROTOCOL_VERSION))
+        Cow::Borrowed(ProtocolVersion::known_up_to(&NEWEST_PROTOCOL_VERSION))
     }
 
     async fn initialize(
@@ -117,7 +156,8 @@ impl ServerHandler for McpServer {
             // whoever ends the session through the link tears it down.
             let link = context.extensions.get::<Arc<SessionLink>>().cloned();
             let book = link.as_ref().map(|link| link.book().clone()).unwrap_or_else(CallBook::default);
-            let session = McpSession::new(Arc::clone(&self.shared), context.peer.clone(), book);
+            let revision = result.protocol_version.clone();
+            let session = McpSession::new(Arc::clone(&self.shared), context.peer.clone(), revision, book);
             if self.session.set(Arc::clone(&session)).is_ok() {
                 self.shared.track(&session);
                 if let Some(link) = link {
@@ -131,9 +171,9 @@ impl ServerHandler for McpServer {
     async fn set_level(
         &self,
         request: SetLevelRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
-        self.session()?.set_log_level(request.level);
+        self.session(&context)?.set_log_level(request.level);
         Ok(())
     }
 
@@ -201,7 +241,10 @@ impl ServerHandler for McpServer {
         // Numbered as it arrived (see `crate::order`); however this call ends, the next
         // one's turn comes when it does.
         let ticket = context.extensions.get::<CallTicket>().cloned();
-        let session = self.session()?;
+        let session = self.session(&context)?;
+        if session.is_inline() {
+            return self.call_tool_inline(session, ticket, request, context).await;
+        }
         let ticket = ticket.unwrap_or_else(|| session.book().issue(context.id.clone()));
         let _finish = FinishCall(&ticket);
         let registry = self
@@ -229,7 +272,7 @@ impl ServerHandler for McpServer {
         let output = exec.output_probe.clone();
         let call = registry.call(&name, args, exec);
         let progress = context.meta.get_progress_token().map(|token| Progress {
-            peer: session.peer().clone(),
+            peer: context.peer.clone(),
             token,
             tool: name.clone(),
             started: Instant::now(),
@@ -242,6 +285,125 @@ impl ServerHandler for McpServer {
         drop(guard);
         Ok(call_tool_result(&result, shape, &notices).into())
     }
+}
+
+impl McpServer {
+    /// A 2026-07-28 call. Its first round starts it in a task of its own, so that a question
+    /// it asks can end the round (`input_required`) while the call runs on; a round carrying
+    /// a `requestState` delivers its answers to the call it names and waits on (see
+    /// [`crate::rounds`]). Order, cancellation and results are those of the older revisions.
+    async fn call_tool_inline(
+        &self,
+        session: Arc<McpSession>,
+        ticket: Option<CallTicket>,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        let modes = declared_modes(&context);
+        if let Some(state) = request.request_state.as_deref() {
+            // The same call sent again: the transport's numbering of it is no call of its own.
+            if let Some(ticket) = ticket {
+                ticket.finish();
+            }
+            let call = session.rounds().resume(state, request.input_responses, modes).await?;
+            return Ok(self.round(session.rounds(), &call, &context).await);
+        }
+        // Over HTTP, requests of several clients share the principal's session and may
+        // reuse each other's ids: the call is numbered under an id of its own.
+        let ticket = ticket.unwrap_or_else(|| {
+            session
+                .book()
+                .issue(rmcp::model::RequestId::String(format!("dsh-{}", uuid::Uuid::new_v4()).into()))
+        });
+        let registry = self
+            .shared
+            .ctx
+            .get(TOOLS)
+            .ok_or_else(|| McpError::internal_error("no tool registry is composed", None))?;
+        let agent = session.agent().await.map_err(|e| McpError::invalid_request(e.to_string(), None))?;
+        let name = request.name.to_string();
+        let args = Value::Object(request.arguments.unwrap_or_default());
+        let shape =
+            registry.get(&name).map(|t| output_shape(t.output_schema())).unwrap_or(OutputShape::Object);
+        let signal = ticket.signal().clone();
+        let call_id = session.next_call_id();
+        let exec = ToolExec::new(Some(Arc::clone(&agent)), call_id.clone()).with_signal(signal.clone());
+        let (call, result_tx) =
+            session.rounds().start(&call_id, &name, signal.clone(), modes, exec.output_probe.clone());
+        let ended = session.ended().clone();
+        let owner = Arc::clone(&session);
+        tokio::spawn(async move {
+            let result = async {
+                tokio::select! {
+                    biased;
+                    () = ended.cancelled() => return aborted_result(shape),
+                    () = ticket.turn() => {}
+                    () = signal.aborted() => return aborted_result(shape),
+                }
+                let guard = owner.enter_call(&agent, &call_id, &name, &args);
+                let call = registry.call(&name, args, exec);
+                tokio::pin!(call);
+                let result = tokio::select! {
+                    result = &mut call => result,
+                    () = ended.cancelled() => {
+                        signal.abort(AbortReason::new(SESSION_ENDED));
+                        call.await
+                    }
+                };
+                owner.note_spills(result.value.as_ref());
+                let notices: Vec<AgentMessage> =
+                    agent.take_inbox().into_iter().map(|(_, message)| message).collect();
+                drop(guard);
+                call_tool_result(&result, shape, &notices)
+            }
+            .await;
+            owner.rounds().ended(&call_id);
+            ticket.finish();
+            let _ = result_tx.send(result);
+        });
+        Ok(self.round(session.rounds(), &call, &context).await)
+    }
+
+    /// One round of a 2026-07-28 call, with progress on this round's own token.
+    async fn round(
+        &self,
+        rounds: &Rounds,
+        call: &Arc<crate::rounds::RoundCall>,
+        context: &RequestContext<RoleServer>,
+    ) -> CallToolResponse {
+        let progress = context.meta.get_progress_token().map(|token| Progress {
+            peer: context.peer.clone(),
+            token,
+            tool: call.tool.clone(),
+            started: call.started,
+            every: self.shared.options.effective_progress_interval(),
+            output: call.output.clone(),
+        });
+        let mut ticker = progress.as_ref().map(|p| {
+            let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + p.every, p.every);
+            ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
+            ticker
+        });
+        let mut sending = None;
+        let response = rounds
+            .round(call, context, &mut ticker, || {
+                if let Some(progress) = &progress {
+                    progress.send(&mut sending);
+                }
+            })
+            .await;
+        // No progress may follow the response.
+        if let Some(pending) = sending.take() {
+            pending.abort();
+            let _ = pending.await;
+        }
+        response
+    }
+}
+
+/// The result of a call aborted before it ran.
+fn aborted_result(shape: OutputShape) -> rmcp::model::CallToolResult {
+    call_tool_result(&ToolResult::failure(ToolError::aborted_before_dispatch()), shape, &[])
 }
 
 /// Finishes a call's ticket however the handler ends.
@@ -352,7 +514,7 @@ where
     }
 }
 
-async fn next_tick(ticker: &mut Option<tokio::time::Interval>) {
+pub(crate) async fn next_tick(ticker: &mut Option<tokio::time::Interval>) {
     match ticker {
         Some(ticker) => {
             ticker.tick().await;

@@ -13,16 +13,17 @@ use std::time::Duration;
 use dsh_approval::APPROVAL_HUB;
 use dsh_core::{AGENTS, Agent, AgentMessage, AgentStatus, Context, Disposer, SESSION_PERSISTENCE};
 use parking_lot::Mutex;
-use rmcp::model::{LoggingLevel, LoggingMessageNotificationParam};
+use rmcp::model::{LoggingLevel, LoggingMessageNotificationParam, ProtocolVersion};
 use rmcp::{Peer, RoleServer};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::approval::{InFlightCalls, elicitation_answerer, supports_elicitation};
+use crate::approval::{InFlightCalls, answerer_through, elicitation_answerer, supports_elicitation};
 use crate::options::McpOptions;
 use crate::order::CallBook;
 use crate::roots::{file_uri_path, first_file_root};
+use crate::rounds::Rounds;
 
 /// The level completion notices are logged at.
 const NOTICE_LEVEL: LoggingLevel = LoggingLevel::Notice;
@@ -43,6 +44,9 @@ pub(crate) struct Shared {
     pub ctx: Context,
     pub options: McpOptions,
     sessions: Mutex<Vec<Weak<McpSession>>>,
+    /// The session of the HTTP principal (the bearer token's holder): every 2026-07-28
+    /// request over HTTP belongs to it (see `docs/mcp.md`, "Where state lives").
+    principal: Mutex<Option<Arc<McpSession>>>,
 }
 
 impl Shared {
@@ -55,7 +59,20 @@ impl Shared {
         if let Some(hub) = ctx.get(APPROVAL_HUB) {
             hub.answerers_are_exhaustive();
         }
-        Self { ctx, options, sessions: Mutex::new(Vec::new()) }
+        Self { ctx, options, sessions: Mutex::new(Vec::new()), principal: Mutex::new(None) }
+    }
+
+    /// The HTTP principal's session, made (from the first request's declarations) on first
+    /// use; a new one once it ended.
+    pub fn principal(self: &Arc<Self>, revision: ProtocolVersion, answerable: bool) -> Arc<McpSession> {
+        let mut principal = self.principal.lock();
+        if let Some(session) = principal.as_ref().filter(|session| !session.ended().is_cancelled()) {
+            return Arc::clone(session);
+        }
+        let session = McpSession::inline(Arc::clone(self), revision, answerable, CallBook::default());
+        self.track(&session);
+        *principal = Some(Arc::clone(&session));
+        session
     }
 
     /// Tracks a live session so a shutdown can end it.
@@ -88,7 +105,16 @@ pub(crate) enum SessionError {
 /// One MCP session's state.
 pub(crate) struct McpSession {
     shared: Arc<Shared>,
-    peer: Peer<RoleServer>,
+    /// The client, under a revision with `initialize`; `None` under 2026-07-28, where the
+    /// server sends no request or notification outside a request's own answer.
+    peer: Option<Peer<RoleServer>>,
+    /// The protocol revision the session's client speaks (its first request's).
+    revision: ProtocolVersion,
+    /// Whether the client declared form elicitation (under 2026-07-28, in the session's first
+    /// call): only then is the session's answerer registered.
+    answerable: bool,
+    /// Under 2026-07-28, the calls that ask their questions through their rounds.
+    rounds: Arc<Rounds>,
     /// The agent is made on the first call, once the client's roots can be asked.
     agent: tokio::sync::Mutex<AgentSlot>,
     calls: InFlightCalls,
@@ -112,10 +138,40 @@ pub(crate) struct McpSession {
 
 impl McpSession {
     /// A session whose calls are numbered in `book` (its transport's, see [`crate::order`]).
-    pub fn new(shared: Arc<Shared>, peer: Peer<RoleServer>, book: CallBook) -> Arc<Self> {
+    pub fn new(
+        shared: Arc<Shared>,
+        peer: Peer<RoleServer>,
+        revision: ProtocolVersion,
+        book: CallBook,
+    ) -> Arc<Self> {
+        let answerable = supports_elicitation(&peer);
+        Self::with_client(shared, Some(peer), revision, answerable, book)
+    }
+
+    /// A session of a 2026-07-28 client (no `initialize`, no server-initiated messages),
+    /// answerable when its first call declared form elicitation.
+    pub fn inline(
+        shared: Arc<Shared>,
+        revision: ProtocolVersion,
+        answerable: bool,
+        book: CallBook,
+    ) -> Arc<Self> {
+        Self::with_client(shared, None, revision, answerable, book)
+    }
+
+    fn with_client(
+        shared: Arc<Shared>,
+        peer: Option<Peer<RoleServer>>,
+        revision: ProtocolVersion,
+        answerable: bool,
+        book: CallBook,
+    ) -> Arc<Self> {
         Arc::new(Self {
             shared,
             peer,
+            revision,
+            answerable,
+            rounds: Arc::default(),
             agent: tokio::sync::Mutex::new(AgentSlot::Empty),
             calls: InFlightCalls::default(),
             book,
@@ -143,8 +199,14 @@ impl McpSession {
         &self.ended
     }
 
-    pub fn peer(&self) -> &Peer<RoleServer> {
-        &self.peer
+    /// Whether the session's client speaks 2026-07-28 (calls answer questions in rounds).
+    pub fn is_inline(&self) -> bool {
+        self.peer.is_none()
+    }
+
+    /// The session's multi-round calls (see [`crate::rounds`]).
+    pub fn rounds(&self) -> &Arc<Rounds> {
+        &self.rounds
     }
 
     /// `logging/setLevel`: notices below `level` are no longer sent (they still reach results).
@@ -179,7 +241,7 @@ impl McpSession {
     async fn create_agent(&self) -> Arc<Agent> {
         let (cwd, roots) = self.resolve_cwd().await;
         let id = format!("mcp-{}", uuid::Uuid::new_v4());
-        tracing::info!(agent = %id, cwd = %cwd.display(), "MCP session agent");
+        tracing::info!(agent = %id, cwd = %cwd.display(), revision = %self.revision, "MCP session agent");
         let agent = Agent::new(id.clone(), Some(cwd));
         agent.set_roots(roots);
         let ctx = &self.shared.ctx;
@@ -197,14 +259,38 @@ impl McpSession {
                 tracing::debug!("a client that does not read: a notice goes with the next result only");
             }
         });
-        tokio::spawn(forward_notices(self.peer.clone(), rx, Arc::clone(&self.log_level), self.ended.clone()));
+        // Under 2026-07-28 notices are not sent on their own (there is no stream outside a
+        // request's answer); they reach the next result only.
+        match &self.peer {
+            Some(peer) => {
+                tokio::spawn(forward_notices(
+                    peer.clone(),
+                    rx,
+                    Arc::clone(&self.log_level),
+                    self.ended.clone(),
+                ));
+            }
+            None => drop(rx),
+        }
         // Only a client that declared form elicitation can answer: registering the answerer
         // for any other would make the session look answerable when no answer can come.
         if self.shared.options.elicitation
-            && supports_elicitation(&self.peer)
+            && self.answerable
             && let Some(hub) = ctx.get(APPROVAL_HUB)
         {
-            let answer = elicitation_answerer(self.peer.clone(), self.calls.clone());
+            let answer = match &self.peer {
+                Some(peer) => elicitation_answerer(peer.clone(), self.calls.clone()),
+                None => {
+                    let rounds = Arc::downgrade(&self.rounds);
+                    answerer_through(
+                        move |question| {
+                            let call_id = question.call_id.as_deref()?;
+                            rounds.upgrade()?.asker(call_id)
+                        },
+                        self.calls.clone(),
+                    )
+                }
+            };
             *self.answerer.lock() = Some(hub.register_answerer(Some(id), answer, true));
         }
         agent
@@ -213,10 +299,14 @@ impl McpSession {
     /// The first `file://` root the client offers, else the workspace root, else our cwd;
     /// and every `file://` root the client offers.
     async fn resolve_cwd(&self) -> (PathBuf, Vec<PathBuf>) {
-        let offers_roots = self.peer.peer_info().is_some_and(|info| info.capabilities.roots.is_some());
-        if offers_roots {
-            let listed =
-                tokio::time::timeout(self.shared.options.roots_timeout, self.peer.list_roots()).await;
+        // Under 2026-07-28 roots would be one more round trip of the first call; the session's
+        // cwd is the workspace root there.
+        let peer = self
+            .peer
+            .as_ref()
+            .filter(|peer| peer.peer_info().is_some_and(|info| info.capabilities.roots.is_some()));
+        if let Some(peer) = peer {
+            let listed = tokio::time::timeout(self.shared.options.roots_timeout, peer.list_roots()).await;
             match listed {
                 Ok(Ok(result)) => {
                     if let Some(root) = first_file_root(result.roots.iter().map(|r| r.uri.as_str())) {

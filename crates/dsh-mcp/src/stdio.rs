@@ -27,7 +27,7 @@ use dsh_core::Context;
 
 use crate::options::McpOptions;
 use crate::order::Ordered;
-use crate::server::McpServer;
+use crate::server::{Home, McpServer};
 use crate::session::Shared;
 use crate::shutdown::shutdown_requested;
 
@@ -62,7 +62,7 @@ where
     W: AsyncWrite + Unpin + Send + 'static,
 {
     let shared = Arc::new(Shared::new(ctx.clone(), options.clone()));
-    let server = McpServer::new(shared);
+    let server = McpServer::new(shared, Home::Connection);
     let slot = server.session_slot();
     let input_ended = CancellationToken::new();
     let lines = LineTransport::new(read, write, options.max_message_bytes, input_ended.clone());

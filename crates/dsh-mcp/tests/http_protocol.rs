@@ -32,6 +32,21 @@ async fn send(
     session: Option<&str>,
     body: Option<Value>,
 ) -> Reply {
+    let mut headers = Vec::new();
+    if let Some(session) = session {
+        headers.extend([("mcp-session-id", session), ("mcp-protocol-version", "2025-11-25")]);
+    }
+    send_with(addr, method, auth, &headers, body).await
+}
+
+/// [`send`] with `headers` added to the request.
+async fn send_with(
+    addr: SocketAddr,
+    method: Method,
+    auth: Option<&str>,
+    headers: &[(&str, &str)],
+    body: Option<Value>,
+) -> Reply {
     let stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
     let (mut sender, connection) =
         hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.expect("handshake");
@@ -45,8 +60,8 @@ async fn send(
     if let Some(token) = auth {
         request = request.header("authorization", format!("Bearer {token}"));
     }
-    if let Some(session) = session {
-        request = request.header("mcp-session-id", session).header("mcp-protocol-version", "2025-11-25");
+    for (name, value) in headers {
+        request = request.header(*name, *value);
     }
     let body = body.map(|b| Bytes::from(b.to_string())).unwrap_or_default();
     let response =
@@ -180,4 +195,71 @@ async fn an_empty_token_is_refused_and_the_composition_disposed() {
     let error = serve_http_on(ctx.clone(), options, listener, "  ".to_owned()).await.expect_err("refused");
     assert_eq!(error.to_string(), "the HTTP bearer token must not be empty");
     assert!(ctx.get(AGENTS).is_none());
+}
+
+/// The `_meta` a 2026-07-28 request carries in place of `initialize`.
+fn modern_meta() -> Value {
+    json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientInfo": {"name": "http-test", "version": "0"},
+        "io.modelcontextprotocol/clientCapabilities": {},
+    })
+}
+
+#[tokio::test]
+async fn modern_requests_need_routing_headers_that_match_their_body() {
+    let server = start().await;
+    let addr = server.addr;
+    let version = ("mcp-protocol-version", "2026-07-28");
+    let discover =
+        json!({"jsonrpc": "2.0", "id": 1, "method": "server/discover", "params": {"_meta": modern_meta()}});
+    let found = send_with(
+        addr,
+        Method::POST,
+        Some(TOKEN),
+        &[version, ("mcp-method", "server/discover")],
+        Some(discover),
+    )
+    .await;
+    assert_eq!(found.status, StatusCode::OK);
+    assert_eq!(found.session, None, "no Mcp-Session-Id under 2026-07-28");
+    let versions = &found.messages[0]["result"]["supportedVersions"];
+    assert!(versions.as_array().is_some_and(|v| v.contains(&json!("2026-07-28"))), "{versions}");
+
+    let call = |id: i64| {
+        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
+            "name": "echo", "arguments": {"text": "routed"}, "_meta": modern_meta()}})
+    };
+    let routed = [version, ("mcp-method", "tools/call"), ("mcp-name", "echo")];
+    let ok = send_with(addr, Method::POST, Some(TOKEN), &routed, Some(call(2))).await;
+    assert_eq!(ok.status, StatusCode::OK);
+    assert_eq!(ok.session, None);
+    let answer = ok.messages.iter().find(|m| m["id"] == json!(2)).expect("the call's answer");
+    assert_eq!(answer["result"]["content"][0]["text"], json!("routed"), "{answer}");
+    assert_eq!(agents(&server.ctx).len(), 1, "the principal's session");
+
+    // A header that names another method or tool than the body, or none, is refused before
+    // the call runs: 400 and the spec's header-mismatch error.
+    for headers in [
+        vec![version, ("mcp-method", "tools/call"), ("mcp-name", "job_kill")],
+        vec![version, ("mcp-method", "tools/list"), ("mcp-name", "echo")],
+        vec![version, ("mcp-name", "echo")],
+        vec![version, ("mcp-method", "tools/call")],
+    ] {
+        let refused = send_with(addr, Method::POST, Some(TOKEN), &headers, Some(call(3))).await;
+        assert_eq!(refused.status, StatusCode::BAD_REQUEST, "{headers:?}");
+        assert_eq!(
+            refused.messages[0]["error"]["code"],
+            json!(-32020),
+            "{headers:?}: {:?}",
+            refused.messages
+        );
+    }
+
+    // Later requests of the principal share its session.
+    let again = send_with(addr, Method::POST, Some(TOKEN), &routed, Some(call(4))).await;
+    assert_eq!(again.status, StatusCode::OK);
+    assert_eq!(agents(&server.ctx).len(), 1, "still the principal's one session");
+    server.stop.cancel();
+    server.handle.await.expect("join").expect("served");
 }

@@ -531,3 +531,111 @@ async fn progress_carries_the_running_commands_latest_output_line() {
     );
     ctx.dispose().await;
 }
+
+/// The `_meta` a 2026-07-28 request carries in place of `initialize`.
+fn modern_meta(capabilities: Value) -> Value {
+    json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientInfo": {"name": "modern-test", "version": "0"},
+        "io.modelcontextprotocol/clientCapabilities": capabilities,
+    })
+}
+
+/// A 2026-07-28 `tools/call` (no `initialize` before it).
+fn modern_call(id: i64, name: &str, arguments: Value, capabilities: Value) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
+        "name": name, "arguments": arguments, "_meta": modern_meta(capabilities)}})
+}
+
+#[tokio::test]
+async fn discover_offers_2026_07_28_and_the_connection_is_the_session() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (ctx, _) = composition();
+    let (mut client, _server) = start(&ctx, options(dir.path()));
+    client
+        .send(json!({"jsonrpc": "2.0", "id": 1, "method": "server/discover", "params": {"_meta": modern_meta(json!({}))}}))
+        .await;
+    let discovered = client.response(json!(1)).await;
+    let versions = discovered["result"]["supportedVersions"].as_array().expect("supportedVersions").clone();
+    assert!(versions.contains(&json!("2026-07-28")), "{discovered}");
+    assert!(versions.contains(&json!("2025-11-25")), "{discovered}");
+    assert!(discovered["result"]["capabilities"]["tools"].is_object(), "{discovered}");
+
+    // No `initialize`: each request carries its revision; the connection is one session.
+    client.send(modern_call(2, "echo", json!({"text": "first"}), json!({}))).await;
+    let first = client.response(json!(2)).await;
+    assert_eq!(texts(&first), ["first"], "{first}");
+    assert_eq!(first["result"]["resultType"], json!("complete"), "{first}");
+    let agent = the_agent(&ctx);
+    client.send(modern_call(3, "echo", json!({"text": "second"}), json!({}))).await;
+    assert_eq!(texts(&client.response(json!(3)).await), ["second"]);
+    assert!(Arc::ptr_eq(&agent, &the_agent(&ctx)), "one agent for the connection's requests");
+
+    // A request naming a revision the server does not speak is refused with the versions it does.
+    let mut bad = modern_call(4, "echo", json!({"text": "x"}), json!({}));
+    bad["params"]["_meta"]["io.modelcontextprotocol/protocolVersion"] = json!("2099-01-01");
+    client.send(bad).await;
+    let refused = client.response(json!(4)).await;
+    assert_eq!(refused["error"]["code"], json!(-32022), "{refused}");
+}
+
+#[tokio::test]
+async fn approvals_come_back_as_input_required_rounds_under_2026_07_28() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (ctx, _) = composition();
+    ctx.load_default::<ApprovalPlugin>().expect("approval");
+    ask_for(&ctx, "echo");
+    let (mut client, _server) = start(&ctx, options(dir.path()));
+    let form = json!({"elicitation": {"form": {}}});
+    let mut id = 0;
+    for (action, expected) in [
+        ("accept", "hi"),
+        ("decline", "Error: the user rejected tool \"echo\""),
+        ("cancel", "Error: approval for tool \"echo\" was cancelled"),
+    ] {
+        id += 1;
+        client.send(modern_call(id, "echo", json!({"text": "hi"}), form.clone())).await;
+        // The question is the call's result, not a request of the server's.
+        let asked = client.next().await.expect("an answer");
+        assert_eq!(asked["id"], json!(id), "no server request comes first: {asked}");
+        let result = &asked["result"];
+        assert_eq!(result["resultType"], json!("input_required"), "{asked}");
+        let requests = result["inputRequests"].as_object().expect("inputRequests");
+        assert_eq!(requests.len(), 1, "{asked}");
+        let (key, question) = requests.iter().next().expect("one question");
+        assert_eq!(question["method"], json!("elicitation/create"), "{asked}");
+        assert_eq!(
+            question["params"]["message"],
+            json!(
+                "Allow tool \"echo\" to run once?\n\nArguments: {\"text\":\"hi\"}\nReason: policy says ask\n\n\
+                 Accept to allow it once; decline to refuse."
+            )
+        );
+        let state = result["requestState"].as_str().expect("requestState").to_owned();
+        // The call again, with the answer and the state it was given.
+        id += 1;
+        let mut again = modern_call(id, "echo", json!({"text": "hi"}), form.clone());
+        again["params"]["inputResponses"] = json!({ key.clone(): {"action": action} });
+        again["params"]["requestState"] = json!(state);
+        client.send(again).await;
+        let answered = client.response(json!(id)).await;
+        assert_eq!(texts(&answered), [expected], "{answered}");
+        assert_eq!(answered["result"]["resultType"], json!("complete"), "{answered}");
+        // The state was for that call only: it is spent.
+        id += 1;
+        let mut stale = modern_call(id, "echo", json!({"text": "hi"}), form.clone());
+        stale["params"]["requestState"] = json!(state);
+        client.send(stale).await;
+        let refused = client.response(json!(id)).await;
+        assert_eq!(refused["error"]["code"], json!(-32602), "{refused}");
+    }
+
+    // A connection whose client declared no elicitation has no channel.
+    let (mut plain, _server) = start(&ctx, options(dir.path()));
+    plain.send(modern_call(1, "echo", json!({"text": "hi"}), json!({}))).await;
+    let refused = plain.response(json!(1)).await;
+    assert_eq!(
+        texts(&refused),
+        ["Error: tool \"echo\" requires approval, but no approval channel is available"]
+    );
+}

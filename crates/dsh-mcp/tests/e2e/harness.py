@@ -19,11 +19,32 @@ from pathlib import Path
 from typing import Any, Awaitable, Callable
 
 import mcp_types as types
-from mcp import Client
+from mcp import Client as _Client
 from mcp.client.stdio import StdioServerParameters
 
 SERVER = shlex.split(os.environ.get("DSH_MCP_SERVER", ""))
 TEST_TIMEOUT = 120.0
+# How clients connect: "legacy" (the `initialize` handshake, 2025-11-25) unless a test file
+# sets "auto" (probe `server/discover`, then speak 2026-07-28 without `initialize`).
+MODE = "legacy"
+# The revision every connection must end up speaking, when a test file requires one (a
+# server that cannot speak it would otherwise pass on the client's fallback).
+REQUIRE_REVISION: str | None = None
+
+
+class _Checked(_Client):
+    async def __aenter__(self) -> "_Checked":
+        client = await super().__aenter__()
+        if REQUIRE_REVISION is not None and client.protocol_version != REQUIRE_REVISION:
+            await client.__aexit__(None, None, None)
+            raise AssertionError(f"the client speaks {client.protocol_version}, not {REQUIRE_REVISION}")
+        return client
+
+
+def Client(*args: Any, **kwargs: Any) -> _Client:  # noqa: N802 (stands in for the class)
+    """The `mcp` client, connecting in `MODE` unless told otherwise."""
+    kwargs.setdefault("mode", MODE)
+    return _Checked(*args, **kwargs)
 
 
 class Skip(Exception):

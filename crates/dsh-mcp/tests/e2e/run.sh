@@ -7,12 +7,17 @@
 # mcp_stdio example). Python comes from the active virtualenv when it has `mcp` (CI installs
 # requirements.txt into one); otherwise a virtualenv is made at $MCP_VENV (default
 # target/mcp-venv) and `mcp>=2,<3` is installed into it. Exit codes: 0 all passed,
-# 1 a test failed, 77 skipped (the reason is printed).
+# 1 a test failed, 77 skipped (the reason is printed); under CI=true a missing python3 or `mcp`
+# package is a failure, never a skip.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/../../../.." && pwd)"
 
 skip() {
+    if [ "${CI:-}" = "true" ]; then
+        echo "FAIL dsh-mcp e2e: $* (CI=true: nothing may skip)"
+        exit 1
+    fi
     echo "SKIP dsh-mcp e2e: $*"
     exit 77
 }

@@ -40,10 +40,11 @@ ACCEPT = "application/json, text/event-stream"
 class HttpServer:
     """The server under test, serving HTTP on a free loopback port."""
 
-    def __init__(self, capture_stderr: bool = False) -> None:
+    def __init__(self, capture_stderr: bool = False, extra: tuple[str, ...] = ()) -> None:
         if not SERVER:
             raise Skip("DSH_MCP_SERVER is not set")
         self.capture_stderr = capture_stderr
+        self.extra = extra
         self.port = free_port()
         self.token = secrets.token_hex(16)
         self.url = f"http://127.0.0.1:{self.port}/mcp"
@@ -58,6 +59,7 @@ class HttpServer:
             *SERVER,
             "--http",
             f"127.0.0.1:{self.port}",
+            *self.extra,
             env=env,
             stderr=asyncio.subprocess.PIPE if self.capture_stderr else None,
         )
@@ -78,10 +80,10 @@ class HttpServer:
                 self.process.kill()
                 await self.process.wait()
 
-    def client(self, *roots: str, token: str | None = None) -> Client:
+    def client(self, *roots: str, token: str | None = None, **options) -> Client:
         http = create_mcp_http_client(headers={"Authorization": f"Bearer {token or self.token}"})
         transport = streamable_http_client(self.url, http_client=http)
-        return Client(transport, list_roots_callback=roots_callback(*roots) if roots else None)
+        return Client(transport, list_roots_callback=roots_callback(*roots) if roots else None, **options)
 
 
 async def test_http_sessions_have_their_own_cwd_and_jobs() -> None:
