@@ -82,12 +82,17 @@ pub enum Answer {
     Outcome(String),
     /// Delegate to the next answerer.
     Pass,
-    /// The answerer failed (counts as `unavailable`).
+    /// The answerer failed (counts as `unavailable`); for a secret-input question the
+    /// message reaches the asking program, as why it got no secret.
     Failed(String),
     /// The secret the user typed, for a secret-input question (to a consent question it
     /// counts as `unavailable`).
     Secret(Secret),
 }
+
+/// What a decision gave besides its outcome: the secret of a secret-input question, else why
+/// an answerer failed, when one did.
+type Given = Result<Secret, Option<String>>;
 
 /// An answerer in the waterfall.
 pub type AnswerFn = Arc<dyn Fn(ApprovalQuestion) -> BoxFuture<'static, Answer> + Send + Sync>;
@@ -202,8 +207,9 @@ impl ApprovalHub {
         }
     }
 
-    /// The waterfall's decision, and for a secret-input question the secret it was given.
-    async fn ask_answerers(&self, question: ApprovalQuestion) -> (ApprovalOutcome, Option<Secret>) {
+    /// The waterfall's decision, and for a secret-input question the secret it was given or,
+    /// when an answerer failed, why.
+    async fn ask_answerers(&self, question: ApprovalQuestion) -> (ApprovalOutcome, Given) {
         let answerers: Vec<AnswerFn> = self
             .answerers
             .lock()
@@ -216,9 +222,9 @@ impl ApprovalHub {
         for answer in answerers {
             match answer_contained(&answer, question.clone()).await {
                 Answer::Pass => continue,
-                Answer::Failed(_) => return (ApprovalOutcome::Unavailable, None),
-                Answer::Secret(given) if secret => return (ApprovalOutcome::AllowedOnce, Some(given)),
-                Answer::Secret(_) => return (ApprovalOutcome::Unavailable, None),
+                Answer::Failed(why) => return (ApprovalOutcome::Unavailable, Err(Some(why))),
+                Answer::Secret(given) if secret => return (ApprovalOutcome::AllowedOnce, Ok(given)),
+                Answer::Secret(_) => return (ApprovalOutcome::Unavailable, Err(None)),
                 Answer::Outcome(raw) => {
                     // Consent without the secret gives the command nothing.
                     let outcome = match ApprovalOutcome::parse(&raw) {
@@ -226,11 +232,11 @@ impl ApprovalHub {
                         Some(outcome) => outcome,
                         None => ApprovalOutcome::Unavailable,
                     };
-                    return (outcome, None);
+                    return (outcome, Err(None));
                 }
             }
         }
-        (ApprovalOutcome::Unavailable, None)
+        (ApprovalOutcome::Unavailable, Err(None))
     }
 
     /// One audited decision: `approval/asked` (with `fields` after the id), the
@@ -241,7 +247,7 @@ impl ApprovalHub {
         fields: Vec<(&'static str, Value)>,
         signal: Option<&AbortSignal>,
         question: impl FnOnce(String) -> ApprovalQuestion,
-    ) -> Result<(ApprovalOutcome, Option<Secret>), ApprovalError> {
+    ) -> Result<(ApprovalOutcome, Given), ApprovalError> {
         let session = Arc::clone(agent.session());
         if !session.in_open_turn() {
             return Err(ApprovalError::OutsideTurn);
@@ -252,16 +258,16 @@ impl ApprovalHub {
         asked.extend(fields.into_iter().map(|(k, v)| (k.to_owned(), v)));
         session.append("approval/asked", Value::Object(asked))?;
         let (outcome, secret) = if signal.is_some_and(|s| s.is_aborted()) {
-            (ApprovalOutcome::Cancelled, None)
+            (ApprovalOutcome::Cancelled, Err(None))
         } else if self.effective_policy(&session) == ApprovalPolicy::Never {
-            (ApprovalOutcome::Rejected, None)
+            (ApprovalOutcome::Rejected, Err(None))
         } else {
             let question = question(id.clone());
             match signal {
                 Some(signal) => {
                     tokio::select! {
                         decided = self.ask_answerers(question) => decided,
-                        _ = signal.aborted() => (ApprovalOutcome::Cancelled, None),
+                        _ = signal.aborted() => (ApprovalOutcome::Cancelled, Err(None)),
                     }
                 }
                 None => self.ask_answerers(question).await,
@@ -371,14 +377,15 @@ impl ApprovalService for ApprovalHub {
         what.insert("tool".into(), json!(request.tool_name));
         what.insert("prompt".into(), json!(request.prompt));
         let verdict = match &decided {
-            (_, Some(_)) => "given",
-            (outcome, None) => outcome.as_str(),
+            (_, Ok(_)) => "given",
+            (outcome, Err(_)) => outcome.as_str(),
         };
         let session = request.agent.session().header().id.clone();
         dsh_core::audit::record("secret", Some(&session), what, verdict);
         match decided {
-            (_, Some(secret)) => Ok(SecretReply::Given(secret)),
-            (outcome, None) => Ok(SecretReply::Refused(outcome)),
+            (_, Ok(secret)) => Ok(SecretReply::Given(secret)),
+            (ApprovalOutcome::Unavailable, Err(Some(why))) => Ok(SecretReply::Unanswerable(why)),
+            (outcome, Err(_)) => Ok(SecretReply::Refused(outcome)),
         }
     }
 }

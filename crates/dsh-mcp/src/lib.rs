@@ -83,6 +83,7 @@ mod order;
 mod origin;
 pub mod output;
 mod roots;
+pub mod secret_page;
 mod server;
 mod session;
 mod shutdown;
@@ -90,8 +91,8 @@ mod stdio;
 mod stdio_streams;
 
 pub use approval::{
-    InFlightCalls, SECRET_FIELD, approval_message, elicit, elicit_secret, elicitation_answerer,
-    secret_message, supports_elicitation,
+    ELICITATION_COMPLETE, InFlightCalls, NO_URL_MODE, approval_message, elicit, elicit_secret,
+    elicitation_answerer, secret_message, supports_elicitation, supports_url_elicitation,
 };
 pub use http::session_cap_message;
 pub use http::{MCP_PATH, serve_http, serve_http_on};
