@@ -187,10 +187,12 @@ pub async fn elicit_secret(
     };
     let elicited = peer.create_elicitation(params);
     tokio::pin!(elicited);
+    let answer = page.answer();
+    tokio::pin!(answer);
     let mut waiting_for_client = true;
     let answered = loop {
         tokio::select! {
-            answered = page.answer() => break answered,
+            answered = &mut answer => break answered,
             result = &mut elicited, if waiting_for_client => {
                 waiting_for_client = false;
                 let outcome = match result {

@@ -114,9 +114,11 @@ impl SecretPage {
         &self.elicitation_id
     }
 
-    /// Waits for the page's answer; `None` if it can never come (asked twice).
-    pub async fn answer(&mut self) -> Option<PageAnswer> {
-        self.answer.take()?.await.ok()
+    /// The page's answer, to wait for while the page lives; it is `None` if it can never
+    /// come (the page ended, or this was asked before).
+    pub fn answer(&mut self) -> impl std::future::Future<Output = Option<PageAnswer>> + Send + 'static {
+        let answer = self.answer.take();
+        async move { answer?.await.ok() }
     }
 }
 

@@ -199,7 +199,7 @@ fn header<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str> {
 fn read_messages(mut reader: BufReader<TcpStream>, headers: &[(String, String)], sender: &mpsc::Sender<Value>) {
     let chunked = header(headers, "transfer-encoding").is_some_and(|v| v.eq_ignore_ascii_case("chunked"));
     let mut pending = Vec::new();
-    let mut emit = |bytes: &[u8], pending: &mut Vec<u8>| {
+    let emit = |bytes: &[u8], pending: &mut Vec<u8>| {
         pending.extend_from_slice(bytes);
         while let Some(end) = pending.iter().position(|b| *b == b'\n') {
             let line: Vec<u8> = pending.drain(..=end).collect();
