@@ -15,6 +15,7 @@ const browser = await puppeteer.launch({
   userDataDir: process.env.DSH_TEST_PROFILE,
 });
 const report = { foreign: [] };
+const step = (what) => process.stderr.write(`step: ${what}\n`);
 try {
   const page = await browser.newPage();
   const watch = (tab) =>
@@ -23,6 +24,7 @@ try {
     });
   watch(page);
   const text = () => page.evaluate(() => document.body.innerText);
+  step("load");
   const loaded = await page.goto(url, { waitUntil: "load" });
   report.loaded = { status: loaded.status(), text: await text() };
   // A second tab holds the same form, to submit again once the first has answered.
@@ -30,14 +32,17 @@ try {
   watch(stale);
   const staleLoaded = await stale.goto(url, { waitUntil: "load" });
   report.staleLoaded = { status: staleLoaded.status() };
+  step("type");
   await page.type("#secret", secret);
   const [submitted] = await Promise.all([
     page.waitForNavigation({ waitUntil: "load" }),
     page.click('button[value="give"]'),
   ]);
   report.submitted = { status: submitted.status(), text: await text() };
+  step("reload");
   const reloaded = await page.goto(url, { waitUntil: "load" });
   report.reloaded = { status: reloaded.status(), text: await text() };
+  step("resubmit");
   await stale.type("#secret", "second");
   const [resubmitted] = await Promise.all([
     stale.waitForNavigation({ waitUntil: "load" }),
