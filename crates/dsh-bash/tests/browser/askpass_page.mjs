@@ -23,6 +23,9 @@ try {
       if (!request.url().startsWith(origin + "/")) report.foreign.push(request.url());
     });
   watch(page);
+  page.on("requestfailed", (r) => step(`failed ${r.method()} ${r.failure()?.errorText}`));
+  page.on("response", (r) => step(`response ${r.request().method()} ${r.status()}`));
+  page.on("console", (m) => step(`console ${m.text()}`));
   const text = () => page.evaluate(() => document.body.innerText);
   step("load");
   const loaded = await page.goto(url, { waitUntil: "load" });
@@ -33,6 +36,7 @@ try {
   const staleLoaded = await stale.goto(url, { waitUntil: "load" });
   report.staleLoaded = { status: staleLoaded.status() };
   step("type");
+  await page.bringToFront();
   await page.type("#secret", secret);
   const [submitted] = await Promise.all([
     page.waitForNavigation({ waitUntil: "load" }),
@@ -43,6 +47,7 @@ try {
   const reloaded = await page.goto(url, { waitUntil: "load" });
   report.reloaded = { status: reloaded.status(), text: await text() };
   step("resubmit");
+  await stale.bringToFront();
   await stale.type("#secret", "second");
   const [resubmitted] = await Promise.all([
     stale.waitForNavigation({ waitUntil: "load" }),
