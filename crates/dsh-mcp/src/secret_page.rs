@@ -12,8 +12,8 @@
 //! Every response carries `Cache-Control: no-store`, a Content-Security-Policy that allows no
 //! script, style, image or frame and form posts to the page's own origin only
 //! (`default-src 'none'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'`),
-//! `Referrer-Policy: no-referrer`, `X-Content-Type-Options: nosniff` and
-//! `X-Frame-Options: DENY`. A request whose `Host` is not the page's own address (a name
+//! `Referrer-Policy: same-origin` (with `no-referrer` a browser posts the form with
+//! `Origin: null`), `X-Content-Type-Options: nosniff` and `X-Frame-Options: DENY`. A request whose `Host` is not the page's own address (a name
 //! rebound to loopback) or a post with a foreign `Origin` is refused (`403`).
 //!
 //! The server is one per process, on its own thread and runtime, started by the first page.
@@ -271,7 +271,7 @@ fn page(status: StatusCode, title: &str, body: &str) -> Response<Full<Bytes>> {
     let body = if body.starts_with('<') { body.to_owned() } else { format!("<p>{}</p>\n", html(body)) };
     let text = format!(
         "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
-         <meta name=\"referrer\" content=\"no-referrer\">\n<title>dsh-bash: {title}</title>\n</head>\n\
+         <meta name=\"referrer\" content=\"same-origin\">\n<title>dsh-bash: {title}</title>\n</head>\n\
          <body>\n<h1>{title}</h1>\n{body}</body>\n</html>\n",
         title = html(title)
     );
@@ -282,7 +282,7 @@ fn page(status: StatusCode, title: &str, body: &str) -> Response<Full<Bytes>> {
         (header::CONTENT_TYPE, "text/html; charset=utf-8"),
         (header::CACHE_CONTROL, "no-store"),
         (header::CONTENT_SECURITY_POLICY, CSP),
-        (header::REFERRER_POLICY, "no-referrer"),
+        (header::REFERRER_POLICY, "same-origin"),
         (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
         (header::X_FRAME_OPTIONS, "DENY"),
     ] {
