@@ -323,15 +323,13 @@ fn decode(text: &[u8]) -> Vec<u8> {
     while i < text.len() {
         match text[i] {
             b'+' => out.push(b' '),
-            b'%' => {
-                match (text.get(i + 1).copied().and_then(hex), text.get(i + 2).copied().and_then(hex)) {
-                    (Some(high), Some(low)) => {
-                        out.push(high << 4 | low);
-                        i += 2;
-                    }
-                    _ => out.push(b'%'),
+            b'%' => match (text.get(i + 1).copied().and_then(hex), text.get(i + 2).copied().and_then(hex)) {
+                (Some(high), Some(low)) => {
+                    out.push(high << 4 | low);
+                    i += 2;
                 }
-            }
+                _ => out.push(b'%'),
+            },
             byte => out.push(byte),
         }
         i += 1;
@@ -353,6 +351,9 @@ mod tests {
 
     #[test]
     fn what_a_page_shows_is_escaped() {
-        assert_eq!(html("<b>\"x\" & 'y'\u{1b}[2J</b>"), "&lt;b&gt;&quot;x&quot; &amp; &#39;y&#39;\\x1b[2J&lt;/b&gt;");
+        assert_eq!(
+            html("<b>\"x\" & 'y'\u{1b}[2J</b>"),
+            "&lt;b&gt;&quot;x&quot; &amp; &#39;y&#39;\\x1b[2J&lt;/b&gt;"
+        );
     }
 }

@@ -51,7 +51,11 @@ impl Client {
             args.extend(["--http", "0"]);
         }
         let mut command = sandbox.command(&args);
-        command.env("DSH_MCP_TOKEN", token).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        command
+            .env("DSH_MCP_TOKEN", token)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
         let mut child = command.spawn().expect("spawn dsh-bash mcp");
         let (sender, messages) = mpsc::channel();
         let mut stderr = BufReader::new(child.stderr.take().expect("stderr"));
@@ -166,7 +170,9 @@ impl Client {
 
     /// Ends the server; returns everything it wrote on stderr.
     fn finish(mut self) -> String {
-        if let Transport::Stdio(stdin) = std::mem::replace(&mut self.transport, Transport::Stdio(dummy_stdin())) {
+        if let Transport::Stdio(stdin) =
+            std::mem::replace(&mut self.transport, Transport::Stdio(dummy_stdin()))
+        {
             drop(stdin);
         }
         let _ = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
@@ -194,7 +200,8 @@ fn dummy_stdin() -> std::process::ChildStdin {
 fn read_head(reader: &mut impl BufRead) -> (u16, Vec<(String, String)>) {
     let mut line = String::new();
     reader.read_line(&mut line).expect("status line");
-    let status = line.get(9..12).and_then(|s| s.parse().ok()).unwrap_or_else(|| panic!("status line {line:?}"));
+    let status =
+        line.get(9..12).and_then(|s| s.parse().ok()).unwrap_or_else(|| panic!("status line {line:?}"));
     let mut headers = Vec::new();
     loop {
         line.clear();
@@ -214,7 +221,11 @@ fn header<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str> {
 
 /// Reads a response body (framed by length or chunks) as it arrives: one JSON document, or
 /// the `data:` lines of an SSE stream, each sent on `sender` at once.
-fn read_messages(mut reader: BufReader<TcpStream>, headers: &[(String, String)], sender: &mpsc::Sender<Value>) {
+fn read_messages(
+    mut reader: BufReader<TcpStream>,
+    headers: &[(String, String)],
+    sender: &mpsc::Sender<Value>,
+) {
     let chunked = header(headers, "transfer-encoding").is_some_and(|v| v.eq_ignore_ascii_case("chunked"));
     let mut pending = Vec::new();
     let emit = |bytes: &[u8], pending: &mut Vec<u8>| {
@@ -236,7 +247,9 @@ fn read_messages(mut reader: BufReader<TcpStream>, headers: &[(String, String)],
             if reader.read_line(&mut line).unwrap_or(0) == 0 {
                 return;
             }
-            let Ok(size) = usize::from_str_radix(line.trim().split(';').next().unwrap_or(""), 16) else { return };
+            let Ok(size) = usize::from_str_radix(line.trim().split(';').next().unwrap_or(""), 16) else {
+                return;
+            };
             let mut chunk = vec![0; size + 2];
             if reader.read_exact(&mut chunk).is_err() || size == 0 {
                 return;
@@ -253,7 +266,12 @@ fn read_messages(mut reader: BufReader<TcpStream>, headers: &[(String, String)],
 }
 
 /// One plain HTTP/1.1 request to the page at `url`; returns the status, headers and body.
-fn fetch(url: &str, method: &str, form: Option<&str>, origin: Option<&str>) -> (u16, Vec<(String, String)>, String) {
+fn fetch(
+    url: &str,
+    method: &str,
+    form: Option<&str>,
+    origin: Option<&str>,
+) -> (u16, Vec<(String, String)>, String) {
     let rest = url.strip_prefix("http://").expect("an http URL");
     let (authority, path) = rest.split_at(rest.find('/').expect("a path"));
     let mut stream = TcpStream::connect(authority).expect("connect to the page");
@@ -287,7 +305,9 @@ fn files_containing(dir: &Path, needle: &str) -> Vec<String> {
             let path = entry.path();
             if path.is_dir() && !path.is_symlink() {
                 stack.push(path);
-            } else if std::fs::read(&path).is_ok_and(|b| b.windows(needle.len()).any(|w| w == needle.as_bytes())) {
+            } else if std::fs::read(&path)
+                .is_ok_and(|b| b.windows(needle.len()).any(|w| w == needle.as_bytes()))
+            {
                 found.push(path.display().to_string());
             }
         }
@@ -318,7 +338,10 @@ fn accept_url_elicitation(client: &mut Client) -> (String, String) {
     let token = url.rsplit('/').next().expect("token");
     assert!(token.len() >= 64 && token.chars().all(|c| c.is_ascii_hexdigit()), "an unguessable path: {url}");
     let message = params["message"].as_str().expect("message");
-    assert!(message.contains("Its prompt (the command's own words") && message.contains("Command: "), "{message}");
+    assert!(
+        message.contains("Its prompt (the command's own words") && message.contains("Command: "),
+        "{message}"
+    );
     client.send(&json!({"jsonrpc": "2.0", "id": ask["id"], "result": {"action": "accept"}}));
     (url, id)
 }
@@ -362,9 +385,14 @@ fn url_route(http: bool) {
         "the completion notice: {before:?}"
     );
     assert!(!result.to_string().contains(SECRET), "the result holds no secret");
-    let spill = result["result"]["structuredContent"]["stdout"]["spillPath"].as_str().expect("spilled").to_owned();
+    let spill =
+        result["result"]["structuredContent"]["stdout"]["spillPath"].as_str().expect("spilled").to_owned();
     let spilled = std::fs::read_to_string(&spill).expect("spill file");
-    assert!(spilled.starts_with(&format!("rc=0 digest={}\n", digest(SECRET))), "{}", &spilled[..200.min(spilled.len())]);
+    assert!(
+        spilled.starts_with(&format!("rc=0 digest={}\n", digest(SECRET))),
+        "{}",
+        &spilled[..200.min(spilled.len())]
+    );
     assert!(spilled.contains(&format!("echoed: {MARKER}\n")) && !spilled.contains(SECRET));
     // An unanswered page ends with its call (here: its timeout).
     client.call(2, r#""$SUDO_ASKPASS" "Later: "; echo "rc=$?""#, 3_000);
@@ -408,7 +436,10 @@ fn a_client_without_url_mode_is_asked_no_secret_and_the_result_says_why() {
             client.call(1, r#"p=$("$SUDO_ASKPASS" "Password: "); echo "rc=$? got=[$p]""#, 60_000);
             let (result, before) = client.until(|m| m["id"] == json!(1));
             let why = format!("http={http} capabilities={capabilities}");
-            assert!(before.iter().all(|m| m["method"] != json!("elicitation/create")), "{why}: asked: {before:?}");
+            assert!(
+                before.iter().all(|m| m["method"] != json!("elicitation/create")),
+                "{why}: asked: {before:?}"
+            );
             let structured = &result["result"]["structuredContent"];
             assert_eq!(structured["stdout"]["text"], json!("rc=1 got=[]\n"), "{why}: {result}");
             assert_eq!(
@@ -436,7 +467,11 @@ fn the_askpass_page_takes_the_secret_in_headless_chromium() {
     let chromium = std::env::var("DSH_TEST_CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".to_owned());
     let driver = browser_dir().join("node_modules/puppeteer-core");
     if !Path::new(&chromium).exists() || !driver.exists() {
-        assert!(!ci, "CI=true: chromium ({chromium}) and the browser driver (npm ci in {}) are needed", browser_dir().display());
+        assert!(
+            !ci,
+            "CI=true: chromium ({chromium}) and the browser driver (npm ci in {}) are needed",
+            browser_dir().display()
+        );
         eprintln!("skipped: no {chromium} or no {} (set CI=true to fail instead)", driver.display());
         return;
     }
@@ -456,17 +491,27 @@ fn the_askpass_page_takes_the_secret_in_headless_chromium() {
     assert!(out.status.success(), "{report}\n{}", String::from_utf8_lossy(&out.stderr));
     let report: Value = serde_json::from_str(report.trim()).expect("the driver's report");
     assert_eq!(report["loaded"]["status"], json!(200), "{report}");
-    assert!(report["loaded"]["text"].as_str().is_some_and(|t| t.contains("Password <for> \"db\": ")), "{report}");
+    assert!(
+        report["loaded"]["text"].as_str().is_some_and(|t| t.contains("Password <for> \"db\": ")),
+        "{report}"
+    );
     assert_eq!(report["submitted"]["status"], json!(200), "{report}");
-    assert!(report["submitted"]["text"].as_str().is_some_and(|t| t.contains("The secret went to the command")));
+    assert!(
+        report["submitted"]["text"].as_str().is_some_and(|t| t.contains("The secret went to the command"))
+    );
     assert_eq!(report["reloaded"]["status"], json!(410), "a reload is refused: {report}");
     assert_eq!(report["resubmitted"]["status"], json!(410), "a second submit is refused: {report}");
     assert_eq!(report["foreign"], json!([]), "the page loads nothing from elsewhere: {report}");
     let (result, _) = client.until(|m| m["id"] == json!(1));
     assert!(!result.to_string().contains(SECRET));
-    let spill = result["result"]["structuredContent"]["stdout"]["spillPath"].as_str().expect("spilled").to_owned();
+    let spill =
+        result["result"]["structuredContent"]["stdout"]["spillPath"].as_str().expect("spilled").to_owned();
     let spilled = std::fs::read_to_string(&spill).expect("spill file");
-    assert!(spilled.starts_with(&format!("rc=0 digest={}\n", digest(SECRET))), "{}", &spilled[..200.min(spilled.len())]);
+    assert!(
+        spilled.starts_with(&format!("rc=0 digest={}\n", digest(SECRET))),
+        "{}",
+        &spilled[..200.min(spilled.len())]
+    );
     assert!(!spilled.contains(SECRET));
     let stderr = client.finish();
     assert!(!stderr.contains(SECRET), "{stderr}");
