@@ -88,7 +88,8 @@ pub enum Answer {
     Outcome(String),
     /// Delegate to the next answerer.
     Pass,
-    /// The answerer failed (counts as `unavailable`).
+    /// The answerer failed (counts as `unavailable`); for a secret-input question the
+    /// message reaches the asking program, as why it got no secret.
     Failed(String),
     /// The secret the user typed, for a secret-input question (to a consent question it
     /// counts as `unavailable`).
@@ -99,6 +100,10 @@ pub enum Answer {
     /// `unavailable`.
     Granted(Scope),
 }
+
+/// What a decision gave besides its outcome: the secret of a secret-input question, else why
+/// an answerer failed, when one did.
+type Given = Result<Secret, Option<String>>;
 
 /// An answerer in the waterfall.
 pub type AnswerFn = Arc<dyn Fn(ApprovalQuestion) -> BoxFuture<'static, Answer> + Send + Sync>;
@@ -134,7 +139,8 @@ pub struct ApprovalHub {
 /// How one request was decided.
 struct Decided {
     outcome: ApprovalOutcome,
-    secret: Option<Secret>,
+    /// The secret of a secret-input question, or why an answerer failed.
+    secret: Given,
     /// The lasting scope the answer picked (and the question offered).
     scope: Option<Scope>,
 }
@@ -280,7 +286,8 @@ impl ApprovalHub {
         }
     }
 
-    /// The waterfall's decision, and for a secret-input question the secret it was given.
+    /// The waterfall's decision, and for a secret-input question the secret it was given or,
+    /// when an answerer failed, why.
     async fn ask_answerers(&self, question: ApprovalQuestion) -> Decided {
         let answerers: Vec<AnswerFn> = self
             .answerers
@@ -296,15 +303,15 @@ impl ApprovalHub {
         for answer in answerers {
             let (outcome, given) = match answer_contained(&answer, question.clone()).await {
                 Answer::Pass => continue,
-                Answer::Failed(_) => (ApprovalOutcome::Unavailable, None),
-                Answer::Secret(given) if secret => (ApprovalOutcome::AllowedOnce, Some(given)),
-                Answer::Secret(_) => (ApprovalOutcome::Unavailable, None),
+                Answer::Failed(why) => (ApprovalOutcome::Unavailable, Err(Some(why))),
+                Answer::Secret(given) if secret => (ApprovalOutcome::AllowedOnce, Ok(given)),
+                Answer::Secret(_) => (ApprovalOutcome::Unavailable, Err(None)),
                 Answer::Granted(scope) => match &offered {
                     Some(scopes) if scopes.contains(&scope) => {
-                        return decided(ApprovalOutcome::AllowedOnce, None, Some(scope));
+                        return decided(ApprovalOutcome::AllowedOnce, Err(None), Some(scope));
                     }
-                    Some(_) => (ApprovalOutcome::AllowedOnce, None),
-                    None => (ApprovalOutcome::Unavailable, None),
+                    Some(_) => (ApprovalOutcome::AllowedOnce, Err(None)),
+                    None => (ApprovalOutcome::Unavailable, Err(None)),
                 },
                 Answer::Outcome(raw) => {
                     // Consent without the secret gives the command nothing.
@@ -313,12 +320,12 @@ impl ApprovalHub {
                         Some(outcome) => outcome,
                         None => ApprovalOutcome::Unavailable,
                     };
-                    (outcome, None)
+                    (outcome, Err(None))
                 }
             };
             return decided(outcome, given, None);
         }
-        decided(ApprovalOutcome::Unavailable, None, None)
+        decided(ApprovalOutcome::Unavailable, Err(None), None)
     }
 
     /// One audited decision: `approval/asked` (with `fields` after the id), the
@@ -342,7 +349,7 @@ impl ApprovalHub {
         asked.insert("id".into(), json!(id));
         asked.extend(fields.into_iter().map(|(k, v)| (k.to_owned(), v)));
         session.append("approval/asked", Value::Object(asked))?;
-        let none = |outcome| Decided { outcome, secret: None, scope: None };
+        let none = |outcome| Decided { outcome, secret: Err(None), scope: None };
         let decided = if signal.is_some_and(|s| s.is_aborted()) {
             none(ApprovalOutcome::Cancelled)
         } else if let Some((outcome, _)) = ruled {
@@ -508,14 +515,15 @@ impl ApprovalService for ApprovalHub {
         what.insert("tool".into(), json!(request.tool_name));
         what.insert("prompt".into(), json!(request.prompt));
         let verdict = match &decided {
-            (_, Some(_)) => "given",
-            (outcome, None) => outcome.as_str(),
+            (_, Ok(_)) => "given",
+            (outcome, Err(_)) => outcome.as_str(),
         };
         let session = request.agent.session().header().id.clone();
         dsh_core::audit::record("secret", Some(&session), what, verdict);
         match decided {
-            (_, Some(secret)) => Ok(SecretReply::Given(secret)),
-            (outcome, None) => Ok(SecretReply::Refused(outcome)),
+            (_, Ok(secret)) => Ok(SecretReply::Given(secret)),
+            (ApprovalOutcome::Unavailable, Err(Some(why))) => Ok(SecretReply::Unanswerable(why)),
+            (outcome, Err(_)) => Ok(SecretReply::Refused(outcome)),
         }
     }
 }

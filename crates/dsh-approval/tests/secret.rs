@@ -104,11 +104,13 @@ async fn policy_never_and_refusals_give_no_secret() {
         "the file's content without its line ending"
     );
     std::fs::remove_file(&file).expect("remove");
-    assert_eq!(
-        ask.request_secret(secret_request(&agent)).await,
-        Ok(SecretReply::Refused(ApprovalOutcome::Unavailable)),
-        "an unreadable file fails the answer"
-    );
+    // An unreadable file fails the answer, and the program is told why.
+    match ask.request_secret(secret_request(&agent)).await {
+        Ok(SecretReply::Unanswerable(why)) => {
+            assert!(why.starts_with("cannot read the askpass answer file: "), "{why}")
+        }
+        other => panic!("an unreadable file fails the answer: {other:?}"),
+    }
     let rejecting = ApprovalHub::new(ApprovalPolicy::Ask);
     let _no = rejecting.register_answerer(
         None,

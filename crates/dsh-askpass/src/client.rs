@@ -1,5 +1,5 @@
 //! The askpass program: one prompt in, the answer (and `\n`) on stdout, exit 0; no answer,
-//! nothing on stdout and exit 1, at once.
+//! nothing on stdout and exit 1, at once (with why on stderr, when the harness says why).
 //!
 //! It runs as a child of the asking program (sudo, ssh, git), whose pipe is its stdout. It
 //! uses blocking standard-library calls only: no runtime, no threads.
@@ -9,7 +9,7 @@ use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 
-use crate::protocol::{GIVEN, MAX_ANSWER, MAX_PROMPT};
+use crate::protocol::{GIVEN, MAX_ANSWER, MAX_PROMPT, MAX_REASON, REFUSED};
 use crate::{PROGRAM_NAME, SOCKET_VARIABLE};
 
 /// Whether a process invoked as `argv0` is the askpass program (its file name is
@@ -27,14 +27,19 @@ pub fn run(args: impl IntoIterator<Item = OsString>, socket: Option<OsString>) -
         return 1;
     };
     match ask(Path::new(&socket), &prompt) {
-        Ok(Some(mut secret)) => {
+        Ok(Ok(mut secret)) => {
             secret.push(b'\n');
             let mut out = std::io::stdout().lock();
             let written = out.write_all(&secret).and_then(|()| out.flush());
             secret.fill(0);
             u8::from(written.is_err())
         }
-        Ok(None) => 1,
+        Ok(Err(why)) => {
+            if !why.is_empty() {
+                eprintln!("{PROGRAM_NAME}: no secret: {why}");
+            }
+            1
+        }
         Err(e) => {
             eprintln!("{PROGRAM_NAME}: cannot ask: {e}");
             1
@@ -42,19 +47,25 @@ pub fn run(args: impl IntoIterator<Item = OsString>, socket: Option<OsString>) -
     }
 }
 
-/// One exchange: the secret, or `None` when the harness refused.
-fn ask(socket: &Path, prompt: &str) -> std::io::Result<Option<Vec<u8>>> {
+/// One exchange: the secret, or why the harness refused (possibly nothing).
+fn ask(socket: &Path, prompt: &str) -> std::io::Result<Result<Vec<u8>, String>> {
     let mut stream = UnixStream::connect(socket)?;
     let bytes = prompt.as_bytes();
     stream.write_all(&bytes[..bytes.len().min(MAX_PROMPT)])?;
     stream.shutdown(std::net::Shutdown::Write)?;
     let mut answer = Vec::new();
     stream.take(MAX_ANSWER as u64 + 1).read_to_end(&mut answer)?;
+    if answer.first() == Some(&REFUSED) {
+        let why = &answer[1..answer.len().min(1 + MAX_REASON)];
+        // The harness's words, one line of printable text whatever arrived.
+        let why = String::from_utf8_lossy(why).chars().filter(|c| !c.is_control()).collect();
+        return Ok(Err(why));
+    }
     if answer.first() != Some(&GIVEN) || answer.len() > MAX_ANSWER {
         answer.fill(0);
-        return Ok(None);
+        return Ok(Err(String::new()));
     }
     let secret = answer[1..].to_vec();
     answer.fill(0);
-    Ok(Some(secret))
+    Ok(Ok(secret))
 }

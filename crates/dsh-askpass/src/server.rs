@@ -19,7 +19,7 @@ use futures::future::BoxFuture;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{UnixListener, UnixStream};
 
-use crate::protocol::{GIVEN, MAX_PROMPT, REFUSED};
+use crate::protocol::{GIVEN, MAX_PROMPT, MAX_REASON, REFUSED};
 use crate::{PROGRAM_NAME, SOCKET_VARIABLE};
 
 /// How long the program may take to send its prompt.
@@ -28,11 +28,12 @@ const PROMPT_TIMEOUT: Duration = Duration::from_secs(10);
 /// cannot flood the user with questions.
 pub const MAX_QUESTIONS_PER_CALL: usize = 8;
 
-/// Asks the user for a secret on behalf of one call. `None` is no answer (refused,
-/// cancelled, unavailable): the program then gets nothing.
+/// Asks the user for a secret on behalf of one call. `Err` is no answer (refused,
+/// cancelled, unavailable): the program then gets nothing, and the message, when there is
+/// one, says why (the program prints it on its stderr).
 pub trait SecretAsker: Send + Sync {
     /// Asks with `prompt`, the command's own (untrusted) words, control characters escaped.
-    fn ask(&self, prompt: String) -> BoxFuture<'static, Option<Secret>>;
+    fn ask(&self, prompt: String) -> BoxFuture<'static, Result<Secret, Option<String>>>;
 }
 
 /// Adds a secret to the redaction of command output before the program gets it; an `Err`
@@ -225,21 +226,32 @@ async fn answer(
     let secret = {
         let mut asked = turn.lock().await;
         if *asked >= MAX_QUESTIONS_PER_CALL {
-            None
+            Err(Some(format!("this command already asked {MAX_QUESTIONS_PER_CALL} questions")))
         } else {
             *asked += 1;
             asker.ask(prompt).await
         }
     };
-    let secret = secret.filter(|secret| match &redact {
-        None => true,
-        Some(redact) => redact(secret)
-            .map_err(|e| tracing::warn!(error = %e, "askpass answer withheld: cannot redact it"))
-            .is_ok(),
+    let secret = secret.and_then(|secret| match &redact {
+        None => Ok(secret),
+        Some(redact) => match redact(&secret) {
+            Ok(()) => Ok(secret),
+            Err(e) => {
+                tracing::warn!(error = %e, "askpass answer withheld: cannot redact it");
+                Err(None)
+            }
+        },
     });
     let mut reply = match &secret {
-        Some(secret) => [&[GIVEN][..], secret.expose()].concat(),
-        None => vec![REFUSED],
+        Ok(secret) => [&[GIVEN][..], secret.expose()].concat(),
+        Err(why) => {
+            let why = why.as_deref().map(printable).unwrap_or_default();
+            let mut end = why.len().min(MAX_REASON);
+            while !why.is_char_boundary(end) {
+                end -= 1;
+            }
+            [&[REFUSED][..], &why.as_bytes()[..end]].concat()
+        }
     };
     let _ = stream.write_all(&reply).await;
     let _ = stream.shutdown().await;
@@ -265,10 +277,10 @@ mod tests {
     struct Fixed(Option<&'static str>, Arc<AtomicUsize>, Arc<std::sync::Mutex<Vec<String>>>);
 
     impl SecretAsker for Fixed {
-        fn ask(&self, prompt: String) -> BoxFuture<'static, Option<Secret>> {
+        fn ask(&self, prompt: String) -> BoxFuture<'static, Result<Secret, Option<String>>> {
             self.1.fetch_add(1, Ordering::SeqCst);
             self.2.lock().expect("prompts").push(prompt);
-            let answer = self.0.map(|s| Secret::new(s.as_bytes()));
+            let answer = self.0.map(|s| Secret::new(s.as_bytes())).ok_or(None);
             Box::pin(async move { answer })
         }
     }

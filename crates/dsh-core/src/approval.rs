@@ -142,6 +142,9 @@ pub enum SecretReply {
     Given(Secret),
     /// No secret: `rejected`, `cancelled` or `unavailable` (never `allowed-once`).
     Refused(ApprovalOutcome),
+    /// No secret (outcome `unavailable`) because the one who would be asked cannot take a
+    /// secret, and why: for the asking program to tell its user (no secret is in it).
+    Unanswerable(String),
 }
 
 /// Why an approval request could not be decided at all (as opposed to an outcome such as

@@ -6,8 +6,9 @@
 //! A question that offers lasting scopes has one optional form field, `scope`: `accept` with
 //! `session` or `always` there grants for that scope.
 //!
-//! A secret-input question (askpass) is a form with one string field, `secret`: `accept` with
-//! a string there gives the secret to the command, anything else gives it nothing.
+//! A secret-input question (askpass) is never a form: it is a URL-mode elicitation of a
+//! one-time page on loopback ([`crate::secret_page`]) where the user types the secret; a
+//! client without URL mode is not asked, and the command's askpass program says why.
 //!
 //! Every question reaches the client through one seam, [`Elicitor`]: the session's peer (a
 //! server-initiated `elicitation/create` request) under the revisions with `initialize`, or
@@ -17,16 +18,18 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use dsh_approval::{Answer, AnswerFn, ApprovalQuestion, Scope, escape_untrusted, subject_lines};
-use dsh_core::{ApprovalAsk, ApprovalOutcome, Secret};
+use dsh_core::{ApprovalAsk, ApprovalOutcome};
 use futures::future::BoxFuture;
 use parking_lot::Mutex;
 use rmcp::model::{
-    ElicitRequestParams, ElicitResult, ElicitationAction, ElicitationSchema, PrimitiveSchemaDefinition,
-    StringSchema,
+    CustomNotification, ElicitRequestParams, ElicitResult, ElicitationAction, ElicitationSchema,
+    ServerNotification,
 };
 use rmcp::service::ElicitationMode;
 use rmcp::{Peer, RoleServer};
 use serde_json::Value;
+
+use crate::secret_page::{PageAnswer, SecretPage};
 
 /// The prefix of the reason the bash tool gives when it escalates (`escalate sandbox to <M>: <J>`).
 const ESCALATION_PREFIX: &str = "escalate sandbox to ";
@@ -129,11 +132,16 @@ pub fn approval_message(question: &ApprovalQuestion, args: Option<&Value>) -> St
     lines.join("\n")
 }
 
-/// The field of a secret-input form that carries the secret.
-pub const SECRET_FIELD: &str = "secret";
+/// Why a client gets no secret question: the command's askpass program prints it.
+pub const NO_URL_MODE: &str = "the MCP client cannot be asked for a secret: that needs URL-mode \
+elicitation (the user types it on a one-time page of this host), which the client did not declare; \
+a secret is never asked in a form";
+
+/// The method of the notice that a URL-mode elicitation's page was answered.
+pub const ELICITATION_COMPLETE: &str = "notifications/elicitation/complete";
 
 /// The text a user is asked for a secret: which command asks, and its prompt, marked as the
-/// command's own words (a command can ask anything).
+/// command's own words (a command can ask anything), and that it is typed on the page.
 pub fn secret_message(question: &ApprovalQuestion, prompt: &str, args: Option<&Value>) -> String {
     let command = args.and_then(|a| a.get("command")).and_then(Value::as_str).map(escape_untrusted);
     let prompt = escape_untrusted(prompt);
@@ -146,7 +154,7 @@ pub fn secret_message(question: &ApprovalQuestion, prompt: &str, args: Option<&V
     lines.push(format!("Its prompt (the command's own words, not the harness's): {prompt}"));
     lines.push(String::new());
     lines.push(
-        "Accept with the secret to pass it to this command only (it is never shown to the model); decline to refuse."
+        "Open the page to type it there: it goes to this command only, never to this client or the model. The page answers once; decline to refuse."
             .to_owned(),
     );
     lines.join("\n")
@@ -159,6 +167,12 @@ pub trait Elicitor: Send + Sync {
     fn supported_elicitation_modes(&self) -> HashSet<ElicitationMode>;
     /// Asks the client's user; the error says why no answer came.
     fn create_elicitation(&self, params: ElicitRequestParams) -> BoxFuture<'_, Result<ElicitResult, String>>;
+    /// Tells the client a URL-mode elicitation was answered on its page
+    /// ([`ELICITATION_COMPLETE`]), where the revision has a way to (not under 2026-07-28,
+    /// which has no stream outside a request's answer).
+    fn elicitation_complete(&self, _elicitation_id: &str) -> BoxFuture<'_, ()> {
+        Box::pin(async {})
+    }
 }
 
 impl Elicitor for Peer<RoleServer> {
@@ -171,48 +185,83 @@ impl Elicitor for Peer<RoleServer> {
             async move { Peer::create_elicitation(self, params).await.map_err(|error| error.to_string()) },
         )
     }
+
+    fn elicitation_complete(&self, elicitation_id: &str) -> BoxFuture<'_, ()> {
+        let notice = CustomNotification::new(
+            ELICITATION_COMPLETE,
+            Some(serde_json::json!({ "elicitationId": elicitation_id })),
+        );
+        Box::pin(async move {
+            if let Err(error) = self.send_notification(ServerNotification::CustomNotification(notice)).await {
+                tracing::debug!(%error, "the elicitation's completion notice was not sent");
+            }
+        })
+    }
 }
 
-/// Asks the client's user for a secret through form elicitation (see [`secret_message`]).
+/// True when the client declared URL-mode elicitation, the only way a secret is asked.
+pub fn supports_url_elicitation(peer: &dyn Elicitor) -> bool {
+    peer.supported_elicitation_modes().contains(&ElicitationMode::Url)
+}
+
+/// Asks the client's user for a secret through URL-mode elicitation: a one-time page on
+/// loopback ([`SecretPage`]) takes the secret, which goes from there to the command; the
+/// client is sent the page's URL only, and told when the page was answered
+/// ([`ELICITATION_COMPLETE`]). The page ends with this future (the call's end drops it).
+/// A client without URL mode is not asked: [`Answer::Failed`] with [`NO_URL_MODE`].
 pub async fn elicit_secret(
     peer: &dyn Elicitor,
     question: &ApprovalQuestion,
     prompt: &str,
     args: Option<&Value>,
 ) -> Answer {
-    let field = StringSchema::new()
-        .title("Secret")
-        .description("Passed to the command only; never shown to the model or recorded.");
-    let mut schema = ElicitationSchema::new(BTreeMap::from([(
-        SECRET_FIELD.to_owned(),
-        PrimitiveSchemaDefinition::String(field),
-    )]));
-    schema.required = Some(vec![SECRET_FIELD.to_owned()]);
-    let params = ElicitRequestParams::FormElicitationParams {
-        meta: None,
-        message: secret_message(question, prompt, args),
-        requested_schema: schema,
-    };
-    let outcome = match peer.create_elicitation(params).await {
-        Ok(result) => match result.action {
-            ElicitationAction::Accept => {
-                let given = result.content.as_ref().and_then(|c| c.get(SECRET_FIELD)).and_then(Value::as_str);
-                return match given {
-                    Some(secret) => Answer::Secret(Secret::new(secret.as_bytes())),
-                    None => Answer::Outcome(ApprovalOutcome::Unavailable.as_str().to_owned()),
-                };
-            }
-            ElicitationAction::Decline => ApprovalOutcome::Rejected,
-            ElicitationAction::Cancel => ApprovalOutcome::Cancelled,
-            #[allow(unreachable_patterns)]
-            _ => ApprovalOutcome::Unavailable,
-        },
-        Err(error) => {
-            tracing::warn!(%error, "secret elicitation failed");
-            ApprovalOutcome::Unavailable
+    if !supports_url_elicitation(peer) {
+        return Answer::Failed(NO_URL_MODE.to_owned());
+    }
+    let command = args.and_then(|a| a.get("command")).and_then(Value::as_str);
+    let mut page = match SecretPage::open(&question.tool_name, command, prompt) {
+        Ok(page) => page,
+        Err(why) => {
+            tracing::warn!(%why, "no secret page");
+            return Answer::Failed(why);
         }
     };
-    Answer::Outcome(outcome.as_str().to_owned())
+    let params = ElicitRequestParams::UrlElicitationParams {
+        meta: None,
+        message: secret_message(question, prompt, args),
+        url: page.url().to_owned(),
+        elicitation_id: page.elicitation_id().to_owned(),
+    };
+    let elicited = peer.create_elicitation(params);
+    tokio::pin!(elicited);
+    let answer = page.answer();
+    tokio::pin!(answer);
+    let mut waiting_for_client = true;
+    let answered = loop {
+        tokio::select! {
+            answered = &mut answer => break answered,
+            result = &mut elicited, if waiting_for_client => {
+                waiting_for_client = false;
+                let outcome = match result {
+                    // The user agreed to open the page: its answer decides.
+                    Ok(result) if result.action == ElicitationAction::Accept => continue,
+                    Ok(result) if result.action == ElicitationAction::Decline => ApprovalOutcome::Rejected,
+                    Ok(_) => ApprovalOutcome::Cancelled,
+                    Err(error) => {
+                        tracing::warn!(%error, "secret elicitation failed");
+                        ApprovalOutcome::Unavailable
+                    }
+                };
+                return Answer::Outcome(outcome.as_str().to_owned());
+            }
+        }
+    };
+    peer.elicitation_complete(page.elicitation_id()).await;
+    match answered {
+        Some(PageAnswer::Given(secret)) => Answer::Secret(secret),
+        Some(PageAnswer::Refused) => Answer::Outcome(ApprovalOutcome::Rejected.as_str().to_owned()),
+        None => Answer::Outcome(ApprovalOutcome::Unavailable.as_str().to_owned()),
+    }
 }
 
 /// True when the client declared form elicitation.
@@ -305,11 +354,7 @@ fn approval_answer(
 
 /// Asks the client's user `question` through form elicitation, with the scopes it offers
 /// ([`approval_schema`]); the answer may grant one ([`approval_answer`]).
-pub async fn elicit_answer(
-    peer: &dyn Elicitor,
-    question: &ApprovalQuestion,
-    args: Option<&Value>,
-) -> Answer {
+pub async fn elicit_answer(peer: &dyn Elicitor, question: &ApprovalQuestion, args: Option<&Value>) -> Answer {
     if !supports_elicitation(peer) {
         return Answer::Outcome(ApprovalOutcome::Unavailable.as_str().to_owned());
     }
@@ -327,8 +372,9 @@ pub async fn elicit_answer(
     }
 }
 
-/// An answerer for the approval hub that elicits through `peer`. A client without form
-/// elicitation passes to the next answerer (ending at `unavailable` when there is none).
+/// An answerer for the approval hub that elicits through `peer`: consent in a form, a secret
+/// by URL ([`elicit_secret`]). A client without form elicitation passes a consent question to
+/// the next answerer (ending at `unavailable` when there is none).
 pub fn elicitation_answerer(peer: Peer<RoleServer>, calls: InFlightCalls) -> AnswerFn {
     let peer: Arc<dyn Elicitor> = Arc::new(peer);
     answerer_through(move |_question| Some(Arc::clone(&peer)), calls)
@@ -352,16 +398,25 @@ where
 }
 
 /// The one place a question is put to a client's user, whatever the revision: a secret
-/// question as [`elicit_secret`], any other as [`elicit_answer`] (with the scopes it offers);
-/// a client without form elicitation passes.
+/// question as [`elicit_secret`] (URL mode only), any other as [`elicit_answer`] (a form, with
+/// the scopes it offers); a client that cannot take the question passes.
 pub async fn ask(peer: &dyn Elicitor, question: &ApprovalQuestion, args: Option<&Value>) -> Answer {
+    if let Some(prompt) = &question.secret_prompt {
+        if !supports_url_elicitation(peer) {
+            return Answer::Pass;
+        }
+        return elicit_secret(peer, question, prompt, args).await;
+    }
     if !supports_elicitation(peer) {
         return Answer::Pass;
     }
-    if let Some(prompt) = &question.secret_prompt {
-        return elicit_secret(peer, question, prompt, args).await;
-    }
     elicit_answer(peer, question, args).await
+}
+
+/// The last answerer of a session whose client cannot take a secret: it refuses every secret
+/// question, saying why ([`NO_URL_MODE`]).
+pub fn no_url_mode_answerer() -> AnswerFn {
+    Arc::new(|_question: ApprovalQuestion| Box::pin(async { Answer::Failed(NO_URL_MODE.to_owned()) }))
 }
 
 #[cfg(test)]
@@ -431,7 +486,8 @@ mod tests {
             "A bash command asks you for a secret (a password or passphrase).\n\n\
              Command: sudo -A apt-get update\n\
              Its prompt (the command's own words, not the harness's): [sudo] password for dev: \n\n\
-             Accept with the secret to pass it to this command only (it is never shown to the model); decline to refuse."
+             Open the page to type it there: it goes to this command only, never to this client or the model. \
+             The page answers once; decline to refuse."
         );
     }
 

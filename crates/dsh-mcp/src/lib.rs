@@ -89,6 +89,7 @@ mod origin;
 pub mod output;
 mod roots;
 mod rounds;
+pub mod secret_page;
 mod server;
 mod session;
 mod shutdown;
@@ -96,8 +97,9 @@ mod stdio;
 mod stdio_streams;
 
 pub use approval::{
-    Elicitor, InFlightCalls, SCOPE_FIELD, SECRET_FIELD, approval_message, approval_schema, ask, elicit,
-    elicit_answer, elicit_secret, elicitation_answerer, secret_message, supports_elicitation,
+    ELICITATION_COMPLETE, Elicitor, InFlightCalls, NO_URL_MODE, SCOPE_FIELD, approval_message,
+    approval_schema, ask, elicit, elicit_answer, elicit_secret, elicitation_answerer, no_url_mode_answerer,
+    secret_message, supports_elicitation, supports_url_elicitation,
 };
 pub use http::session_cap_message;
 pub use http::{MCP_PATH, serve_http, serve_http_on};

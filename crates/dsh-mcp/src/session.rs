@@ -19,7 +19,10 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::approval::{InFlightCalls, answerer_through, elicitation_answerer, supports_elicitation};
+use crate::approval::{
+    InFlightCalls, answerer_through, elicitation_answerer, no_url_mode_answerer, supports_elicitation,
+    supports_url_elicitation,
+};
 use crate::options::McpOptions;
 use crate::order::CallBook;
 use crate::roots::{file_uri_path, first_file_root};
@@ -129,7 +132,8 @@ pub(crate) struct McpSession {
     log_level: Arc<Mutex<LoggingLevel>>,
     /// Cancelled when the session ends: queued and running calls abort, new ones are refused.
     ended: CancellationToken,
-    answerer: Mutex<Option<Disposer>>,
+    /// The session's approval answerers, withdrawn when it ends.
+    answerers: Mutex<Vec<Disposer>>,
     /// Set once the teardown is complete (every closer waits for it).
     closed: tokio::sync::OnceCell<()>,
     /// The spill files the session's results named (`spillPath`), removed when it ends.
@@ -179,7 +183,7 @@ impl McpSession {
             next_call: AtomicU64::new(1),
             log_level: Arc::new(Mutex::new(LoggingLevel::Debug)),
             ended: CancellationToken::new(),
-            answerer: Mutex::new(None),
+            answerers: Mutex::new(Vec::new()),
             closed: tokio::sync::OnceCell::new(),
             spills: Mutex::new(Vec::new()),
         })
@@ -272,26 +276,45 @@ impl McpSession {
             }
             None => drop(rx),
         }
-        // Only a client that declared form elicitation can answer: registering the answerer
-        // for any other would make the session look answerable when no answer can come.
+        // Only a client that declared form elicitation can answer consent: registering the
+        // answerer for any other would make the session look answerable when no answer can
+        // come. One that declared URL mode answers secrets; for any other, a secret question
+        // that reaches the end of the waterfall is refused with why. Under 2026-07-28 each
+        // round asks the call that asks, whose declared modes decide (the answerer passes
+        // what that call cannot take).
         if self.shared.options.elicitation
-            && self.answerable
             && let Some(hub) = ctx.get(APPROVAL_HUB)
         {
-            let answer = match &self.peer {
-                Some(peer) => elicitation_answerer(peer.clone(), self.calls.clone()),
+            let mut answerers = self.answerers.lock();
+            match &self.peer {
+                Some(peer) => {
+                    let answer = elicitation_answerer(peer.clone(), self.calls.clone());
+                    if supports_elicitation(peer) {
+                        answerers.push(hub.register_answerer(Some(id.clone()), answer, true));
+                    } else if supports_url_elicitation(peer) {
+                        answerers.push(hub.register_secret_answerer(Some(id.clone()), answer, true));
+                    }
+                    if !supports_url_elicitation(peer) {
+                        answerers.push(hub.register_secret_answerer(Some(id), no_url_mode_answerer(), false));
+                    }
+                }
                 None => {
                     let rounds = Arc::downgrade(&self.rounds);
-                    answerer_through(
+                    let answer = answerer_through(
                         move |question| {
                             let call_id = question.call_id.as_deref()?;
                             rounds.upgrade()?.asker(call_id)
                         },
                         self.calls.clone(),
-                    )
+                    );
+                    if self.answerable {
+                        answerers.push(hub.register_answerer(Some(id.clone()), answer, true));
+                    } else {
+                        answerers.push(hub.register_secret_answerer(Some(id.clone()), answer, true));
+                    }
+                    answerers.push(hub.register_secret_answerer(Some(id), no_url_mode_answerer(), false));
                 }
-            };
-            *self.answerer.lock() = Some(hub.register_answerer(Some(id), answer, true));
+            }
         }
         agent
     }
@@ -369,8 +392,8 @@ impl McpSession {
         if tokio::time::timeout(CALLS_END_GRACE, self.book.idle()).await.is_err() {
             tracing::warn!("calls of an ending MCP session did not end in time; ending its agent anyway");
         }
-        let answerer = self.answerer.lock().take();
-        if let Some(answerer) = answerer {
+        let answerers = std::mem::take(&mut *self.answerers.lock());
+        for answerer in answerers {
             answerer.dispose().await;
         }
         let agent = {

@@ -22,9 +22,9 @@ struct CallSecretAsker {
 }
 
 impl SecretAsker for CallSecretAsker {
-    fn ask(&self, prompt: String) -> BoxFuture<'static, Option<Secret>> {
+    fn ask(&self, prompt: String) -> BoxFuture<'static, Result<Secret, Option<String>>> {
         let (Some(approval), Some(agent)) = (self.approval.clone(), self.agent.clone()) else {
-            return Box::pin(async { None });
+            return Box::pin(async { Err(None) });
         };
         let request = SecretRequest {
             agent,
@@ -35,11 +35,12 @@ impl SecretAsker for CallSecretAsker {
         };
         Box::pin(async move {
             match approval.request_secret(request).await {
-                Ok(SecretReply::Given(secret)) => Some(secret),
-                Ok(SecretReply::Refused(_)) => None,
+                Ok(SecretReply::Given(secret)) => Ok(secret),
+                Ok(SecretReply::Refused(_)) => Err(None),
+                Ok(SecretReply::Unanswerable(why)) => Err(Some(why)),
                 Err(e) => {
                     tracing::warn!(error = %e, "askpass question not asked");
-                    None
+                    Err(None)
                 }
             }
         })

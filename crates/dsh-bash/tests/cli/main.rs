@@ -1,6 +1,7 @@
 //! End-to-end tests of the built `dsh-bash` binary.
 
 mod askpass;
+mod askpass_url;
 mod bash;
 mod batch;
 mod call;

@@ -1,7 +1,7 @@
 """The stdio server driven by the Python `mcp` client: tools, foreground and background bash,
 completion notices, cancellation, progress, session cwd from roots, an escalation
 approved through elicitation, a network destination approved and refused through elicitation
-under `--network ask`, a secret asked by a command answered through elicitation (`--askpass`),
+under `--network ask`, a secret asked by a command answered on the page of a URL-mode elicitation (`--askpass`),
 and the escalation hint offered only to clients that can answer approvals."""
 
 from __future__ import annotations
@@ -13,6 +13,9 @@ import os
 import signal
 import sys
 import threading
+import urllib.error
+import urllib.parse
+import urllib.request
 from pathlib import Path
 
 from harness import (
@@ -238,15 +241,34 @@ async def test_network_ask_through_elicitation() -> None:
 
 
 async def test_askpass_through_elicitation() -> None:
+    """A secret is asked by URL (never in a form): the user types it on the one-time page,
+    which refuses a second answer; the client sees the URL only."""
     home = tempdir()
     secret = "s3cret-through-elicitation"
     questions: list[types.ElicitRequestParams] = []
     answers = ["accept", "decline"]
+    pages: list[tuple[int, str, int]] = []
+    tasks: list[asyncio.Task] = []
+
+    def answer_page(url: str) -> None:
+        with urllib.request.urlopen(url, timeout=60) as page:
+            cache = page.headers["Cache-Control"]
+        body = urllib.parse.urlencode({"secret": secret, "action": "give"}).encode()
+        with urllib.request.urlopen(urllib.request.Request(url, data=body), timeout=60) as posted:
+            status = posted.status
+        try:
+            urllib.request.urlopen(urllib.request.Request(url, data=body), timeout=60)
+            again = 200
+        except urllib.error.HTTPError as error:
+            again = error.code
+        pages.append((status, cache, again))
 
     async def elicit(_context, params) -> types.ElicitResult:
         questions.append(params)
         action = answers[len(questions) - 1]
-        return types.ElicitResult(action=action, content={"secret": secret} if action == "accept" else None)
+        if action == "accept":
+            tasks.append(asyncio.get_running_loop().create_task(asyncio.to_thread(answer_page, params.url)))
+        return types.ElicitResult(action=action)
 
     command = 'p=$("$SUDO_ASKPASS" "Password: "); printf %s "$p" | sha256sum | cut -c1-16; echo "$p"'
     env = {**os.environ, "DSH_HOME": home}
@@ -255,16 +277,17 @@ async def test_askpass_through_elicitation() -> None:
         digest = hashlib.sha256(secret.encode()).hexdigest()[:16]
         assert text(given) == f"{digest}\n[redacted:askpass]\n", text(given)
         assert len(questions) == 1, questions
+        assert questions[0].mode == "url", questions[0]
+        assert questions[0].url.startswith("http://127.0.0.1:"), questions[0].url
         assert questions[0].message == (
             "A bash command asks you for a secret (a password or passphrase).\n\n"
             f"Command: {command}\n"
             "Its prompt (the command's own words, not the harness's): Password: \n\n"
-            "Accept with the secret to pass it to this command only (it is never shown to the model); decline to refuse."
+            "Open the page to type it there: it goes to this command only, never to this client or the model. "
+            "The page answers once; decline to refuse."
         ), questions[0].message
-        schema = questions[0].requested_schema
-        assert list(schema["properties"]) == ["secret"], schema
-        assert schema["properties"]["secret"]["type"] == "string", schema
-        assert schema["required"] == ["secret"], schema
+        await asyncio.gather(*tasks)
+        assert pages == [(200, "no-store", 410)], pages
         refused = await client.call_tool("bash", bash('"$GIT_ASKPASS" "Again: "; echo "rc=$?"'))
         assert text(refused) == "rc=1\n", text(refused)
         assert len(questions) == 2, questions
