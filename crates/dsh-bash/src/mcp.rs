@@ -255,9 +255,8 @@ fn release_freed_memory() {
 
 /// The log filter without `RUST_LOG`: warnings, but not the MCP library's warning for each
 /// request it answers with an error or cannot answer. Those are the client's to see, in the
-/// answer it gets, and a client's ordinary steps make them: the Python SDK first asks in a
-/// protocol version this server does not speak, and falls back on the error, on every
-/// connection. `RUST_LOG=warn` shows them.
+/// answer it gets, and a client's ordinary steps make them (a client probing for a revision or
+/// a method the server does not offer, then falling back). `RUST_LOG=warn` shows them.
 const DEFAULT_LOG_FILTER: &str = "warn,rmcp::service=error";
 
 /// Logs on stderr, filtered by `RUST_LOG` (`tracing-subscriber` directives: a level such as
