@@ -519,8 +519,6 @@ impl EffectivePolicy {
 /// Appends `grant` to the user's policy file as an `[[allow]]` rule (the file and its
 /// directory are made when missing, the file mode `0600`).
 pub fn save_always(path: &Path, grant: &Grant) -> std::io::Result<()> {
-    use std::io::Write as _;
-    use std::os::unix::fs::OpenOptionsExt;
     let quoted = |s: &str| toml::Value::String(s.to_owned()).to_string();
     let text = match grant {
         Grant::Host(host) => format!("\n[[allow]]\nhost = {}\n", quoted(host)),
@@ -528,16 +526,7 @@ pub fn save_always(path: &Path, grant: &Grant) -> std::io::Result<()> {
             format!("\n[[allow]]\ncommand = {}\nmode = {}\n", quoted(prefix), quoted(mode))
         }
     };
-    if let Some(parent) = path.parent() {
-        std::fs::create_dir_all(parent)?;
-    }
-    let mut file = std::fs::OpenOptions::new()
-        .append(true)
-        .create(true)
-        .mode(0o600)
-        .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
-        .open(path)?;
-    file.write_all(text.as_bytes())
+    dsh_core::home::append_private(path, text.as_bytes())
 }
 
 #[cfg(test)]

@@ -13,7 +13,6 @@
 //! Writing is best effort: a log that cannot be written is reported once on stderr and never
 //! fails the call it records.
 
-use std::io::Write as _;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -53,23 +52,9 @@ pub fn record(kind: &str, session: Option<&str>, what: Map<String, Value>, verdi
     line.insert("verdict".into(), json!(verdict));
     let mut text = Value::Object(line).to_string();
     text.push('\n');
-    if let Err(e) = append(&path, text.as_bytes())
+    if let Err(e) = crate::home::append_private(&path, text.as_bytes())
         && !WARNED.swap(true, Ordering::SeqCst)
     {
         eprintln!("dsh-bash: warning: cannot write the audit log {}: {e}", path.display());
     }
-}
-
-fn append(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
-    use std::os::unix::fs::OpenOptionsExt;
-    if let Some(parent) = path.parent() {
-        std::fs::create_dir_all(parent)?;
-    }
-    let mut file = std::fs::OpenOptions::new()
-        .append(true)
-        .create(true)
-        .mode(0o600)
-        .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
-        .open(path)?;
-    file.write_all(bytes)
 }

@@ -108,6 +108,24 @@ pub fn normalize_lexically(path: &Path) -> PathBuf {
     out
 }
 
+/// Appends `bytes` to `path`, made (with its parents) readable and writable by the user alone
+/// when missing; a symlink at `path` is refused (`O_NOFOLLOW`). For the files under
+/// `DSH_HOME` that the harness only ever appends to (the audit log, the user's policy file).
+pub fn append_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt;
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    let mut file = std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .mode(0o600)
+        .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
+        .open(path)?;
+    file.write_all(bytes)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -251,6 +251,21 @@ impl CallSpills {
     }
 }
 
+/// Copies what `file` holds from its position to its end into `writer`.
+async fn copy_to_end(
+    file: &mut tokio::fs::File,
+    writer: &mut (impl tokio::io::AsyncWrite + Unpin + ?Sized),
+    buf: &mut [u8],
+) -> Result<(), String> {
+    loop {
+        let n = file.read(buf).await.map_err(|e| format!("reading the spill file: {e}"))?;
+        if n == 0 {
+            return Ok(());
+        }
+        writer.write_all(&buf[..n]).await.map_err(|e| format!("copying the spill file there: {e}"))?;
+    }
+}
+
 /// Copies the harness's spill file `local` of `stream` to the session's directory on the far
 /// side, following it as it grows, until the stream is complete. A stream that outgrew the
 /// spill cap (its file deleted) leaves no copy.
@@ -290,28 +305,10 @@ async fn copy(
         let mut buf = vec![0u8; 64 * 1024];
         loop {
             let seen = stream.total();
-            loop {
-                let n = file.read(&mut buf).await.map_err(|e| format!("reading the spill file: {e}"))?;
-                if n == 0 {
-                    break;
-                }
-                writer
-                    .write_all(&buf[..n])
-                    .await
-                    .map_err(|e| format!("copying the spill file there: {e}"))?;
-            }
+            copy_to_end(&mut file, &mut writer, &mut buf).await?;
             // More output, or the stream is complete (then nothing more comes).
             if stream.wait_for_total(seen + 1).await == seen {
-                loop {
-                    let n = file.read(&mut buf).await.map_err(|e| format!("reading the spill file: {e}"))?;
-                    if n == 0 {
-                        break;
-                    }
-                    writer
-                        .write_all(&buf[..n])
-                        .await
-                        .map_err(|e| format!("copying the spill file there: {e}"))?;
-                }
+                copy_to_end(&mut file, &mut writer, &mut buf).await?;
                 writer.shutdown().await.map_err(|e| format!("copying the spill file there: {e}"))?;
                 drop(writer);
                 return Ok::<(), String>(());
