@@ -100,6 +100,8 @@ fn spawn(sandbox: &Sandbox, args: &[&str]) -> Child {
 
 #[test]
 fn a_killed_call_takes_its_command_tree_along() {
+    // Not beside a fork bomb of the world suite, which would starve the processes that end the tree.
+    let _quiet = crate::world::beside_host_load();
     for mode in modes() {
         let sandbox = Sandbox::outside_tmp();
         let marker = marker();
@@ -114,6 +116,8 @@ fn a_killed_call_takes_its_command_tree_along() {
 
 #[test]
 fn a_killed_batch_takes_its_jobs_along() {
+    // Not beside a fork bomb of the world suite, which would starve the processes that end the tree.
+    let _quiet = crate::world::beside_host_load();
     for mode in modes() {
         let sandbox = Sandbox::outside_tmp();
         let (job, foreground) = (marker(), marker());
@@ -142,6 +146,8 @@ fn a_killed_batch_takes_its_jobs_along() {
 
 #[test]
 fn a_killed_stdio_server_takes_its_jobs_along() {
+    // Not beside a fork bomb of the world suite, which would starve the processes that end the tree.
+    let _quiet = crate::world::beside_host_load();
     for mode in modes() {
         let sandbox = Sandbox::outside_tmp();
         let marker = marker();

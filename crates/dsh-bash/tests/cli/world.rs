@@ -27,6 +27,8 @@ mod interactive;
 mod ipc;
 mod limits;
 mod matrix;
+
+pub(crate) use matrix::beside_host_load;
 mod network;
 mod privileges;
 mod processes;

@@ -32,6 +32,13 @@ const CELLS: [Cell; 4] = [
 /// would starve.
 static HOST_LOAD: RwLock<()> = RwLock::new(());
 
+/// Held by a test outside the matrix whose processes must be scheduled within a bound (a
+/// killed harness's command tree ends within 2 s): it waits out an attack that loads the host
+/// on purpose, as a matrix run does.
+pub fn beside_host_load() -> std::sync::RwLockReadGuard<'static, ()> {
+    HOST_LOAD.read().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// Runs `attack` in every cell; panics listing every cell that failed.
 pub fn over_matrix(test: &str, attack: Attack) {
     let _shared = HOST_LOAD.read().unwrap_or_else(std::sync::PoisonError::into_inner);
