@@ -14,7 +14,7 @@
 //! (those of its foreground calls and of its background jobs alike), or, with
 //! [`SpillRetention::keep_ended`], keeps them until the total cap needs their room.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::io;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -75,8 +75,16 @@ struct State {
     entries: BTreeMap<u64, Entry>,
     total: u64,
     by_account: HashMap<String, u64>,
+    /// The sessions that ended, the last [`ENDED_REMEMBERED`] of them (in `ended_order`, the
+    /// oldest first): a server that sees sessions come and go does not keep one entry each.
     ended: HashSet<String>,
+    ended_order: VecDeque<String>,
 }
+
+/// How many ended sessions the ledger remembers, so that a spill a job of theirs starts
+/// after the end is not kept. One that ended longer ago is forgotten: a late spill of it is
+/// then kept like one of a live session, until the harness's own clean-up.
+const ENDED_REMEMBERED: usize = 4096;
 
 /// The service's spill ledger (see the module documentation).
 pub(crate) struct Ledger {
@@ -150,7 +158,14 @@ impl Ledger {
     /// as the first to go for room). Returns the paths of the files it had.
     pub(crate) fn release(&self, account: &str) -> Vec<PathBuf> {
         let mut state = self.state.lock();
-        state.ended.insert(account.to_owned());
+        if state.ended.insert(account.to_owned()) {
+            state.ended_order.push_back(account.to_owned());
+            while state.ended_order.len() > ENDED_REMEMBERED {
+                if let Some(oldest) = state.ended_order.pop_front() {
+                    state.ended.remove(&oldest);
+                }
+            }
+        }
         let ids: Vec<u64> = state
             .entries
             .iter()
@@ -214,4 +229,27 @@ pub fn parse_size(text: &str) -> Option<u64> {
         _ => return None,
     };
     number.checked_mul(factor).filter(|bytes| *bytes > 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A server that sees sessions come and go remembers the last ones that ended, not all.
+    #[test]
+    fn ended_sessions_are_remembered_up_to_a_bound() {
+        let ledger = Ledger::new(SpillRetention { session_quota: None, total_cap: None, keep_ended: false });
+        let count = ENDED_REMEMBERED + 100;
+        for n in 0..count {
+            ledger.release(&format!("s{n}"));
+        }
+        let state = ledger.state.lock();
+        assert_eq!((state.ended.len(), state.ended_order.len()), (ENDED_REMEMBERED, ENDED_REMEMBERED));
+        drop(state);
+        assert!(!ledger.has_ended("s0"), "the oldest ended session is still remembered");
+        assert!(ledger.has_ended(&format!("s{}", count - 1)), "the last ended session is forgotten");
+        // Ending one again adds nothing.
+        ledger.release(&format!("s{}", count - 1));
+        assert_eq!(ledger.state.lock().ended_order.len(), ENDED_REMEMBERED);
+    }
 }

@@ -436,22 +436,40 @@ fn soak_session(authority: &str, tag: &str) -> anyhow::Result<(u64, u64)> {
     let mut conn = open(authority)?;
     let session = conn.open_session("bench_peer")?;
     let (mut ok, mut bad) = (0u64, 0u64);
-    let mut check = |good: bool| if good { ok += 1 } else { bad += 1 };
+    // A wrong answer is named on stderr, with what came back, so a soak's count can be read.
+    let mut check = |what: &str, good: bool, got: &dyn std::fmt::Debug| {
+        if good {
+            ok += 1;
+        } else {
+            bad += 1;
+            let got = format!("{got:?}");
+            eprintln!("mcp-soak: {tag}: wrong {what}: {}", got.chars().take(600).collect::<String>());
+        }
+    };
     let echo =
         call(&mut conn, &session, 1, "bash", json!({"command": format!("echo {tag}"), "description": "d"}));
-    check(echo.is_ok_and(|r| r["result"]["content"][0]["text"].as_str() == Some(&format!("{tag}\n"))));
+    let good =
+        echo.as_ref().is_ok_and(|r| r["result"]["content"][0]["text"].as_str() == Some(&format!("{tag}\n")));
+    check("echo", good, &echo);
     let spill = json!({"command": "head -c 300000 /dev/zero | tr '\\0' s; echo", "description": "d"});
     let spilled = call(&mut conn, &session, 2, "bash", spill);
-    check(spilled.is_ok_and(|r| r["result"]["structuredContent"]["stdout"]["spillPath"].is_string()));
+    let good =
+        spilled.as_ref().is_ok_and(|r| r["result"]["structuredContent"]["stdout"]["spillPath"].is_string());
+    check(
+        "spill",
+        good,
+        &spilled.as_ref().map(|r| r["result"]["structuredContent"]["stdout"]["spillPath"].clone()),
+    );
     let job = json!({"command": format!("echo {tag}-job"), "description": "d", "run_in_background": true});
     let started = call(&mut conn, &session, 3, "bash", job)?;
     let id = started["result"]["structuredContent"]["jobId"].as_str().unwrap_or_default().to_owned();
     let read = call(&mut conn, &session, 4, "job_output", json!({"job_id": id, "wait": true}));
-    check(read.is_ok_and(|r| {
+    let good = read.as_ref().is_ok_and(|r| {
         r["result"]["content"][0]["text"].as_str().is_some_and(|t| t.contains(&format!("{tag}-job")))
-    }));
+    });
+    check("job read", good, &read);
     let deleted = conn.delete(&session)?;
-    check(matches!(deleted, 200 | 204));
+    check("DELETE", matches!(deleted, 200 | 204), &deleted);
     Ok((ok, bad))
 }
 
