@@ -461,16 +461,7 @@ fn start_direct(
     // On Linux the child marks them itself (`crate::direct`).
     #[cfg(not(target_os = "linux"))]
     crate::fds::mark_all_cloexec();
-    let image = crate::direct::Image {
-        executable,
-        argv: &spec.argv,
-        env,
-        inherited: (&service.inherited_env, &service.inherited_entries),
-        cwd: spec.cwd.as_deref(),
-        stdin_piped: spec.stdin.is_some() || spec.keep_stdin,
-        limits,
-        hook: None,
-    };
+    let image = direct_image(service, spec, executable, env, limits, None);
     // The spawn lock is held until the pid is registered (and its group is live), so
     // no reaper — this service's, or another's in this process — mistakes this fresh
     // child for a stray, whether or not this service contains its own trees.
@@ -486,6 +477,28 @@ fn start_direct(
         stdout: receiver(runtime, spawned.stdout, true),
         stderr: receiver(runtime, spawned.stderr, true),
     })
+}
+
+/// The image a direct start runs: `spec`'s program with the final environment `env`, the
+/// service's inherited pairs, and `hook` when the child runs one.
+fn direct_image<'a>(
+    service: &'a SubprocessService,
+    spec: &'a SpawnSpec,
+    executable: &'a Path,
+    env: &'a [(&'a OsStr, &'a OsStr)],
+    limits: Option<&'a crate::limits::SpawnLimits>,
+    hook: Option<(&'a PreExecHook, &'a std::cell::Cell<bool>)>,
+) -> crate::direct::Image<'a> {
+    crate::direct::Image {
+        executable,
+        argv: &spec.argv,
+        env,
+        inherited: (&service.inherited_env, &service.inherited_entries),
+        cwd: spec.cwd.as_deref(),
+        stdin_piped: spec.stdin.is_some() || spec.keep_stdin,
+        limits,
+        hook,
+    }
 }
 
 /// Starts a child whose hook may share the harness's memory (see
@@ -512,16 +525,7 @@ fn start_hooked(
     };
     let exec = exec.sharing_memory();
     let hook_failed = std::cell::Cell::new(false);
-    let image = crate::direct::Image {
-        executable,
-        argv: &spec.argv,
-        env,
-        inherited: (&service.inherited_env, &service.inherited_entries),
-        cwd: spec.cwd.as_deref(),
-        stdin_piped: spec.stdin.is_some() || spec.keep_stdin,
-        limits: child.limits,
-        hook: Some((hook, &hook_failed)),
-    };
+    let image = direct_image(service, spec, executable, env, child.limits, Some((hook, &hook_failed)));
     // The spawn lock is held until the pid is registered: see `start_direct`.
     let mut spawned_pids = crate::containment::spawn_lock();
     let spawned = {
